@@ -1,0 +1,294 @@
+//! Wire types of the native REST API (AIStore-compatible): action messages, list-objects
+//! requests and pages, header and query names.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// `{"action", "name", "value"}`: the body of every control request.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ActionMsg {
+    pub action: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub value: serde_json::Value,
+}
+
+impl ActionMsg {
+    pub fn new(action: &str) -> Self {
+        Self {
+            action: action.to_owned(),
+            ..Default::default()
+        }
+    }
+}
+
+/// Action names (AIStore's spelling).
+pub mod action {
+    pub const CREATE_BUCKET: &str = "create-bck";
+    pub const DESTROY_BUCKET: &str = "destroy-bck";
+    pub const LIST: &str = "list";
+}
+
+/// Query parameter names.
+pub mod query {
+    pub const PROVIDER: &str = "provider";
+    pub const NAMESPACE: &str = "namespace";
+    pub const WHAT: &str = "what";
+    pub const VALIDATE_CHECKSUM: &str = "validate_checksum";
+    /// Set on requests a proxy redirected, with the proxy's id (AIStore's `pid`).
+    pub const PROXY_ID: &str = "pid";
+}
+
+/// Header names.
+pub mod header {
+    pub const CHECKSUM_TYPE: &str = "ais-checksum-type";
+    pub const CHECKSUM_VALUE: &str = "ais-checksum-value";
+    pub const VERSION: &str = "ais-version";
+    pub const ATIME: &str = "ais-atime";
+    pub const LOCATION: &str = "ais-location";
+    pub const OBJECT_NAME: &str = "ais-name";
+    pub const CUSTOM_MD: &str = "ais-custom-md";
+    pub const PRESENT: &str = "ais-present";
+    pub const MIRROR_COPIES: &str = "ais-mirror-copies";
+    pub const BUCKET_PROPS: &str = "ais-bucket-props";
+    pub const NODE_ID: &str = "ais-node-id";
+    /// Version of the cluster map a response was served under.
+    pub const SMAP_VERSION: &str = "ais-smap-version";
+    pub const MSGPACK: &str = "application/msgpack";
+}
+
+/// Entry flag: the object is present in the cluster (AIStore's `EntryIsCached`, bit 6).
+pub const ENTRY_IS_CACHED: u32 = 1 << 6;
+
+/// List-objects request (AIStore's `LsoMsg`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ListObjectsMsg {
+    #[serde(default)]
+    pub prefix: String,
+    /// Page size; 0 means the default.
+    #[serde(default, alias = "page_size", deserialize_with = "int_or_string")]
+    pub pagesize: u64,
+    #[serde(default)]
+    pub uuid: String,
+    /// Comma-separated property names to return (name is always returned).
+    #[serde(default)]
+    pub props: String,
+    #[serde(default)]
+    pub continuation_token: String,
+    #[serde(default)]
+    pub start_after: String,
+    /// Flag bitmask; the `aistore` SDK sends it as a decimal string.
+    #[serde(default, deserialize_with = "int_or_string")]
+    pub flags: u64,
+}
+
+/// Default and maximum page sizes for native buckets.
+pub const DEFAULT_PAGE_SIZE: u64 = 10_000;
+pub const MAX_PAGE_SIZE: u64 = 100_000;
+
+impl ListObjectsMsg {
+    pub fn page_size(&self) -> usize {
+        match self.pagesize {
+            0 => DEFAULT_PAGE_SIZE as usize,
+            n => n.min(MAX_PAGE_SIZE) as usize,
+        }
+    }
+
+    /// The exclusive lower bound of the next page: the continuation token, else `start_after`.
+    pub fn after(&self) -> &str {
+        if self.continuation_token.is_empty() {
+            &self.start_after
+        } else {
+            &self.continuation_token
+        }
+    }
+
+    pub fn wants(&self, prop: &str) -> bool {
+        self.props.split(',').any(|p| p.trim() == prop)
+    }
+}
+
+fn int_or_string<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum IntOrString {
+        Int(u64),
+        Str(String),
+    }
+    match IntOrString::deserialize(d)? {
+        IntOrString::Int(n) => Ok(n),
+        IntOrString::Str(s) if s.is_empty() => Ok(0),
+        IntOrString::Str(s) => s.parse().map_err(serde::de::Error::custom),
+    }
+}
+
+/// One listed object. JSON uses these long names; msgpack uses AIStore's one-letter names
+/// (see [`ListObjectsPage::to_msgpack`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListEntry {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub checksum: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub atime: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub location: String,
+    #[serde(default)]
+    pub size: u64,
+    #[serde(default)]
+    pub copies: u32,
+    #[serde(default)]
+    pub flags: u32,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListObjectsPage {
+    #[serde(default)]
+    pub uuid: String,
+    /// Empty when this is the last page; otherwise pass it back to get the next one.
+    #[serde(default)]
+    pub continuation_token: String,
+    #[serde(default)]
+    pub flags: u32,
+    #[serde(default)]
+    pub entries: Vec<ListEntry>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PackedEntry {
+    n: String,
+    cs: String,
+    a: String,
+    v: String,
+    t: String,
+    s: u64,
+    c: u32,
+    f: u32,
+}
+
+#[derive(Serialize, Deserialize)]
+#[allow(non_snake_case)]
+struct PackedPage {
+    UUID: String,
+    ContinuationToken: String,
+    Flags: u32,
+    Entries: Vec<PackedEntry>,
+}
+
+impl ListObjectsPage {
+    /// AIStore's msgpack encoding (field names `UUID`, `ContinuationToken`, `Entries`, `n`, `cs`...).
+    pub fn to_msgpack(&self) -> Vec<u8> {
+        let packed = PackedPage {
+            UUID: self.uuid.clone(),
+            ContinuationToken: self.continuation_token.clone(),
+            Flags: self.flags,
+            Entries: self
+                .entries
+                .iter()
+                .map(|e| PackedEntry {
+                    n: e.name.clone(),
+                    cs: e.checksum.clone(),
+                    a: e.atime.clone(),
+                    v: e.version.clone(),
+                    t: e.location.clone(),
+                    s: e.size,
+                    c: e.copies,
+                    f: e.flags,
+                })
+                .collect(),
+        };
+        rmp_serde::to_vec_named(&packed).expect("msgpack encode")
+    }
+
+    pub fn from_msgpack(bytes: &[u8]) -> Result<Self, rmp_serde::decode::Error> {
+        let p: PackedPage = rmp_serde::from_slice(bytes)?;
+        Ok(Self {
+            uuid: p.UUID,
+            continuation_token: p.ContinuationToken,
+            flags: p.Flags,
+            entries: p
+                .Entries
+                .into_iter()
+                .map(|e| ListEntry {
+                    name: e.n,
+                    checksum: e.cs,
+                    atime: e.a,
+                    version: e.v,
+                    location: e.t,
+                    size: e.s,
+                    copies: e.c,
+                    flags: e.f,
+                })
+                .collect(),
+        })
+    }
+}
+
+/// Bucket properties kept in the bucket metadata and returned by HEAD bucket.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketProps {
+    pub provider: String,
+    /// Creation time, Unix nanoseconds.
+    #[serde(default)]
+    pub created: i64,
+    /// Unique bucket id within the cluster.
+    #[serde(default)]
+    pub bid: u64,
+    #[serde(default)]
+    pub checksum: ChecksumProps,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChecksumProps {
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+impl Default for ChecksumProps {
+    fn default() -> Self {
+        Self {
+            kind: "xxhash".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lso_msg_accepts_sdk_shapes() {
+        let m: ListObjectsMsg = serde_json::from_str(
+            r#"{"prefix":"a","pagesize":7,"uuid":"","props":"name,size","continuation_token":"","flags":"0","target":""}"#,
+        )
+        .unwrap();
+        assert_eq!((m.page_size(), m.flags), (7, 0));
+        assert!(m.wants("size") && !m.wants("atime"));
+    }
+
+    #[test]
+    fn msgpack_roundtrip() {
+        let page = ListObjectsPage {
+            continuation_token: "x".into(),
+            entries: vec![ListEntry {
+                name: "a".into(),
+                size: 3,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert_eq!(ListObjectsPage::from_msgpack(&page.to_msgpack()).unwrap(), page);
+    }
+}
+
+/// Keepalive sent by every node to the primary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Keepalive {
+    pub id: String,
+    /// Versions the sender has; the primary answers with newer ones if it has them.
+    pub smap_version: u64,
+    pub bmd_version: u64,
+}

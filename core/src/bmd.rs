@@ -1,0 +1,46 @@
+//! Bucket metadata ("BMD" in AIStore): every bucket the cluster knows, with its properties,
+//! under one version. Changed only by the primary proxy and pushed to every node.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::BucketProps;
+use crate::bucket::Bck;
+
+/// One bucket and its properties.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketRecord {
+    pub bck: Bck,
+    pub props: BucketProps,
+}
+
+/// All buckets, keyed by bucket uname (`provider/@uuid#ns/name`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketMetadata {
+    pub version: u64,
+    #[serde(default)]
+    pub uuid: String,
+    #[serde(default)]
+    pub buckets: BTreeMap<String, BucketRecord>,
+}
+
+impl BucketMetadata {
+    pub fn get(&self, bck: &Bck) -> Option<&BucketRecord> {
+        self.buckets.get(&bck.uname())
+    }
+
+    pub fn contains(&self, bck: &Bck) -> bool {
+        self.buckets.contains_key(&bck.uname())
+    }
+}
+
+/// What the primary pushes to every node: the newest versions of the cluster metadata.
+/// A receiver applies each part only if it is newer than what it has.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct MetaSync {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smap: Option<crate::smap::ClusterMap>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bmd: Option<BucketMetadata>,
+}

@@ -1,0 +1,133 @@
+//! The one error type that crosses the wire: a kind that knows its HTTP status, and a message.
+
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
+
+/// What went wrong, in terms a client can act on. Each kind maps to one HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    BadRequest,
+    NotFound,
+    BucketNotFound,
+    AlreadyExists,
+    Conflict,
+    PreconditionFailed,
+    RangeNotSatisfiable,
+    PayloadTooLarge,
+    Forbidden,
+    Unauthorized,
+    MethodNotAllowed,
+    Busy,
+    Unavailable,
+    InsufficientStorage,
+    Internal,
+}
+
+impl ErrorKind {
+    pub fn status(self) -> StatusCode {
+        use ErrorKind::*;
+        match self {
+            BadRequest => StatusCode::BAD_REQUEST,
+            NotFound | BucketNotFound => StatusCode::NOT_FOUND,
+            AlreadyExists | Conflict => StatusCode::CONFLICT,
+            PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            RangeNotSatisfiable => StatusCode::RANGE_NOT_SATISFIABLE,
+            PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Forbidden => StatusCode::FORBIDDEN,
+            Unauthorized => StatusCode::UNAUTHORIZED,
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Busy => StatusCode::TOO_MANY_REQUESTS,
+            Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
+            Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// Whether the same request may succeed if retried later.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Busy | ErrorKind::Unavailable | ErrorKind::Internal
+        )
+    }
+
+    /// Best kind for a status received from a peer.
+    pub fn from_status(status: StatusCode) -> Self {
+        use ErrorKind::*;
+        match status.as_u16() {
+            400 => BadRequest,
+            401 => Unauthorized,
+            403 => Forbidden,
+            404 => NotFound,
+            405 => MethodNotAllowed,
+            409 => Conflict,
+            412 => PreconditionFailed,
+            413 => PayloadTooLarge,
+            416 => RangeNotSatisfiable,
+            429 => Busy,
+            503 => Unavailable,
+            507 => InsufficientStorage,
+            _ => Internal,
+        }
+    }
+}
+
+/// An error returned to a client: the JSON body is AIStore's error shape.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::BadRequest, message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotFound, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, message)
+    }
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unavailable, message)
+    }
+    pub fn status(&self) -> StatusCode {
+        self.kind.status()
+    }
+
+    /// The JSON body sent to clients.
+    pub fn body(&self, method: &str, path: &str, node: &str) -> ErrorBody {
+        ErrorBody {
+            message: self.message.clone(),
+            method: method.to_owned(),
+            url_path: path.to_owned(),
+            node: node.to_owned(),
+            status: self.status().as_u16(),
+            tcode: self.kind,
+        }
+    }
+}
+
+/// AIStore-compatible JSON error body (`{"message", "method", "url_path", "node", "status"}`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub message: String,
+    #[serde(default)]
+    pub method: String,
+    #[serde(default)]
+    pub url_path: String,
+    #[serde(default)]
+    pub node: String,
+    pub status: u16,
+    /// Machine-readable kind; AIStore calls this field `tcode`.
+    pub tcode: ErrorKind,
+}

@@ -1,0 +1,24 @@
+//! Core types shared by every Gristmill node and client: bucket identity, object-name rules,
+//! HRW placement (bit-compatible with AIStore), the cluster map and bucket metadata, the wire
+//! types of the native API, errors, and crash-safe persistence of small metadata files.
+//!
+//! Nothing here does networking; proxies and targets build on these types and talk HTTP.
+
+pub mod api;
+pub mod bmd;
+pub mod bucket;
+pub mod error;
+pub mod hrw;
+pub mod name;
+pub mod persist;
+pub mod range;
+pub mod time;
+pub mod smap;
+#[cfg(feature = "server")]
+pub mod server;
+
+pub use bmd::{BucketMetadata, BucketRecord, MetaSync};
+pub use bucket::{Bck, Namespace, Provider};
+pub use error::{ApiError, ErrorBody, ErrorKind};
+pub use name::validate_object_name;
+pub use smap::{ClusterMap, Node};

@@ -1,0 +1,52 @@
+//! Object-name rules, enforced on every node before a name touches placement or storage.
+
+use crate::error::ApiError;
+
+/// Longest object name accepted, in bytes (S3's limit).
+pub const MAX_OBJECT_NAME: usize = 1024;
+
+/// Rejects names that are empty, too long, carry NUL or other control bytes, or have `.`/`..`
+/// path segments. Names never reach the filesystem (data files are named by hash), but
+/// clients that mirror objects to disk must not be handed an escaping path either.
+pub fn validate_object_name(name: &str) -> Result<(), ApiError> {
+    let bad = |why: &str| -> Result<(), ApiError> {
+        Err(ApiError::bad_request(format!("invalid object name: {why}")))
+    };
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > MAX_OBJECT_NAME {
+        return bad(&format!("{} bytes, over the {MAX_OBJECT_NAME}-byte limit", name.len()));
+    }
+    if name.bytes().any(|b| b == 0) {
+        return bad("contains NUL");
+    }
+    if name.bytes().any(|b| b < 0x20 || b == 0x7f) {
+        return bad("contains control characters");
+    }
+    if name.split('/').any(|seg| seg == ".." || seg == ".") {
+        return bad("contains a '.' or '..' path segment");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_ordinary_names() {
+        for ok in ["a", "dir/sub/file.jpg", "naïve ünïcode", "a..b", ".hidden", "x/"] {
+            validate_object_name(ok).unwrap();
+        }
+    }
+
+    #[test]
+    fn rejects_bad_names() {
+        let long = "x".repeat(1025);
+        for bad in ["", "../etc/passwd", "a/../b", "a/..", "./a", "nul\0byte", "tab\tname", &long] {
+            assert!(validate_object_name(bad).is_err(), "{bad:?}");
+        }
+        validate_object_name(&"x".repeat(1024)).unwrap();
+    }
+}

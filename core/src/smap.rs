@@ -1,0 +1,166 @@
+//! The cluster map ("Smap" in AIStore): which proxies and targets exist, their URLs and flags,
+//! who is primary, and a version. Serialized exactly as AIStore does, so the `aistore` SDK can
+//! read ours and route objects straight to targets.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::hrw;
+
+/// Node roles, as AIStore names them in `daemon_type`.
+pub const PROXY: &str = "proxy";
+pub const TARGET: &str = "target";
+
+/// Node flag: in maintenance (AIStore bit 2). Excluded from placement.
+pub const FLAG_MAINTENANCE: u64 = 1 << 2;
+/// Node flag: being decommissioned (AIStore bit 3). Excluded from placement.
+pub const FLAG_DECOMMISSION: u64 = 1 << 3;
+
+/// One network endpoint of a node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetInfo {
+    #[serde(default)]
+    pub node_hostname: String,
+    #[serde(default)]
+    pub daemon_port: String,
+    /// Full base URL, e.g. `http://127.0.0.1:8081`.
+    #[serde(default)]
+    pub direct_url: String,
+}
+
+/// One node of the cluster (AIStore's `Snode`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    pub daemon_id: String,
+    pub daemon_type: String,
+    pub public_net: NetInfo,
+    #[serde(default)]
+    pub intra_control_net: NetInfo,
+    #[serde(default)]
+    pub intra_data_net: NetInfo,
+    #[serde(default)]
+    pub flags: u64,
+    /// `xxhash64(daemon_id)`: the node's HRW digest. Clients use it as sent.
+    #[serde(default)]
+    pub id_digest: u64,
+}
+
+impl Node {
+    /// A node reachable at `url` (all three networks share it).
+    pub fn new(id: &str, role: &str, url: &str) -> Self {
+        let (host, port) = host_port(url);
+        let net = NetInfo {
+            node_hostname: host,
+            daemon_port: port,
+            direct_url: url.trim_end_matches('/').to_owned(),
+        };
+        Self {
+            daemon_id: id.to_owned(),
+            daemon_type: role.to_owned(),
+            public_net: net.clone(),
+            intra_control_net: net.clone(),
+            intra_data_net: net,
+            flags: 0,
+            id_digest: hrw::digest(id),
+        }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.public_net.direct_url
+    }
+
+    /// Excluded from placement (maintenance or decommission).
+    pub fn is_inactive(&self) -> bool {
+        self.flags & (FLAG_MAINTENANCE | FLAG_DECOMMISSION) != 0
+    }
+}
+
+fn host_port(url: &str) -> (String, String) {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or("");
+    match authority.rsplit_once(':') {
+        Some((h, p)) => (h.to_owned(), p.to_owned()),
+        None => (authority.to_owned(), String::new()),
+    }
+}
+
+/// The cluster map. Immutable once published; every change makes a new version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMap {
+    pub tmap: BTreeMap<String, Node>,
+    pub pmap: BTreeMap<String, Node>,
+    pub proxy_si: Node,
+    pub version: u64,
+    pub uuid: String,
+    #[serde(default)]
+    pub creation_time: String,
+}
+
+impl ClusterMap {
+    /// A new cluster with one (primary) proxy.
+    pub fn new(primary: Node, uuid: String, creation_time: String) -> Self {
+        let mut pmap = BTreeMap::new();
+        pmap.insert(primary.daemon_id.clone(), primary.clone());
+        Self {
+            tmap: BTreeMap::new(),
+            pmap,
+            proxy_si: primary,
+            version: 1,
+            uuid,
+            creation_time,
+        }
+    }
+
+    /// Targets eligible for placement, in id order.
+    pub fn active_targets(&self) -> impl Iterator<Item = &Node> {
+        self.tmap.values().filter(|n| !n.is_inactive())
+    }
+
+    /// The target owning the object with this uname.
+    pub fn owner(&self, uname: &str) -> Option<&Node> {
+        let targets: Vec<&Node> = self.active_targets().collect();
+        let i = hrw::pick(hrw::digest(uname), targets.iter().map(|t| t.id_digest))?;
+        Some(targets[i])
+    }
+
+    /// The first `n` targets for an object in HRW order (owner first): replica placement.
+    pub fn owners(&self, uname: &str, n: usize) -> Vec<&Node> {
+        let targets: Vec<&Node> = self.active_targets().collect();
+        hrw::rank(hrw::digest(uname), targets.iter().map(|t| t.id_digest))
+            .into_iter()
+            .take(n)
+            .map(|i| targets[i])
+            .collect()
+    }
+
+    pub fn node(&self, id: &str) -> Option<&Node> {
+        self.tmap.get(id).or_else(|| self.pmap.get(id))
+    }
+
+    pub fn is_primary(&self, id: &str) -> bool {
+        self.proxy_si.daemon_id == id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_shape_is_aistores() {
+        let mut m = ClusterMap::new(
+            Node::new("p1", PROXY, "http://127.0.0.1:8080"),
+            "u".into(),
+            "now".into(),
+        );
+        m.tmap
+            .insert("t1".into(), Node::new("t1", TARGET, "http://127.0.0.1:8081"));
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(v["tmap"]["t1"]["public_net"]["daemon_port"], "8081");
+        assert_eq!(v["tmap"]["t1"]["public_net"]["node_hostname"], "127.0.0.1");
+        assert_eq!(v["tmap"]["t1"]["id_digest"], hrw::digest("t1"));
+        assert_eq!(v["proxy_si"]["daemon_type"], "proxy");
+        assert_eq!(m.owner("ais/@#/b/o").unwrap().daemon_id, "t1");
+    }
+}

@@ -1,0 +1,288 @@
+//! The proxy's HTTP API: redirects for object requests, bucket control, fanned-out listings,
+//! cluster queries and membership endpoints.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post, put};
+use gristmill_core::api::{
+    ActionMsg, BucketProps, Keepalive, ListObjectsMsg, action, header as h, query as q,
+};
+use gristmill_core::server::{encode_page, redirect};
+use gristmill_core::smap::Node;
+use gristmill_core::{ApiError, Bck, BucketRecord, ErrorKind, MetaSync, validate_object_name};
+
+use crate::meta::{Changed, Proxy, now_ns};
+use crate::{list, membership};
+
+type Params = Query<HashMap<String, String>>;
+type ApiResult = Result<Response, ApiError>;
+
+pub(crate) fn router(proxy: Arc<Proxy>) -> Router {
+    Router::new()
+        .route("/v1/objects/{bucket}/{*object}", any(object))
+        .route("/v1/buckets", get(list_buckets))
+        .route("/v1/buckets/", get(list_buckets))
+        .route(
+            "/v1/buckets/{bucket}",
+            get(list_objects)
+                .post(bucket_action)
+                .delete(bucket_action)
+                .head(head_bucket),
+        )
+        .route("/v1/cluster", get(query))
+        .route("/v1/daemon", get(query))
+        .route("/v1/cluster/join", post(join))
+        .route("/v1/cluster/keepalive", post(keepalive))
+        .route("/v1/metasync", put(metasync))
+        .route("/v1/health", get(gristmill_core::server::health))
+        .route("/metrics", get(gristmill_core::server::metrics_endpoint))
+        .layer(axum::middleware::from_fn(
+            gristmill_core::server::track_requests,
+        ))
+        .with_state(proxy)
+}
+
+fn bucket_from(name: &str, params: &HashMap<String, String>) -> Result<Bck, ApiError> {
+    Bck::from_request(
+        name,
+        params.get(q::PROVIDER).map(String::as_str),
+        params.get(q::NAMESPACE).map(String::as_str),
+    )
+}
+
+fn parse_action(body: &[u8]) -> Result<ActionMsg, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::bad_request("missing action message body"));
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid action message: {e}")))
+}
+
+/// Object requests: validate, then 307 to the owning target (the client re-sends to it).
+async fn object(
+    State(p): State<Arc<Proxy>>,
+    Path((bucket, name)): Path<(String, String)>,
+    Query(params): Params,
+    req: Request,
+) -> ApiResult {
+    let bck = bucket_from(&bucket, &params)?;
+    validate_object_name(&name)?;
+    if !p.bmd().contains(&bck) {
+        return Err(bck.not_found());
+    }
+    let smap = p.smap();
+    let owner = smap.owner(&bck.object_uname(&name)).ok_or_else(|| {
+        ApiError::new(ErrorKind::Unavailable, "no targets in the cluster yet")
+    })?;
+    let uri = req.uri();
+    let query = uri.query().unwrap_or("");
+    let sep = if query.is_empty() { "" } else { "&" };
+    let location = format!(
+        "{}{}?{query}{sep}{}={}",
+        owner.url(),
+        uri.path(),
+        q::PROXY_ID,
+        p.id
+    );
+    Ok(redirect(&location))
+}
+
+/// `GET /v1/buckets {"action":"list"}`: JSON array of buckets.
+async fn list_buckets(State(p): State<Arc<Proxy>>, Query(params): Params) -> ApiResult {
+    let provider = match params.get(q::PROVIDER).map(String::as_str) {
+        None | Some("") => None,
+        Some(s) => Some(s.parse::<gristmill_core::Provider>()?),
+    };
+    let buckets: Vec<serde_json::Value> = p
+        .bmd()
+        .buckets
+        .values()
+        .filter(|r| provider.is_none_or(|pr| r.bck.provider == pr))
+        .map(|r| {
+            serde_json::json!({
+                "name": r.bck.name,
+                "provider": r.bck.provider.as_str(),
+                "namespace": {"uuid": r.bck.namespace.uuid, "name": r.bck.namespace.name},
+            })
+        })
+        .collect();
+    Ok(axum::Json(buckets).into_response())
+}
+
+async fn head_bucket(
+    State(p): State<Arc<Proxy>>,
+    Path(bucket): Path<String>,
+    Query(params): Params,
+) -> ApiResult {
+    let bck = bucket_from(&bucket, &params)?;
+    let bmd = p.bmd();
+    let rec = bmd.get(&bck).ok_or_else(|| bck.not_found())?;
+    let mut resp = StatusCode::OK.into_response();
+    let props = serde_json::to_string(&rec.props).unwrap_or_default();
+    if let Ok(v) = HeaderValue::from_str(&props) {
+        resp.headers_mut().insert(h::BUCKET_PROPS, v);
+    }
+    Ok(resp)
+}
+
+/// POST / DELETE on a bucket: create-bck, destroy-bck.
+async fn bucket_action(
+    State(p): State<Arc<Proxy>>,
+    Path(bucket): Path<String>,
+    Query(params): Params,
+    req: Request,
+) -> ApiResult {
+    let bck = bucket_from(&bucket, &params)?;
+    if !p.is_primary() {
+        return Ok(redirect(&format!(
+            "{}{}",
+            p.primary_url(),
+            req.uri()
+                .path_and_query()
+                .map(|pq| pq.as_str())
+                .unwrap_or("")
+        )));
+    }
+    let method = req.method().clone();
+    let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?;
+    let msg = parse_action(&body)?;
+    match (method.as_str(), msg.action.as_str()) {
+        ("POST", action::CREATE_BUCKET) => {
+            if bck.provider.is_remote() {
+                return Err(ApiError::bad_request(format!(
+                    "cannot create {bck}: remote buckets are added on first access, not created"
+                )));
+            }
+            let props = BucketProps {
+                provider: bck.provider.as_str().into(),
+                created: now_ns(),
+                ..Default::default()
+            };
+            p.change(|_, bmd| {
+                if bmd.contains(&bck) {
+                    return Err(bck.already_exists());
+                }
+                let mut props = props;
+                props.bid = bmd.version + 1;
+                bmd.buckets.insert(
+                    bck.uname(),
+                    BucketRecord {
+                        bck: bck.clone(),
+                        props,
+                    },
+                );
+                Ok(Changed {
+                    smap: false,
+                    bmd: true,
+                })
+            })
+            .await?;
+            tracing::info!(bucket = %bck, "bucket created");
+            Ok(StatusCode::OK.into_response())
+        }
+        ("DELETE", action::DESTROY_BUCKET) => {
+            p.change(|_, bmd| {
+                if bmd.buckets.remove(&bck.uname()).is_none() {
+                    return Err(bck.not_found());
+                }
+                Ok(Changed {
+                    smap: false,
+                    bmd: true,
+                })
+            })
+            .await?;
+            tracing::info!(bucket = %bck, "bucket destroyed");
+            Ok(StatusCode::OK.into_response())
+        }
+        (m, a) => Err(ApiError::bad_request(format!(
+            "unsupported bucket action {a:?} for {m}"
+        ))),
+    }
+}
+
+async fn list_objects(
+    State(p): State<Arc<Proxy>>,
+    Path(bucket): Path<String>,
+    Query(params): Params,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult {
+    let bck = bucket_from(&bucket, &params)?;
+    let msg = if body.is_empty() {
+        ActionMsg::new(action::LIST)
+    } else {
+        parse_action(&body)?
+    };
+    if msg.action != action::LIST {
+        return Err(ApiError::bad_request(format!(
+            "unsupported action {:?} for GET bucket",
+            msg.action
+        )));
+    }
+    let lso: ListObjectsMsg = if msg.value.is_null() {
+        ListObjectsMsg::default()
+    } else {
+        serde_json::from_value(msg.value)
+            .map_err(|e| ApiError::bad_request(format!("invalid list-objects message: {e}")))?
+    };
+    if !p.bmd().contains(&bck) {
+        return Err(bck.not_found());
+    }
+    let page = list::list_objects(&p, &bck, lso).await?;
+    Ok(encode_page(&page, &headers))
+}
+
+/// `GET /v1/cluster?what=` and `GET /v1/daemon?what=`.
+async fn query(State(p): State<Arc<Proxy>>, Query(params): Params) -> ApiResult {
+    match params.get(q::WHAT).map(String::as_str) {
+        Some("smap") => Ok(axum::Json(p.smap().as_ref().clone()).into_response()),
+        Some("bmd") => Ok(axum::Json(p.bmd().as_ref().clone()).into_response()),
+        Some("snode") => Ok(axum::Json(Node::new(
+            &p.id,
+            gristmill_core::smap::PROXY,
+            &p.url,
+        ))
+        .into_response()),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "unknown ?what={other} (expected smap, bmd, snode)"
+        ))),
+        None => Err(ApiError::bad_request("missing ?what= (smap, bmd, snode)")),
+    }
+}
+
+async fn join(State(p): State<Arc<Proxy>>, req: Request) -> ApiResult {
+    if !p.is_primary() {
+        return Ok(redirect(&format!("{}/v1/cluster/join", p.primary_url())));
+    }
+    let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?;
+    let node: Node = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("invalid node: {e}")))?;
+    let sync = membership::register(&p, node).await?;
+    Ok(axum::Json(sync).into_response())
+}
+
+async fn keepalive(State(p): State<Arc<Proxy>>, body: Bytes) -> ApiResult {
+    let ka: Keepalive = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("invalid keepalive: {e}")))?;
+    match membership::keepalive(&p, &ka) {
+        Some(sync) => Ok(axum::Json(sync).into_response()),
+        None => Err(ApiError::not_found(format!("node {} is not in the cluster map", ka.id))),
+    }
+}
+
+async fn metasync(State(p): State<Arc<Proxy>>, body: Bytes) -> ApiResult {
+    let sync: MetaSync = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("invalid metasync body: {e}")))?;
+    p.apply(sync).await?;
+    Ok(StatusCode::OK.into_response())
+}

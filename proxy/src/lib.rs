@@ -1,0 +1,61 @@
+//! `gristmill-proxy`: the gateway. It holds no data.
+//!
+//! Every proxy serves the whole API: object requests are answered with a 307 to the target that
+//! owns the object by HRW ([`http`]); listings are fanned out to all targets and merged
+//! ([`list`]). One proxy is primary: it alone changes the cluster map and bucket metadata,
+//! persists each new version and pushes it to every node before answering ([`meta`]). Nodes
+//! register with it and send keepalives ([`membership`]).
+
+mod http;
+mod list;
+mod membership;
+mod meta;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub(crate) use meta::Proxy;
+
+/// Runtime configuration of a proxy.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    /// Where the node keeps its id, cluster map and bucket metadata.
+    pub state_dir: PathBuf,
+    /// URL clients and nodes use to reach this proxy; derived from the listener when empty.
+    pub public_url: String,
+    /// Primary to join as a non-primary proxy; empty = be the primary.
+    pub join_url: String,
+    /// Keepalive period expected from nodes (and sent to the primary by non-primaries).
+    pub keepalive_interval: Duration,
+}
+
+/// Runs a proxy on `listener` until `shutdown` fires.
+pub async fn run(
+    config: ProxyConfig,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let url = if config.public_url.is_empty() {
+        format!("http://{}", listener.local_addr()?)
+    } else {
+        config.public_url.trim_end_matches('/').to_owned()
+    };
+    let proxy = Arc::new(Proxy::load(&config, url)?);
+    tracing::info!(node = %proxy.id, url = %proxy.url, primary = proxy.is_primary(), "proxy starting");
+    let members = tokio::spawn(membership::run(
+        proxy.clone(),
+        config.join_url.trim_end_matches('/').to_owned(),
+        config.keepalive_interval,
+        shutdown.clone(),
+    ));
+    let app = http::router(proxy.clone());
+    gristmill_core::server::serve(listener, app, shutdown.clone()).await?;
+    shutdown.cancel();
+    let _ = members.await;
+    tracing::info!(node = %proxy.id, "proxy stopped");
+    Ok(())
+}

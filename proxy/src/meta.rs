@@ -1,0 +1,218 @@
+//! The proxy's view of cluster metadata, and — on the primary — the only place it changes.
+//!
+//! A change clones the current cluster map and bucket metadata, edits the copy, bumps the
+//! version of each part that changed, persists it (crash-safe), publishes it locally and pushes
+//! it to every node. The caller's request is answered only after the push, so a bucket that
+//! `create` returned is known to every target.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use gristmill_core::smap::{self, ClusterMap, Node};
+use gristmill_core::{ApiError, BucketMetadata, ErrorKind, MetaSync, persist};
+
+use crate::ProxyConfig;
+
+/// How long a push to one node may take before it is reported and skipped.
+const PUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub(crate) struct Proxy {
+    pub(crate) id: String,
+    pub(crate) url: String,
+    state_dir: std::path::PathBuf,
+    smap: RwLock<Arc<ClusterMap>>,
+    bmd: RwLock<Arc<BucketMetadata>>,
+    /// Serializes metadata changes on the primary (and applies of pushes elsewhere).
+    change_lock: tokio::sync::Mutex<()>,
+    /// When each node was last heard from (keepalive or join).
+    pub(crate) last_heard: Mutex<HashMap<String, Instant>>,
+    pub(crate) http: reqwest::Client,
+}
+
+/// Which parts a change touched.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Changed {
+    pub smap: bool,
+    pub bmd: bool,
+}
+
+impl Proxy {
+    /// Loads persisted metadata (or starts a new cluster when this proxy is to be primary).
+    pub(crate) fn load(config: &ProxyConfig, url: String) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&config.state_dir)?;
+        let id = persist::load_or_create_node_id(&config.state_dir, "p")?;
+        let me = Node::new(&id, smap::PROXY, &url);
+        let saved: Option<ClusterMap> = persist::load_json(&config.state_dir.join("smap.json"))?;
+        let bmd: BucketMetadata =
+            persist::load_json(&config.state_dir.join("bmd.json"))?.unwrap_or_default();
+        let be_primary = config.join_url.is_empty();
+        let smap = match saved {
+            Some(mut m) => {
+                let stale = m.pmap.get(&id) != Some(&me) || (be_primary && !m.is_primary(&id));
+                if stale {
+                    m.pmap.insert(id.clone(), me.clone());
+                    if be_primary {
+                        m.proxy_si = me.clone();
+                    }
+                    m.version += 1;
+                }
+                m
+            }
+            None if be_primary => ClusterMap::new(
+                me,
+                uuid::Uuid::new_v4().simple().to_string(),
+                gristmill_core::time::rfc3339_from_ns(now_ns()),
+            ),
+            None => {
+                let mut m = ClusterMap::new(me, String::new(), String::new());
+                m.version = 0; // placeholder until the primary's map arrives
+                m
+            }
+        };
+        let bmd = if be_primary && bmd.uuid.is_empty() {
+            BucketMetadata {
+                uuid: smap.uuid.clone(),
+                ..bmd
+            }
+        } else {
+            bmd
+        };
+        if be_primary {
+            persist::save_json(&config.state_dir.join("smap.json"), &smap)?;
+            persist::save_json(&config.state_dir.join("bmd.json"), &bmd)?;
+        }
+        Ok(Self {
+            id,
+            url,
+            state_dir: config.state_dir.clone(),
+            smap: RwLock::new(Arc::new(smap)),
+            bmd: RwLock::new(Arc::new(bmd)),
+            change_lock: tokio::sync::Mutex::new(()),
+            last_heard: Mutex::new(HashMap::new()),
+            http: reqwest::Client::builder()
+                .tcp_nodelay(true)
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(Duration::from_secs(30))
+                .build()?,
+        })
+    }
+
+    pub(crate) fn smap(&self) -> Arc<ClusterMap> {
+        self.smap.read().expect("smap lock").clone()
+    }
+
+    pub(crate) fn bmd(&self) -> Arc<BucketMetadata> {
+        self.bmd.read().expect("bmd lock").clone()
+    }
+
+    pub(crate) fn is_primary(&self) -> bool {
+        self.smap().is_primary(&self.id)
+    }
+
+    pub(crate) fn primary_url(&self) -> String {
+        self.smap().proxy_si.url().to_owned()
+    }
+
+    /// Primary only: applies `edit` to copies of the metadata, then persists, publishes and
+    /// pushes whatever changed. `edit` returns which parts it changed.
+    pub(crate) async fn change<F>(&self, edit: F) -> Result<MetaSync, ApiError>
+    where
+        F: FnOnce(&mut ClusterMap, &mut BucketMetadata) -> Result<Changed, ApiError>,
+    {
+        let _guard = self.change_lock.lock().await;
+        if !self.is_primary() {
+            return Err(ApiError::new(
+                ErrorKind::Unavailable,
+                "metadata changes go to the primary proxy",
+            ));
+        }
+        let mut smap = self.smap().as_ref().clone();
+        let mut bmd = self.bmd().as_ref().clone();
+        let changed = edit(&mut smap, &mut bmd)?;
+        let mut sync = MetaSync::default();
+        if changed.smap {
+            smap.version += 1;
+            persist::save_json(&self.state_dir.join("smap.json"), &smap)
+                .map_err(|e| ApiError::internal(format!("persisting cluster map: {e}")))?;
+            *self.smap.write().expect("smap lock") = Arc::new(smap.clone());
+            sync.smap = Some(smap);
+        }
+        if changed.bmd {
+            bmd.version += 1;
+            persist::save_json(&self.state_dir.join("bmd.json"), &bmd)
+                .map_err(|e| ApiError::internal(format!("persisting bucket metadata: {e}")))?;
+            *self.bmd.write().expect("bmd lock") = Arc::new(bmd.clone());
+            sync.bmd = Some(bmd);
+        }
+        if changed.smap || changed.bmd {
+            self.push(&sync).await;
+        }
+        Ok(sync)
+    }
+
+    /// Sends a metadata update to every other node, concurrently; failures are logged (the node
+    /// catches up through its next keepalive).
+    async fn push(&self, sync: &MetaSync) {
+        let smap = self.smap();
+        let nodes: Vec<Node> = smap
+            .tmap
+            .values()
+            .chain(smap.pmap.values())
+            .filter(|n| n.daemon_id != self.id)
+            .cloned()
+            .collect();
+        let pushes = nodes.iter().map(|n| {
+            let req = self
+                .http
+                .put(format!("{}/v1/metasync", n.url()))
+                .timeout(PUSH_TIMEOUT)
+                .json(sync)
+                .send();
+            async move {
+                match req.await {
+                    Ok(r) if r.status().is_success() => {}
+                    Ok(r) => tracing::warn!(node = %n.daemon_id, status = %r.status(), "metadata push refused"),
+                    Err(e) => tracing::warn!(node = %n.daemon_id, error = %e, "metadata push failed"),
+                }
+            }
+        });
+        futures::future::join_all(pushes).await;
+    }
+
+    /// Non-primary: applies metadata pushed by the primary, each part only if newer.
+    pub(crate) async fn apply(&self, sync: MetaSync) -> Result<(), ApiError> {
+        let _guard = self.change_lock.lock().await;
+        let persist_err = |e: std::io::Error| ApiError::internal(format!("persisting metadata: {e}"));
+        if let Some(new) = sync.smap
+            && new.version > self.smap().version
+        {
+            persist::save_json(&self.state_dir.join("smap.json"), &new).map_err(persist_err)?;
+            *self.smap.write().expect("smap lock") = Arc::new(new);
+        }
+        if let Some(new) = sync.bmd
+            && new.version > self.bmd().version
+        {
+            persist::save_json(&self.state_dir.join("bmd.json"), &new).map_err(persist_err)?;
+            *self.bmd.write().expect("bmd lock") = Arc::new(new);
+        }
+        Ok(())
+    }
+
+    /// Everything newer than the versions a node reports, for keepalive replies.
+    pub(crate) fn newer_than(&self, smap_version: u64, bmd_version: u64) -> MetaSync {
+        let smap = self.smap();
+        let bmd = self.bmd();
+        MetaSync {
+            smap: (smap.version > smap_version).then(|| smap.as_ref().clone()),
+            bmd: (bmd.version > bmd_version).then(|| bmd.as_ref().clone()),
+        }
+    }
+}
+
+pub(crate) fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,65 @@
+"""Rendezvous (highest-random-weight) placement, bit-compatible with AIStore and the servers.
+
+``digest(s) = XXH64(utf8(s), seed=1103515245)``; a node's weight for an object is
+``xoshiro256_mix(node.id_digest ^ digest(uname))`` and the heaviest active node owns it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional
+
+import xxhash
+
+HRW_SEED = 1103515245
+"""AIStore's MLCG32: the XXH64 seed of every placement digest."""
+
+_M64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_C1 = 0xBF58476D1CE4E5B9
+_C2 = 0x94D049BB133111EB
+_INACTIVE = (1 << 2) | (1 << 3)  # maintenance, decommission
+
+
+def digest(name: str) -> int:
+    """64-bit placement digest of a name (object uname, node id or mountpath)."""
+    return xxhash.xxh64_intdigest(name.encode("utf-8"), seed=HRW_SEED)
+
+
+def xoshiro256_mix(x: int) -> int:
+    """AIStore's ``xoshiro256.Hash``: a keyed 64-bit mixer."""
+    z = (x + _GOLDEN) & _M64
+    z = ((z ^ (z >> 30)) * _C1) & _M64
+    z = ((z ^ (z >> 27)) * _C2) & _M64
+    z = ((z ^ (z >> 31)) + _GOLDEN) & _M64
+    z = ((z ^ (z >> 30)) * _C1) & _M64
+    z = ((z ^ (z >> 27)) * _C2) & _M64
+    z = ((z ^ (z >> 31)) * 5) & _M64
+    z = ((z << 7) | (z >> 57)) & _M64
+    return (z * 9) & _M64
+
+
+def uname(bucket: str, obj: str, provider: str = "ais", ns_uuid: str = "", ns_name: str = "") -> str:
+    """Placement name of an object: ``provider/@uuid#ns/bucket/object``."""
+    return f"{provider}/@{ns_uuid}#{ns_name}/{bucket}/{obj}"
+
+
+def pick(object_digest: int, node_digests: Iterable[int]) -> Optional[int]:
+    """Index of the highest-scoring candidate digest (first one wins exact ties), or None."""
+    best_i, best = None, -1
+    for i, d in enumerate(node_digests):
+        s = xoshiro256_mix(d ^ object_digest)
+        if s > best:
+            best_i, best = i, s
+    return best_i
+
+
+def owner(smap: Mapping[str, Any], object_uname: str) -> Optional[Mapping[str, Any]]:
+    """The target (Snode dict from a cluster map) that owns ``object_uname``, or None.
+
+    Targets in maintenance or being decommissioned are skipped; candidates are taken in
+    daemon-id order, as the servers do.
+    """
+    tmap = smap.get("tmap") or {}
+    nodes = [tmap[k] for k in sorted(tmap) if not int(tmap[k].get("flags") or 0) & _INACTIVE]
+    i = pick(digest(object_uname), (int(n.get("id_digest") or digest(n["daemon_id"])) for n in nodes))
+    return None if i is None else nodes[i]

@@ -1,0 +1,247 @@
+//! The per-mountpath metadata index: an embedded, crash-safe B-tree (redb) keyed by
+//! `bucket-uname \0 object-name`, so listing is an ordered range scan, a bucket's objects are one
+//! contiguous range, and point lookups never touch the data files.
+//!
+//! Writers do not commit on their own: they send their change to a single committer task that
+//! applies every change waiting in its queue in one transaction (one fsync), then answers them
+//! all. Concurrent PUTs therefore share fsyncs instead of queueing behind each other.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use redb::{Database, Durability, ReadableTable, TableDefinition};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::StoreError;
+use crate::meta::ObjectMeta;
+
+const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("objects");
+
+/// Most changes folded into one transaction.
+const MAX_BATCH: usize = 512;
+
+/// Key of one object: bucket uname, NUL, object name. Neither part may contain NUL.
+pub fn object_key(bucket: &str, name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(bucket.len() + 1 + name.len());
+    k.extend_from_slice(bucket.as_bytes());
+    k.push(0);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// One change to apply.
+#[derive(Debug)]
+pub enum IndexOp {
+    Put(ObjectMeta),
+    /// Remove the object if present; answers with the removed record.
+    Delete { bucket: String, name: String },
+    /// Remove every object of a bucket.
+    DropBucket { bucket: String },
+}
+
+/// The outcome of one committed change.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// The record a put replaced or a delete removed (its data file is now garbage).
+    pub replaced: Option<ObjectMeta>,
+    /// The record as stored by a put, with its assigned version.
+    pub stored: Option<ObjectMeta>,
+    /// Records a bucket drop removed.
+    pub dropped: u64,
+}
+
+pub type IndexReply = Result<Applied, StoreError>;
+
+struct Pending {
+    op: IndexOp,
+    done: oneshot::Sender<IndexReply>,
+}
+
+/// Handle to one mountpath's index. Cheap to clone.
+#[derive(Clone)]
+pub struct ObjectIndex {
+    db: Arc<Database>,
+    commits: mpsc::Sender<Pending>,
+}
+
+impl std::fmt::Debug for ObjectIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ObjectIndex")
+    }
+}
+
+impl ObjectIndex {
+    /// Opens (or creates) the index file and starts its committer on the current runtime.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let db = Database::create(path)?;
+        {
+            let tx = db.begin_write()?;
+            tx.open_table(OBJECTS)?;
+            tx.commit()?;
+        }
+        let db = Arc::new(db);
+        let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
+        tokio::spawn(run_committer(db.clone(), rx));
+        Ok(Self { db, commits: tx })
+    }
+
+    /// Applies one change durably; returns after the batch holding it is on disk.
+    pub async fn apply(&self, op: IndexOp) -> IndexReply {
+        let (done, wait) = oneshot::channel();
+        self.commits
+            .send(Pending { op, done })
+            .await
+            .map_err(|_| StoreError::Index("index committer stopped".into()))?;
+        wait.await
+            .map_err(|_| StoreError::Index("index committer dropped a change".into()))?
+    }
+
+    /// Point lookup.
+    pub fn get(&self, bucket: &str, name: &str) -> Result<Option<ObjectMeta>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(OBJECTS)?;
+        match table.get(object_key(bucket, name).as_slice())? {
+            Some(v) => Ok(Some(ObjectMeta::decode(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Up to `limit` objects of `bucket` whose names start with `prefix` and sort strictly after
+    /// `start_after`, in name order. Blocking: call from a blocking context for large pages.
+    pub fn list(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        start_after: &str,
+        limit: usize,
+    ) -> Result<Vec<ObjectMeta>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(OBJECTS)?;
+        let start = if start_after > prefix {
+            let mut k = object_key(bucket, start_after);
+            k.push(0); // smallest key strictly after `start_after`
+            k
+        } else {
+            object_key(bucket, prefix)
+        };
+        let want_prefix = object_key(bucket, prefix);
+        let mut out = Vec::new();
+        for item in table.range(start.as_slice()..)? {
+            let (k, v) = item?;
+            if !k.value().starts_with(&want_prefix) || out.len() >= limit {
+                break;
+            }
+            out.push(ObjectMeta::decode(v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// Every record, in key order (startup scans, rebuilds). Blocking.
+    pub fn for_each(&self, mut f: impl FnMut(ObjectMeta)) -> Result<(), StoreError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(OBJECTS)?;
+        for item in table.iter()? {
+            let (_, v) = item?;
+            f(ObjectMeta::decode(v.value())?);
+        }
+        Ok(())
+    }
+}
+
+async fn run_committer(db: Arc<Database>, mut rx: mpsc::Receiver<Pending>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        let db = db.clone();
+        let done = tokio::task::spawn_blocking(move || commit_batch(&db, batch)).await;
+        if let Err(e) = done {
+            tracing::error!(error = %e, "index commit task panicked");
+        }
+    }
+}
+
+/// Applies a batch in one transaction and answers each change. If the transaction fails, every
+/// change in it fails (none was applied).
+fn commit_batch(db: &Database, batch: Vec<Pending>) {
+    let mut replies: Vec<Applied> = Vec::with_capacity(batch.len());
+    let result = (|| -> Result<(), StoreError> {
+        let mut tx = db.begin_write()?;
+        tx.set_durability(Durability::Immediate);
+        {
+            let mut table = tx.open_table(OBJECTS)?;
+            for p in &batch {
+                replies.push(apply_one(&mut table, &p.op)?);
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {
+            for (p, r) in batch.into_iter().zip(replies) {
+                let _ = p.done.send(Ok(r));
+            }
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            tracing::error!(error = %msg, "index commit failed");
+            for p in batch {
+                let _ = p.done.send(Err(StoreError::Index(msg.clone())));
+            }
+        }
+    }
+}
+
+fn apply_one(table: &mut redb::Table<&[u8], &[u8]>, op: &IndexOp) -> Result<Applied, StoreError> {
+    match op {
+        IndexOp::Put(meta) => {
+            let key = object_key(&meta.bucket, &meta.name);
+            let replaced = match table.get(key.as_slice())? {
+                Some(v) => Some(ObjectMeta::decode(v.value())?),
+                None => None,
+            };
+            let mut stored = meta.clone();
+            if stored.version.is_empty() {
+                // Native objects count their overwrites, like AIStore's version.
+                let prev = replaced.as_ref().and_then(|m| m.version.parse::<u64>().ok());
+                stored.version = (prev.unwrap_or(0) + 1).to_string();
+            }
+            table.insert(key.as_slice(), stored.encode().as_slice())?;
+            Ok(Applied {
+                replaced,
+                stored: Some(stored),
+                dropped: 0,
+            })
+        }
+        IndexOp::Delete { bucket, name } => {
+            let old = table.remove(object_key(bucket, name).as_slice())?;
+            let replaced = match old {
+                Some(v) => Some(ObjectMeta::decode(v.value())?),
+                None => None,
+            };
+            Ok(Applied {
+                replaced,
+                ..Default::default()
+            })
+        }
+        IndexOp::DropBucket { bucket } => {
+            let lo = object_key(bucket, "");
+            let mut hi = bucket.as_bytes().to_vec();
+            hi.push(1); // every key of this bucket sorts below `bucket \x01`
+            let mut dropped = 0;
+            for item in table.extract_from_if(lo.as_slice()..hi.as_slice(), |_, _| true)? {
+                item?;
+                dropped += 1;
+            }
+            Ok(Applied {
+                dropped,
+                ..Default::default()
+            })
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! `gristmill-target`: the storage node.
+//!
+//! A target owns one or more mountpaths ([`store`]): object bytes in hash-named files, metadata
+//! in a crash-safe index per mountpath. It joins the cluster by registering with the primary
+//! proxy ([`membership`]), receives every new cluster map and bucket metadata version, and
+//! serves the object data path ([`http`]): GET/PUT/HEAD/DELETE of the objects HRW assigns to it,
+//! and its share of every listing.
+
+mod error;
+mod http;
+mod index;
+mod membership;
+mod meta;
+pub mod store;
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use gristmill_core::smap::{self, ClusterMap, Node};
+use gristmill_core::{BucketMetadata, MetaSync, persist};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use error::StoreError;
+pub use meta::ObjectMeta;
+pub use store::Store;
+
+/// Runtime configuration of a target.
+#[derive(Debug, Clone)]
+pub struct TargetConfig {
+    /// Where the node keeps its id, cluster map and bucket metadata.
+    pub state_dir: PathBuf,
+    /// Data directories, one per disk.
+    pub mountpaths: Vec<PathBuf>,
+    /// URL other nodes and clients use to reach this target; derived from the listener when
+    /// empty.
+    pub public_url: String,
+    /// URL of a proxy to register with (the primary, or any proxy that forwards to it).
+    pub join_url: String,
+    /// How often to send a keepalive to the primary.
+    pub keepalive_interval: Duration,
+}
+
+/// Shared state of a running target.
+pub(crate) struct Target {
+    id: String,
+    url: String,
+    store: Arc<Store>,
+    smap: RwLock<Arc<ClusterMap>>,
+    bmd: RwLock<Arc<BucketMetadata>>,
+    state_dir: PathBuf,
+    join_url: String,
+    http: reqwest::Client,
+    /// Serializes applying metadata pushes (compare, persist, swap).
+    apply_lock: tokio::sync::Mutex<()>,
+}
+
+impl Target {
+    pub(crate) fn smap(&self) -> Arc<ClusterMap> {
+        self.smap.read().expect("smap lock").clone()
+    }
+
+    pub(crate) fn bmd(&self) -> Arc<BucketMetadata> {
+        self.bmd.read().expect("bmd lock").clone()
+    }
+
+    pub(crate) fn node(&self) -> Node {
+        Node::new(&self.id, smap::TARGET, &self.url)
+    }
+
+    /// Applies pushed metadata: each part only if newer; persists before switching to it.
+    pub(crate) async fn apply_metasync(&self, sync: MetaSync) -> Result<(), StoreError> {
+        let _guard = self.apply_lock.lock().await;
+        if let Some(new) = sync.smap
+            && new.version > self.smap().version
+        {
+            persist::save_json(&self.state_dir.join("smap.json"), &new)?;
+            tracing::info!(version = new.version, targets = new.tmap.len(), "new cluster map");
+            *self.smap.write().expect("smap lock") = Arc::new(new);
+        }
+        if let Some(new) = sync.bmd {
+            let old = self.bmd();
+            if new.version > old.version {
+                persist::save_json(&self.state_dir.join("bmd.json"), &new)?;
+                tracing::info!(version = new.version, buckets = new.buckets.len(), "new bucket metadata");
+                *self.bmd.write().expect("bmd lock") = Arc::new(new.clone());
+                for (uname, rec) in &old.buckets {
+                    if !new.buckets.contains_key(uname) {
+                        let dropped = self.store.drop_bucket(&rec.bck).await?;
+                        tracing::info!(bucket = %rec.bck, dropped, "bucket destroyed");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs a target on `listener` until `shutdown` fires.
+pub async fn run(
+    config: TargetConfig,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&config.state_dir)?;
+    let id = persist::load_or_create_node_id(&config.state_dir, "t")?;
+    let url = if config.public_url.is_empty() {
+        format!("http://{}", listener.local_addr()?)
+    } else {
+        config.public_url.trim_end_matches('/').to_owned()
+    };
+    let store = Store::open(&config.mountpaths).await?;
+    let smap: Option<ClusterMap> = persist::load_json(&config.state_dir.join("smap.json"))?;
+    let bmd: Option<BucketMetadata> = persist::load_json(&config.state_dir.join("bmd.json"))?;
+    let placeholder = ClusterMap::new(Node::new("", smap::PROXY, ""), String::new(), String::new());
+    let mut placeholder = placeholder;
+    placeholder.version = 0;
+    let target = Arc::new(Target {
+        id: id.clone(),
+        url: url.clone(),
+        store,
+        smap: RwLock::new(Arc::new(smap.unwrap_or(placeholder))),
+        bmd: RwLock::new(Arc::new(bmd.unwrap_or_default())),
+        state_dir: config.state_dir.clone(),
+        join_url: config.join_url.trim_end_matches('/').to_owned(),
+        http: reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .timeout(Duration::from_secs(30))
+            .build()?,
+        apply_lock: tokio::sync::Mutex::new(()),
+    });
+    tracing::info!(node = %id, %url, mountpaths = config.mountpaths.len(), "target starting");
+
+    let members = tokio::spawn(membership::run(
+        target.clone(),
+        config.keepalive_interval,
+        shutdown.clone(),
+    ));
+    let app = http::router(target.clone());
+    gristmill_core::server::serve(listener, app, shutdown.clone()).await?;
+    shutdown.cancel();
+    let _ = members.await;
+    tracing::info!(node = %id, "target stopped");
+    Ok(())
+}

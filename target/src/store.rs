@@ -1,0 +1,473 @@
+//! The object store of one target: its mountpaths, where each object's bytes live, and the
+//! PUT / GET / HEAD / DELETE / list operations on them.
+//!
+//! On-disk layout of a mountpath:
+//! ```text
+//! <mountpath>/index.redb                      metadata index (see `index`)
+//! <mountpath>/obj/<bucket-hash>/<xx>/<name-hash>.<generation>   object bytes (+ xattr metadata)
+//! <mountpath>/tmp/                            in-flight writes; emptied at startup
+//! <mountpath>/trash/                          dropped buckets awaiting removal
+//! ```
+//! File names come from hashes of the bucket and object names, never from the names themselves,
+//! so no key can escape the mountpath or exceed a name-length limit. Every write gets a fresh
+//! generation suffix and becomes visible only when the index commit that references it lands.
+
+use std::collections::HashSet;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use gristmill_core::{ApiError, Bck, hrw};
+use tokio::io::AsyncWriteExt;
+use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
+use xxhash_rust::xxh64::Xxh64;
+
+use crate::error::StoreError;
+use crate::index::{IndexOp, ObjectIndex};
+use crate::meta::{META_XATTR, ObjectMeta};
+
+/// Default checksum algorithm (AIStore's default too).
+pub const CKSUM_XXHASH: &str = "xxhash";
+
+/// One disk (or directory) that the target fully owns.
+#[derive(Debug)]
+pub struct Mountpath {
+    /// Absolute, cleaned path; also the mountpath's identity for placement.
+    pub path: PathBuf,
+    /// `xxhash64(path)`, the mountpath's HRW digest.
+    pub digest: u64,
+    pub index: ObjectIndex,
+}
+
+impl Mountpath {
+    fn tmp_dir(&self) -> PathBuf {
+        self.path.join("tmp")
+    }
+}
+
+/// How a PUT should be committed.
+#[derive(Debug, Clone, Default)]
+pub struct PutOptions {
+    /// fsync data and directory before acknowledging (native buckets); cache fills skip it.
+    pub durable: bool,
+    /// Version to record (remote objects keep the remote's); empty = next local version.
+    pub version: String,
+    /// Extra metadata to store with the object.
+    pub custom: std::collections::BTreeMap<String, String>,
+    /// Expected size, when the sender declared one; a mismatch fails the PUT.
+    pub expected_size: Option<u64>,
+    /// Expected xxhash checksum (hex), when the sender declared one.
+    pub expected_xxhash: Option<String>,
+}
+
+/// An open object ready to be streamed.
+#[derive(Debug)]
+pub struct OpenObject {
+    pub meta: ObjectMeta,
+    pub file: std::fs::File,
+}
+
+/// The storage engine of one target.
+#[derive(Debug)]
+pub struct Store {
+    mountpaths: Vec<Arc<Mountpath>>,
+    generation: AtomicU64,
+}
+
+impl Store {
+    /// Opens every mountpath (creating its layout), then removes orphans left by a crash.
+    pub async fn open(paths: &[PathBuf]) -> Result<Arc<Self>, StoreError> {
+        if paths.is_empty() {
+            return Err(ApiError::bad_request("a target needs at least one mountpath").into());
+        }
+        let mut mountpaths = Vec::new();
+        for p in paths {
+            std::fs::create_dir_all(p)?;
+            let path = std::fs::canonicalize(p)?;
+            for sub in ["obj", "tmp", "trash"] {
+                std::fs::create_dir_all(path.join(sub))?;
+            }
+            let index = ObjectIndex::open(&path.join("index.redb"))?;
+            let digest = hrw::digest(&path.to_string_lossy());
+            mountpaths.push(Arc::new(Mountpath {
+                path,
+                digest,
+                index,
+            }));
+        }
+        mountpaths.sort_by(|a, b| a.path.cmp(&b.path));
+        let store = Arc::new(Self {
+            mountpaths,
+            generation: AtomicU64::new(now_ns() as u64),
+        });
+        for mp in store.mountpaths.clone() {
+            let removed = tokio::task::spawn_blocking(move || remove_orphans(&mp))
+                .await
+                .map_err(|e| StoreError::Index(e.to_string()))??;
+            if removed > 0 {
+                tracing::warn!(removed, "removed orphaned files left by an interrupted write");
+            }
+        }
+        Ok(store)
+    }
+
+    pub fn mountpaths(&self) -> &[Arc<Mountpath>] {
+        &self.mountpaths
+    }
+
+    /// The mountpath that owns an object, by HRW over mountpath digests.
+    pub fn mountpath_for(&self, bck: &Bck, name: &str) -> &Arc<Mountpath> {
+        let d = hrw::digest(&bck.object_uname(name));
+        let i = hrw::pick(d, self.mountpaths.iter().map(|m| m.digest)).unwrap_or(0);
+        &self.mountpaths[i]
+    }
+
+    /// Stores an object from a stream of chunks. The object becomes visible atomically when the
+    /// metadata commit lands; on any error nothing of it remains.
+    pub async fn put<S, E>(
+        &self,
+        bck: &Bck,
+        name: &str,
+        body: S,
+        opts: PutOptions,
+    ) -> Result<ObjectMeta, StoreError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send,
+        E: std::fmt::Display,
+    {
+        let mp = self.mountpath_for(bck, name).clone();
+        let bucket = bck.uname();
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        let tmp = mp.tmp_dir().join(format!("{:016x}", generation));
+        let written = write_temp(&tmp, body, opts.durable).await;
+        let (size, cksum) = match written {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&tmp).await;
+                return Err(e);
+            }
+        };
+        let mismatch = if opts.expected_size.is_some_and(|want| want != size) {
+            Some(format!(
+                "received {size} bytes, expected {}",
+                opts.expected_size.unwrap_or_default()
+            ))
+        } else if let Some(want) = opts.expected_xxhash.as_deref()
+            && !want.eq_ignore_ascii_case(&cksum)
+        {
+            Some(format!("checksum mismatch: got xxhash {cksum}, expected {want}"))
+        } else {
+            None
+        };
+        if let Some(why) = mismatch {
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return Err(ApiError::bad_request(why).into());
+        }
+
+        let rel = data_file_name(&bucket, name, generation);
+        let now = now_ns();
+        let meta = ObjectMeta {
+            bucket,
+            name: name.to_owned(),
+            size,
+            cksum_type: CKSUM_XXHASH.into(),
+            cksum_value: cksum,
+            version: opts.version.clone(),
+            atime_ns: now,
+            mtime_ns: now,
+            file: rel.clone(),
+            custom: opts.custom.clone(),
+        };
+        let dest = mp.path.join(&rel);
+        let encoded = meta.encode();
+        let durable = opts.durable;
+        let placed = tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
+            set_meta_xattr(&tmp, &encoded);
+            let dir = dest.parent().expect("data files live in a fan-out directory");
+            std::fs::create_dir_all(dir)?;
+            if let Err(e) = std::fs::rename(&tmp, &dest) {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e.into());
+            }
+            if durable {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| StoreError::Index(e.to_string()))?;
+        placed?;
+
+        let applied = match mp.index.apply(IndexOp::Put(meta)).await {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = tokio::fs::remove_file(mp.path.join(&rel)).await;
+                return Err(e);
+            }
+        };
+        if let Some(old) = applied.replaced {
+            remove_data_file(&mp, &old.file).await;
+        }
+        applied
+            .stored
+            .ok_or_else(|| StoreError::Index("put committed without a record".into()))
+    }
+
+    /// Metadata of one object.
+    pub fn head(&self, bck: &Bck, name: &str) -> Result<ObjectMeta, StoreError> {
+        let mp = self.mountpath_for(bck, name);
+        mp.index
+            .get(&bck.uname(), name)?
+            .ok_or_else(|| StoreError::not_found(format!("object {bck}/{name}")))
+    }
+
+    /// Opens an object's data file. Retries once if a concurrent overwrite replaced the file
+    /// between the lookup and the open.
+    pub async fn open_object(&self, bck: &Bck, name: &str) -> Result<OpenObject, StoreError> {
+        let mp = self.mountpath_for(bck, name).clone();
+        for _ in 0..3 {
+            let meta = self.head(bck, name)?;
+            let path = mp.path.join(&meta.file);
+            match tokio::task::spawn_blocking(move || std::fs::File::open(path))
+                .await
+                .map_err(|e| StoreError::Index(e.to_string()))?
+            {
+                Ok(file) => return Ok(OpenObject { meta, file }),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(StoreError::not_found(format!("object {bck}/{name}")))
+    }
+
+    /// Removes an object; `NotFound` if it was not there.
+    pub async fn delete(&self, bck: &Bck, name: &str) -> Result<ObjectMeta, StoreError> {
+        let mp = self.mountpath_for(bck, name).clone();
+        let applied = mp
+            .index
+            .apply(IndexOp::Delete {
+                bucket: bck.uname(),
+                name: name.to_owned(),
+            })
+            .await?;
+        let old = applied
+            .replaced
+            .ok_or_else(|| StoreError::not_found(format!("object {bck}/{name}")))?;
+        remove_data_file(&mp, &old.file).await;
+        Ok(old)
+    }
+
+    /// Up to `limit` objects of a bucket after `start_after`, in name order, merged across
+    /// mountpaths.
+    pub async fn list(
+        &self,
+        bck: &Bck,
+        prefix: &str,
+        start_after: &str,
+        limit: usize,
+    ) -> Result<Vec<ObjectMeta>, StoreError> {
+        let bucket = bck.uname();
+        let prefix = prefix.to_owned();
+        let start_after = start_after.to_owned();
+        let indexes: Vec<ObjectIndex> = self.mountpaths.iter().map(|m| m.index.clone()).collect();
+        tokio::task::spawn_blocking(move || {
+            let mut all = Vec::new();
+            for index in &indexes {
+                all.extend(index.list(&bucket, &prefix, &start_after, limit)?);
+            }
+            all.sort_by(|a, b| a.name.cmp(&b.name));
+            all.truncate(limit);
+            Ok(all)
+        })
+        .await
+        .map_err(|e| StoreError::Index(e.to_string()))?
+    }
+
+    /// Removes every object of a bucket: one index transaction, then the bucket's directories
+    /// move to the trash and are deleted in the background.
+    pub async fn drop_bucket(&self, bck: &Bck) -> Result<u64, StoreError> {
+        let bucket = bck.uname();
+        let mut dropped = 0;
+        for mp in &self.mountpaths {
+            dropped += mp
+                .index
+                .apply(IndexOp::DropBucket {
+                    bucket: bucket.clone(),
+                })
+                .await?
+                .dropped;
+            let dir = mp.path.join("obj").join(bucket_dir(&bucket));
+            let trash = mp.path.join("trash").join(uuid::Uuid::new_v4().to_string());
+            if tokio::fs::rename(&dir, &trash).await.is_ok() {
+                tokio::spawn(async move {
+                    let _ = tokio::fs::remove_dir_all(&trash).await;
+                });
+            }
+        }
+        Ok(dropped)
+    }
+
+    /// Recomputes an object's xxhash from its file (blocking read, off the runtime).
+    pub async fn verify(&self, open: &OpenObject) -> Result<(), StoreError> {
+        let mut file = open.file.try_clone()?;
+        let want = open.meta.cksum_value.clone();
+        let got = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
+            file.seek(SeekFrom::Start(0))?;
+            let mut h = Xxh64::new(0);
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n = file.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                h.update(&buf[..n]);
+            }
+            Ok(format!("{:016x}", h.digest()))
+        })
+        .await
+        .map_err(|e| StoreError::Index(e.to_string()))??;
+        if got != want {
+            return Err(ApiError::internal(format!(
+                "checksum mismatch on {}: stored {want}, computed {got}",
+                open.meta.name
+            ))
+            .into());
+        }
+        Ok(())
+    }
+}
+
+/// Streams the body into `path`, hashing as it goes; fsyncs when asked.
+async fn write_temp<S, E>(path: &Path, body: S, durable: bool) -> Result<(u64, String), StoreError>
+where
+    S: Stream<Item = Result<Bytes, E>> + Send,
+    E: std::fmt::Display,
+{
+    let file = tokio::fs::File::create(path).await?;
+    let mut out = tokio::io::BufWriter::with_capacity(1 << 20, file);
+    let mut hasher = Xxh64::new(0);
+    let mut size = 0u64;
+    let mut body = std::pin::pin!(body);
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| {
+            StoreError::Api(ApiError::bad_request(format!("reading request body: {e}")))
+        })?;
+        hasher.update(&chunk);
+        size += chunk.len() as u64;
+        out.write_all(&chunk).await?;
+    }
+    out.flush().await?;
+    let file = out.into_inner();
+    if durable {
+        file.sync_data().await?;
+    }
+    Ok((size, format!("{:016x}", hasher.digest())))
+}
+
+/// `obj/<bucket-hash>/<xx>/<name-hash>.<generation>`.
+fn data_file_name(bucket: &str, name: &str, generation: u64) -> String {
+    let h = xxh3_128(name.as_bytes());
+    format!(
+        "obj/{}/{:02x}/{:032x}.{:016x}",
+        bucket_dir(bucket),
+        (h >> 120) as u8,
+        h,
+        generation
+    )
+}
+
+fn bucket_dir(bucket: &str) -> String {
+    format!("{:016x}", xxh3_64(bucket.as_bytes()))
+}
+
+async fn remove_data_file(mp: &Mountpath, rel: &str) {
+    if let Err(e) = tokio::fs::remove_file(mp.path.join(rel)).await
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(file = rel, error = %e, "could not remove replaced data file");
+    }
+}
+
+fn set_meta_xattr(path: &Path, encoded: &[u8]) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    if let Err(e) = xattr::set(path, META_XATTR, encoded) {
+        WARNED.call_once(|| {
+            tracing::warn!(error = %e, "cannot store object metadata in xattrs on this filesystem; the index is the only copy")
+        });
+    }
+}
+
+/// Startup scan: empties `tmp/` and `trash/`, removes data files no index record references
+/// (writes interrupted before their commit), and drops records whose file is gone.
+fn remove_orphans(mp: &Mountpath) -> Result<u64, StoreError> {
+    let mut removed = 0u64;
+    for sub in ["tmp", "trash"] {
+        for entry in std::fs::read_dir(mp.path.join(sub))? {
+            let p = entry?.path();
+            let r = if p.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+            if r.is_ok() && sub == "tmp" {
+                removed += 1;
+            }
+        }
+    }
+    let mut referenced = HashSet::new();
+    mp.index.for_each(|m| {
+        referenced.insert(m.file);
+    })?;
+    let mut seen = HashSet::new();
+    let root = mp.path.join("obj");
+    let mut stack = vec![root];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let p = entry.path();
+            if entry.file_type()?.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let rel = p
+                .strip_prefix(&mp.path)
+                .map(|r| r.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if referenced.contains(&rel) {
+                seen.insert(rel);
+            } else {
+                std::fs::remove_file(&p)?;
+                removed += 1;
+            }
+        }
+    }
+    if seen.len() != referenced.len() {
+        let missing: Vec<String> = referenced.difference(&seen).cloned().collect();
+        tracing::error!(
+            count = missing.len(),
+            "index records whose data file is missing; dropping them"
+        );
+        let mut lost = Vec::new();
+        mp.index.for_each(|m| {
+            if missing.contains(&m.file) {
+                lost.push((m.bucket, m.name));
+            }
+        })?;
+        let handle = tokio::runtime::Handle::current();
+        for (bucket, name) in lost {
+            handle.block_on(mp.index.apply(IndexOp::Delete { bucket, name }))?;
+        }
+    }
+    Ok(removed)
+}
+
+pub fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
