@@ -8,20 +8,11 @@ use std::time::Duration;
 use serde::Deserialize;
 
 /// The TOML file. Every field has a default; see `docs/operations.md` for an example.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct FileConfig {
     pub node: NodeSection,
     pub target: TargetSection,
-}
-
-impl Default for FileConfig {
-    fn default() -> Self {
-        Self {
-            node: NodeSection::default(),
-            target: TargetSection::default(),
-        }
-    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -82,7 +73,13 @@ fn warn_unknown(raw: &toml::Value) {
     const KNOWN: &[(&str, &[&str])] = &[
         (
             "node",
-            &["listen", "public_url", "state_dir", "join", "keepalive_interval_ms"],
+            &[
+                "listen",
+                "public_url",
+                "state_dir",
+                "join",
+                "keepalive_interval_ms",
+            ],
         ),
         ("target", &["mountpaths"]),
     ];

@@ -77,7 +77,10 @@ fn node_specs(o: &PlaygroundOptions) -> Vec<NodeSpec> {
             primary.clone(),
         ];
         for m in 0..o.mountpaths_per_target {
-            args.extend(["--mountpath".into(), dir.join(format!("mp{m}")).display().to_string()]);
+            args.extend([
+                "--mountpath".into(),
+                dir.join(format!("mp{m}")).display().to_string(),
+            ]);
         }
         specs.push(NodeSpec {
             name: format!("target-{i}"),
@@ -141,7 +144,10 @@ pub async fn run(opts: PlaygroundOptions, shutdown: CancellationToken) -> anyhow
                 let recent = &mut restarts[i];
                 recent.retain(|t| t.elapsed() < Duration::from_secs(60));
                 if recent.len() >= 5 {
-                    eprintln!("{} keeps exiting ({status}); not restarting it", specs[i].name);
+                    eprintln!(
+                        "{} keeps exiting ({status}); not restarting it",
+                        specs[i].name
+                    );
                     *slot = None;
                     continue;
                 }
@@ -207,7 +213,11 @@ fn print_banner(o: &PlaygroundOptions, endpoint: &str) {
         o.targets,
         if o.targets == 1 { "" } else { "s" },
         o.mountpaths_per_target,
-        if o.mountpaths_per_target == 1 { "" } else { "s" },
+        if o.mountpaths_per_target == 1 {
+            ""
+        } else {
+            "s"
+        },
         o.data_dir.display()
     );
     println!("endpoint: {endpoint}");

@@ -280,7 +280,10 @@ mod tests {
             }],
             ..Default::default()
         };
-        assert_eq!(ListObjectsPage::from_msgpack(&page.to_msgpack()).unwrap(), page);
+        assert_eq!(
+            ListObjectsPage::from_msgpack(&page.to_msgpack()).unwrap(),
+            page
+        );
     }
 }
 

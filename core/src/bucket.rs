@@ -101,7 +101,10 @@ impl Namespace {
             None if s.starts_with('@') => (rest, ""),
             None => return Err(ApiError::bad_request(format!("invalid namespace {s:?}"))),
         };
-        let ok = |p: &str| p.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        let ok = |p: &str| {
+            p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        };
         if !ok(uuid) || !ok(name) {
             return Err(ApiError::bad_request(format!("invalid namespace {s:?}")));
         }
@@ -256,7 +259,10 @@ mod tests {
     #[test]
     fn parse_uri_forms() {
         let (b, o) = Bck::parse_uri("ais://b1/dir/x").unwrap();
-        assert_eq!((b.name.as_str(), b.provider, o.as_str()), ("b1", Provider::Ais, "dir/x"));
+        assert_eq!(
+            (b.name.as_str(), b.provider, o.as_str()),
+            ("b1", Provider::Ais, "dir/x")
+        );
         assert_eq!(b.to_string(), "ais://b1");
         assert!(Bck::parse_uri("gs://x").is_err());
         assert!(Bck::parse_uri("ais://bad name").is_err());

@@ -89,7 +89,10 @@ mod tests {
         let golden: serde_json::Value =
             serde_json::from_str(include_str!("../testdata/hrw_golden.json")).unwrap();
         for v in golden["xxhash64_vectors"].as_array().unwrap() {
-            assert_eq!(digest(v["input"].as_str().unwrap()), v["digest"].as_u64().unwrap());
+            assert_eq!(
+                digest(v["input"].as_str().unwrap()),
+                v["digest"].as_u64().unwrap()
+            );
         }
         for v in golden["xoshiro256_vectors"].as_array().unwrap() {
             assert_eq!(
@@ -110,11 +113,21 @@ mod tests {
                     .filter(|n| n["flags"].as_u64().unwrap_or(0) & 0b1100 == 0)
                     .collect();
                 for n in &nodes {
-                    assert_eq!(digest(n["id"].as_str().unwrap()), n["digest"].as_u64().unwrap());
+                    assert_eq!(
+                        digest(n["id"].as_str().unwrap()),
+                        n["digest"].as_u64().unwrap()
+                    );
                 }
-                let i = pick(digest(uname), nodes.iter().map(|n| n["digest"].as_u64().unwrap()))
-                    .unwrap();
-                assert_eq!(nodes[i]["id"].as_str().unwrap(), winner.as_str().unwrap(), "{uname} in {set}");
+                let i = pick(
+                    digest(uname),
+                    nodes.iter().map(|n| n["digest"].as_u64().unwrap()),
+                )
+                .unwrap();
+                assert_eq!(
+                    nodes[i]["id"].as_str().unwrap(),
+                    winner.as_str().unwrap(),
+                    "{uname} in {set}"
+                );
                 checked += 1;
             }
         }
@@ -124,5 +137,34 @@ mod tests {
     #[test]
     fn empty_has_no_owner() {
         assert_eq!(pick(1, std::iter::empty()), None);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Adding a target to N moves about 1/(N+1) of the names, all of them to the new target.
+        #[test]
+        fn adding_a_node_moves_only_its_share(n in 1usize..12, seed in proptest::prelude::any::<u64>()) {
+            let ids: Vec<String> = (0..=n).map(|i| format!("t{seed:x}-{i}")).collect();
+            let before: Vec<u64> = ids[..n].iter().map(|i| digest(i)).collect();
+            let after: Vec<u64> = ids.iter().map(|i| digest(i)).collect();
+            let names = 4000;
+            let mut moved = 0;
+            for k in 0..names {
+                let d = digest(&format!("ais/@#/bucket/{seed}/{k}"));
+                let old = pick(d, before.iter().copied()).unwrap();
+                let new = pick(d, after.iter().copied()).unwrap();
+                if old != new {
+                    proptest::prop_assert_eq!(new, n, "a name moved between two old nodes");
+                    moved += 1;
+                }
+            }
+            let expected = names as f64 / (n + 1) as f64;
+            let tolerance = 4.0 * (expected * (1.0 - 1.0 / (n + 1) as f64)).sqrt() + 1.0;
+            proptest::prop_assert!(
+                (moved as f64 - expected).abs() <= tolerance,
+                "moved {} of {}, expected ~{:.0} (±{:.0})", moved, names, expected, tolerance
+            );
+        }
     }
 }

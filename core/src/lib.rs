@@ -12,10 +12,10 @@ pub mod hrw;
 pub mod name;
 pub mod persist;
 pub mod range;
-pub mod time;
-pub mod smap;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod smap;
+pub mod time;
 
 pub use bmd::{BucketMetadata, BucketRecord, MetaSync};
 pub use bucket::{Bck, Namespace, Provider};

@@ -16,7 +16,10 @@ pub fn validate_object_name(name: &str) -> Result<(), ApiError> {
         return bad("empty");
     }
     if name.len() > MAX_OBJECT_NAME {
-        return bad(&format!("{} bytes, over the {MAX_OBJECT_NAME}-byte limit", name.len()));
+        return bad(&format!(
+            "{} bytes, over the {MAX_OBJECT_NAME}-byte limit",
+            name.len()
+        ));
     }
     if name.bytes().any(|b| b == 0) {
         return bad("contains NUL");
@@ -36,7 +39,14 @@ mod tests {
 
     #[test]
     fn accepts_ordinary_names() {
-        for ok in ["a", "dir/sub/file.jpg", "naïve ünïcode", "a..b", ".hidden", "x/"] {
+        for ok in [
+            "a",
+            "dir/sub/file.jpg",
+            "naïve ünïcode",
+            "a..b",
+            ".hidden",
+            "x/",
+        ] {
             validate_object_name(ok).unwrap();
         }
     }
@@ -44,7 +54,16 @@ mod tests {
     #[test]
     fn rejects_bad_names() {
         let long = "x".repeat(1025);
-        for bad in ["", "../etc/passwd", "a/../b", "a/..", "./a", "nul\0byte", "tab\tname", &long] {
+        for bad in [
+            "",
+            "../etc/passwd",
+            "a/../b",
+            "a/..",
+            "./a",
+            "nul\0byte",
+            "tab\tname",
+            &long,
+        ] {
             assert!(validate_object_name(bad).is_err(), "{bad:?}");
         }
         validate_object_name(&"x".repeat(1024)).unwrap();

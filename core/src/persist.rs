@@ -67,7 +67,10 @@ mod tests {
         assert_eq!(load_or_create_node_id(&dir, "t").unwrap(), a);
         assert!(a.starts_with('t') && a.len() == 9);
         save_json(&dir.join("x.json"), &vec![1, 2]).unwrap();
-        assert_eq!(load_json::<Vec<i32>>(&dir.join("x.json")).unwrap(), Some(vec![1, 2]));
+        assert_eq!(
+            load_json::<Vec<i32>>(&dir.join("x.json")).unwrap(),
+            Some(vec![1, 2])
+        );
         assert_eq!(load_json::<Vec<i32>>(&dir.join("none.json")).unwrap(), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -51,7 +51,9 @@ pub fn parse_range(value: &str, size: u64) -> Result<Option<ByteRange>, ApiError
     match (first.trim().is_empty(), last.trim().is_empty()) {
         // bytes=-N: the last N bytes
         (true, false) => {
-            let Some(n) = parse(last) else { return invalid() };
+            let Some(n) = parse(last) else {
+                return invalid();
+            };
             if n == 0 || size == 0 {
                 return unsatisfiable();
             }
@@ -63,7 +65,9 @@ pub fn parse_range(value: &str, size: u64) -> Result<Option<ByteRange>, ApiError
         }
         // bytes=S-
         (false, true) => {
-            let Some(start) = parse(first) else { return invalid() };
+            let Some(start) = parse(first) else {
+                return invalid();
+            };
             if start >= size {
                 return unsatisfiable();
             }
@@ -109,7 +113,10 @@ mod tests {
             parse_range("bytes=100-", 100).unwrap_err().kind,
             ErrorKind::RangeNotSatisfiable
         );
-        assert_eq!(parse_range("bytes=5-1", 100).unwrap_err().kind, ErrorKind::BadRequest);
+        assert_eq!(
+            parse_range("bytes=5-1", 100).unwrap_err().kind,
+            ErrorKind::BadRequest
+        );
         assert!(parse_range("bytes=-0", 100).is_err());
         assert!(parse_range("bytes=0-0", 0).is_err());
     }

@@ -135,7 +135,11 @@ pub async fn track_requests(req: Request, next: Next) -> Response {
         .unwrap_or(0);
     metrics::counter!("grist_requests_total", "op" => op).increment(1);
     if status.is_client_error() || status.is_server_error() {
-        let class = if status.is_server_error() { "5xx" } else { "4xx" };
+        let class = if status.is_server_error() {
+            "5xx"
+        } else {
+            "4xx"
+        };
         metrics::counter!("grist_errors_total", "op" => op, "class" => class).increment(1);
     }
     if in_bytes > 0 {
@@ -172,7 +176,10 @@ pub fn wants_msgpack(headers: &axum::http::HeaderMap) -> bool {
 }
 
 /// A listing page in msgpack when the client asks for it, JSON otherwise.
-pub fn encode_page(page: &crate::api::ListObjectsPage, headers: &axum::http::HeaderMap) -> Response {
+pub fn encode_page(
+    page: &crate::api::ListObjectsPage,
+    headers: &axum::http::HeaderMap,
+) -> Response {
     if wants_msgpack(headers) {
         (
             [(header::CONTENT_TYPE, crate::api::header::MSGPACK)],
@@ -182,4 +189,27 @@ pub fn encode_page(page: &crate::api::ListObjectsPage, headers: &axum::http::Hea
     } else {
         axum::Json(page).into_response()
     }
+}
+
+/// Object routes without an object name: a clear 400 rather than an unmatched-route 404.
+pub async fn empty_object_name() -> ApiError {
+    ApiError::bad_request("invalid object name: empty")
+}
+
+/// JSON answers for requests no route takes: unknown paths (404) and wrong methods (405).
+pub fn with_fallbacks<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
+    router
+        .fallback(|req: Request| async move {
+            ApiError::not_found(format!(
+                "no such endpoint: {} {}",
+                req.method(),
+                req.uri().path()
+            ))
+        })
+        .method_not_allowed_fallback(|req: Request| async move {
+            ApiError::new(
+                crate::error::ErrorKind::MethodNotAllowed,
+                format!("{} is not allowed on {}", req.method(), req.uri().path()),
+            )
+        })
 }

@@ -154,8 +154,10 @@ mod tests {
             "u".into(),
             "now".into(),
         );
-        m.tmap
-            .insert("t1".into(), Node::new("t1", TARGET, "http://127.0.0.1:8081"));
+        m.tmap.insert(
+            "t1".into(),
+            Node::new("t1", TARGET, "http://127.0.0.1:8081"),
+        );
         let v = serde_json::to_value(&m).unwrap();
         assert_eq!(v["tmap"]["t1"]["public_net"]["daemon_port"], "8081");
         assert_eq!(v["tmap"]["t1"]["public_net"]["node_hostname"], "127.0.0.1");

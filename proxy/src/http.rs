@@ -24,8 +24,16 @@ type Params = Query<HashMap<String, String>>;
 type ApiResult = Result<Response, ApiError>;
 
 pub(crate) fn router(proxy: Arc<Proxy>) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/v1/objects/{bucket}/{*object}", any(object))
+        .route(
+            "/v1/objects/{bucket}",
+            any(gristmill_core::server::empty_object_name),
+        )
+        .route(
+            "/v1/objects/{bucket}/",
+            any(gristmill_core::server::empty_object_name),
+        )
         .route("/v1/buckets", get(list_buckets))
         .route("/v1/buckets/", get(list_buckets))
         .route(
@@ -41,7 +49,8 @@ pub(crate) fn router(proxy: Arc<Proxy>) -> Router {
         .route("/v1/cluster/keepalive", post(keepalive))
         .route("/v1/metasync", put(metasync))
         .route("/v1/health", get(gristmill_core::server::health))
-        .route("/metrics", get(gristmill_core::server::metrics_endpoint))
+        .route("/metrics", get(gristmill_core::server::metrics_endpoint));
+    gristmill_core::server::with_fallbacks(router)
         .layer(axum::middleware::from_fn(
             gristmill_core::server::track_requests,
         ))
@@ -77,10 +86,11 @@ async fn object(
         return Err(bck.not_found());
     }
     let smap = p.smap();
-    let owner = smap.owner(&bck.object_uname(&name)).ok_or_else(|| {
-        ApiError::new(ErrorKind::Unavailable, "no targets in the cluster yet")
-    })?;
-    let uri = req.uri();
+    let owner = smap
+        .owner(&bck.object_uname(&name))
+        .ok_or_else(|| ApiError::new(ErrorKind::Unavailable, "no targets in the cluster yet"))?;
+    let uri = req.uri().clone();
+    drain_unless_expect_continue(req).await;
     let query = uri.query().unwrap_or("");
     let sep = if query.is_empty() { "" } else { "&" };
     let location = format!(
@@ -91,6 +101,25 @@ async fn object(
         p.id
     );
     Ok(redirect(&location))
+}
+
+/// Reads and discards a request body the client is already sending, so it can read our
+/// redirect instead of failing with a broken pipe. Clients that send `Expect: 100-continue`
+/// (curl for large bodies) or go to the owner directly (our SDK and CLI) never pay for this.
+async fn drain_unless_expect_continue(req: Request) {
+    let expects = req
+        .headers()
+        .get(axum::http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if expects {
+        return;
+    }
+    let mut body = req.into_body().into_data_stream();
+    while let Some(chunk) = futures::StreamExt::next(&mut body).await {
+        if chunk.is_err() {
+            break;
+        }
+    }
 }
 
 /// `GET /v1/buckets {"action":"list"}`: JSON array of buckets.
@@ -245,12 +274,9 @@ async fn query(State(p): State<Arc<Proxy>>, Query(params): Params) -> ApiResult 
     match params.get(q::WHAT).map(String::as_str) {
         Some("smap") => Ok(axum::Json(p.smap().as_ref().clone()).into_response()),
         Some("bmd") => Ok(axum::Json(p.bmd().as_ref().clone()).into_response()),
-        Some("snode") => Ok(axum::Json(Node::new(
-            &p.id,
-            gristmill_core::smap::PROXY,
-            &p.url,
-        ))
-        .into_response()),
+        Some("snode") => {
+            Ok(axum::Json(Node::new(&p.id, gristmill_core::smap::PROXY, &p.url)).into_response())
+        }
         Some(other) => Err(ApiError::bad_request(format!(
             "unknown ?what={other} (expected smap, bmd, snode)"
         ))),
@@ -276,7 +302,10 @@ async fn keepalive(State(p): State<Arc<Proxy>>, body: Bytes) -> ApiResult {
         .map_err(|e| ApiError::bad_request(format!("invalid keepalive: {e}")))?;
     match membership::keepalive(&p, &ka) {
         Some(sync) => Ok(axum::Json(sync).into_response()),
-        None => Err(ApiError::not_found(format!("node {} is not in the cluster map", ka.id))),
+        None => Err(ApiError::not_found(format!(
+            "node {} is not in the cluster map",
+            ka.id
+        ))),
     }
 }
 

@@ -39,6 +39,8 @@ pub async fn run(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    // Install the metrics recorder before anything records.
+    gristmill_core::server::metrics_handle();
     let url = if config.public_url.is_empty() {
         format!("http://{}", listener.local_addr()?)
     } else {

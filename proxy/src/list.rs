@@ -36,7 +36,10 @@ pub(crate) async fn list_objects(
         let req = proxy
             .http
             .get(format!("{}/v1/buckets/{}", t.url(), bck.name))
-            .query(&[("provider", bck.provider.as_str()), ("namespace", ns.as_str())])
+            .query(&[
+                ("provider", bck.provider.as_str()),
+                ("namespace", ns.as_str()),
+            ])
             .header(reqwest::header::ACCEPT, h::MSGPACK)
             .json(&msg)
             .send();
@@ -48,18 +51,23 @@ pub(crate) async fn list_objects(
                 )
             })?;
             let status = resp.status();
-            let body = resp.bytes().await.map_err(|e| {
-                ApiError::new(ErrorKind::Unavailable, format!("listing: {e}"))
-            })?;
+            let body = resp
+                .bytes()
+                .await
+                .map_err(|e| ApiError::new(ErrorKind::Unavailable, format!("listing: {e}")))?;
             if !status.is_success() {
                 let message = serde_json::from_slice::<gristmill_core::ErrorBody>(&body)
                     .map(|b| b.message)
                     .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
-                let kind = ErrorKind::from_status(http::StatusCode::from_u16(status.as_u16()).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR));
+                let kind = ErrorKind::from_status(
+                    http::StatusCode::from_u16(status.as_u16())
+                        .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
+                );
                 return Err(ApiError::new(kind, message));
             }
-            ListObjectsPage::from_msgpack(&body)
-                .map_err(|e| ApiError::internal(format!("listing: bad page from {}: {e}", t.daemon_id)))
+            ListObjectsPage::from_msgpack(&body).map_err(|e| {
+                ApiError::internal(format!("listing: bad page from {}: {e}", t.daemon_id))
+            })
         }
     });
     let pages = futures::future::try_join_all(requests).await?;
@@ -93,7 +101,11 @@ mod tests {
 
     fn page(names: &[&str], full: bool) -> ListObjectsPage {
         ListObjectsPage {
-            continuation_token: if full { names.last().unwrap().to_string() } else { String::new() },
+            continuation_token: if full {
+                names.last().unwrap().to_string()
+            } else {
+                String::new()
+            },
             entries: names
                 .iter()
                 .map(|n| ListEntry {
@@ -107,7 +119,11 @@ mod tests {
 
     #[test]
     fn merge_keeps_order_and_exact_token() {
-        let m = merge(vec![page(&["a", "d"], true), page(&["b", "c"], true)], 2, "u".into());
+        let m = merge(
+            vec![page(&["a", "d"], true), page(&["b", "c"], true)],
+            2,
+            "u".into(),
+        );
         let names: Vec<_> = m.entries.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
         assert_eq!(m.continuation_token, "b");

@@ -20,12 +20,20 @@ pub(crate) async fn register(proxy: &Proxy, mut node: Node) -> Result<MetaSync, 
     let is_target = match node.daemon_type.as_str() {
         smap::TARGET => true,
         smap::PROXY => false,
-        other => return Err(ApiError::bad_request(format!("join: unknown node type {other:?}"))),
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "join: unknown node type {other:?}"
+            )));
+        }
     };
     node.id_digest = gristmill_core::hrw::digest(&node.daemon_id);
     proxy
         .change(|smap, _| {
-            let map = if is_target { &mut smap.tmap } else { &mut smap.pmap };
+            let map = if is_target {
+                &mut smap.tmap
+            } else {
+                &mut smap.pmap
+            };
             if let Some(existing) = map.get(&node.daemon_id) {
                 // Keep flags (maintenance...) the cluster set; only the address may change.
                 node.flags = existing.flags;
@@ -79,7 +87,11 @@ pub(crate) async fn run(
         } else {
             report_silent_nodes(&proxy, interval);
         }
-        let pause = if joined { interval } else { Duration::from_millis(300) };
+        let pause = if joined {
+            interval
+        } else {
+            Duration::from_millis(300)
+        };
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(pause) => {}

@@ -183,7 +183,8 @@ impl Proxy {
     /// Non-primary: applies metadata pushed by the primary, each part only if newer.
     pub(crate) async fn apply(&self, sync: MetaSync) -> Result<(), ApiError> {
         let _guard = self.change_lock.lock().await;
-        let persist_err = |e: std::io::Error| ApiError::internal(format!("persisting metadata: {e}"));
+        let persist_err =
+            |e: std::io::Error| ApiError::internal(format!("persisting metadata: {e}"));
         if let Some(new) = sync.smap
             && new.version > self.smap().version
         {

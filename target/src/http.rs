@@ -12,8 +12,8 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, put};
 use gristmill_core::api::{
-    self, ActionMsg, ENTRY_IS_CACHED, ListEntry, ListObjectsMsg, ListObjectsPage,
-    header as h, query as q,
+    self, ActionMsg, ENTRY_IS_CACHED, ListEntry, ListObjectsMsg, ListObjectsPage, header as h,
+    query as q,
 };
 use gristmill_core::range::parse_range;
 use gristmill_core::server::{encode_page, redirect};
@@ -33,13 +33,22 @@ type ApiResult = Result<Response, ApiError>;
 const FORWARDED: &str = "tfwd";
 
 pub(crate) fn router(target: Arc<Target>) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/v1/objects/{bucket}/{*object}", any(object))
+        .route(
+            "/v1/objects/{bucket}",
+            any(gristmill_core::server::empty_object_name),
+        )
+        .route(
+            "/v1/objects/{bucket}/",
+            any(gristmill_core::server::empty_object_name),
+        )
         .route("/v1/buckets/{bucket}", get(list_objects))
         .route("/v1/metasync", put(metasync))
         .route("/v1/daemon", get(daemon))
         .route("/v1/health", get(gristmill_core::server::health))
-        .route("/metrics", get(gristmill_core::server::metrics_endpoint))
+        .route("/metrics", get(gristmill_core::server::metrics_endpoint));
+    gristmill_core::server::with_fallbacks(router)
         .layer(axum::middleware::from_fn(
             gristmill_core::server::track_requests,
         ))
@@ -98,11 +107,7 @@ impl Target {
             return None;
         }
         let sep = if query.is_empty() { "" } else { "&" };
-        let location = format!(
-            "{}{}?{query}{sep}{FORWARDED}=1",
-            owner.url(),
-            uri.path()
-        );
+        let location = format!("{}{}?{query}{sep}{FORWARDED}=1", owner.url(), uri.path());
         Some(redirect(&location))
     }
 }
@@ -156,7 +161,11 @@ fn object_headers(t: &Target, bck: &Bck, meta: &ObjectMeta, headers: &mut Header
         ),
     );
     if !meta.custom.is_empty() {
-        let md: Vec<String> = meta.custom.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let md: Vec<String> = meta
+            .custom
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         set(h::CUSTOM_MD, &md.join(","));
     }
     set("accept-ranges", "bytes");
@@ -202,10 +211,9 @@ async fn get_object(
     };
     let (start, len) = range.map_or((0, size), |r| (r.start, r.len()));
     let mut file = open.file;
-    if start > 0 {
-        file.seek(SeekFrom::Start(start))
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-    }
+    // Always seek: a checksum validation may have moved the shared file offset.
+    file.seek(SeekFrom::Start(start))
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     let reader = tokio::fs::File::from_std(file).take(len);
     let body = Body::from_stream(ReaderStream::with_capacity(reader, 256 * 1024));
     let mut resp = Response::new(body);

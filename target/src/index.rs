@@ -34,9 +34,14 @@ pub fn object_key(bucket: &str, name: &str) -> Vec<u8> {
 pub enum IndexOp {
     Put(ObjectMeta),
     /// Remove the object if present; answers with the removed record.
-    Delete { bucket: String, name: String },
+    Delete {
+        bucket: String,
+        name: String,
+    },
     /// Remove every object of a bucket.
-    DropBucket { bucket: String },
+    DropBucket {
+        bucket: String,
+    },
 }
 
 /// The outcome of one committed change.
@@ -208,7 +213,9 @@ fn apply_one(table: &mut redb::Table<&[u8], &[u8]>, op: &IndexOp) -> Result<Appl
             let mut stored = meta.clone();
             if stored.version.is_empty() {
                 // Native objects count their overwrites, like AIStore's version.
-                let prev = replaced.as_ref().and_then(|m| m.version.parse::<u64>().ok());
+                let prev = replaced
+                    .as_ref()
+                    .and_then(|m| m.version.parse::<u64>().ok());
                 stored.version = (prev.unwrap_or(0) + 1).to_string();
             }
             table.insert(key.as_slice(), stored.encode().as_slice())?;

@@ -76,14 +76,22 @@ impl Target {
             && new.version > self.smap().version
         {
             persist::save_json(&self.state_dir.join("smap.json"), &new)?;
-            tracing::info!(version = new.version, targets = new.tmap.len(), "new cluster map");
+            tracing::info!(
+                version = new.version,
+                targets = new.tmap.len(),
+                "new cluster map"
+            );
             *self.smap.write().expect("smap lock") = Arc::new(new);
         }
         if let Some(new) = sync.bmd {
             let old = self.bmd();
             if new.version > old.version {
                 persist::save_json(&self.state_dir.join("bmd.json"), &new)?;
-                tracing::info!(version = new.version, buckets = new.buckets.len(), "new bucket metadata");
+                tracing::info!(
+                    version = new.version,
+                    buckets = new.buckets.len(),
+                    "new bucket metadata"
+                );
                 *self.bmd.write().expect("bmd lock") = Arc::new(new.clone());
                 for (uname, rec) in &old.buckets {
                     if !new.buckets.contains_key(uname) {
@@ -103,6 +111,8 @@ pub async fn run(
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    // Install the metrics recorder before anything records.
+    gristmill_core::server::metrics_handle();
     std::fs::create_dir_all(&config.state_dir)?;
     let id = persist::load_or_create_node_id(&config.state_dir, "t")?;
     let url = if config.public_url.is_empty() {
@@ -137,10 +147,45 @@ pub async fn run(
         config.keepalive_interval,
         shutdown.clone(),
     ));
+    tokio::spawn(report_capacity(target.store.clone(), shutdown.clone()));
     let app = http::router(target.clone());
     gristmill_core::server::serve(listener, app, shutdown.clone()).await?;
     shutdown.cancel();
     let _ = members.await;
     tracing::info!(node = %id, "target stopped");
     Ok(())
+}
+
+/// Publishes each mountpath's capacity (`grist_mountpath_bytes{mountpath,kind}`) every 10 s.
+async fn report_capacity(store: Arc<Store>, shutdown: CancellationToken) {
+    loop {
+        let store2 = store.clone();
+        let stats = tokio::task::spawn_blocking(move || {
+            store2
+                .mountpaths()
+                .iter()
+                .filter_map(|m| {
+                    let total = fs4::total_space(&m.path).ok()?;
+                    let avail = fs4::available_space(&m.path).ok()?;
+                    Some((m.path.display().to_string(), total, avail))
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for (path, total, avail) in stats {
+            for (kind, v) in [
+                ("total", total),
+                ("available", avail),
+                ("used", total.saturating_sub(avail)),
+            ] {
+                metrics::gauge!("grist_mountpath_bytes", "mountpath" => path.clone(), "kind" => kind)
+                    .set(v as f64);
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+        }
+    }
 }

@@ -109,7 +109,10 @@ impl Store {
                 .await
                 .map_err(|e| StoreError::Index(e.to_string()))??;
             if removed > 0 {
-                tracing::warn!(removed, "removed orphaned files left by an interrupted write");
+                tracing::warn!(
+                    removed,
+                    "removed orphaned files left by an interrupted write"
+                );
             }
         }
         Ok(store)
@@ -159,7 +162,9 @@ impl Store {
         } else if let Some(want) = opts.expected_xxhash.as_deref()
             && !want.eq_ignore_ascii_case(&cksum)
         {
-            Some(format!("checksum mismatch: got xxhash {cksum}, expected {want}"))
+            Some(format!(
+                "checksum mismatch: got xxhash {cksum}, expected {want}"
+            ))
         } else {
             None
         };
@@ -187,7 +192,9 @@ impl Store {
         let durable = opts.durable;
         let placed = tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
             set_meta_xattr(&tmp, &encoded);
-            let dir = dest.parent().expect("data files live in a fan-out directory");
+            let dir = dest
+                .parent()
+                .expect("data files live in a fan-out directory");
             std::fs::create_dir_all(dir)?;
             if let Err(e) = std::fs::rename(&tmp, &dest) {
                 let _ = std::fs::remove_file(&tmp);

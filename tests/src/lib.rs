@@ -1,1 +1,286 @@
-//! placeholder
+//! Cluster harness for integration tests: starts real `gristd` processes (one proxy, N targets)
+//! on 127.0.0.1 with per-test temp directories, and stops them when dropped.
+//!
+//! The binary is `$GRISTD_BIN`, else `<workspace>/build/<profile>/gristd`; the README's test
+//! command builds it first.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use gristmill_core::{Bck, ClusterMap, Provider};
+
+/// Path of the `gristd` binary under test.
+pub fn gristd_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("GRISTD_BIN") {
+        return PathBuf::from(p);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root");
+    for profile in ["debug", "release"] {
+        let p = root.join("build").join(profile).join("gristd");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("gristd not built: run `cargo build --bins` first (or set GRISTD_BIN)");
+}
+
+/// A free TCP port on 127.0.0.1 (bound, then released).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local addr").port()
+}
+
+/// One node process and how to start it again.
+pub struct NodeProcess {
+    pub name: String,
+    args: Vec<String>,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl NodeProcess {
+    fn spawn(name: &str, args: Vec<String>, dir: &Path) -> anyhow::Result<Self> {
+        let mut n = Self {
+            name: name.to_owned(),
+            args,
+            child: None,
+            log: dir.join(format!("{name}.log")),
+        };
+        n.start()?;
+        Ok(n)
+    }
+
+    pub fn start(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        let child = Command::new(gristd_bin())
+            .args(&self.args)
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", self.name))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL: no chance to clean up, like a power cut for the process.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A running cluster: one proxy and `targets` targets.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub endpoint: String,
+    pub proxy: NodeProcess,
+    pub targets: Vec<NodeProcess>,
+    /// Mountpath directories of each target, in target order.
+    pub mountpaths: Vec<Vec<PathBuf>>,
+    pub http: reqwest::Client,
+}
+
+impl Cluster {
+    pub async fn start(targets: usize, mountpaths_per_target: usize) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("gristmill-test-")
+            .tempdir()?;
+        let port = free_port();
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let proxy = NodeProcess::spawn(
+            "proxy",
+            vec![
+                "proxy".into(),
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+                "--state-dir".into(),
+                dir.path().join("proxy").display().to_string(),
+            ],
+            dir.path(),
+        )?;
+        let mut nodes = Vec::new();
+        let mut mps = Vec::new();
+        for i in 0..targets {
+            let state = dir.path().join(format!("target-{i}"));
+            let mut args = vec![
+                "target".into(),
+                // Port 0: the target advertises whatever port it gets.
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+                "--state-dir".into(),
+                state.display().to_string(),
+                "--join".into(),
+                endpoint.clone(),
+            ];
+            let mut these = Vec::new();
+            for m in 0..mountpaths_per_target {
+                let mp = state.join(format!("mp{m}"));
+                args.extend(["--mountpath".into(), mp.display().to_string()]);
+                these.push(mp);
+            }
+            nodes.push(NodeProcess::spawn(
+                &format!("target-{i}"),
+                args,
+                dir.path(),
+            )?);
+            mps.push(these);
+        }
+        let cluster = Self {
+            dir,
+            endpoint,
+            proxy,
+            targets: nodes,
+            mountpaths: mps,
+            http: reqwest::Client::builder().tcp_nodelay(true).build()?,
+        };
+        cluster.wait_for_targets(targets).await?;
+        Ok(cluster)
+    }
+
+    pub async fn smap(&self) -> anyhow::Result<ClusterMap> {
+        Ok(self
+            .http
+            .get(format!("{}/v1/cluster?what=smap", self.endpoint))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
+
+    /// Waits until the proxy's map lists `n` targets and each of them answers health checks.
+    pub async fn wait_for_targets(&self, n: usize) -> anyhow::Result<ClusterMap> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(smap) = self.smap().await
+                && smap.tmap.len() >= n
+            {
+                let mut healthy = 0;
+                for t in smap.tmap.values() {
+                    if let Ok(r) = self.http.get(format!("{}/v1/health", t.url())).send().await
+                        && r.status().is_success()
+                    {
+                        healthy += 1;
+                    }
+                }
+                if healthy >= n {
+                    return Ok(smap);
+                }
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "cluster did not reach {n} targets; proxy log:\n{}",
+                    self.proxy.log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Restarts one target and waits until the primary's map has it at its (possibly new) URL
+    /// and it answers.
+    pub async fn restart_target(&mut self, i: usize) -> anyhow::Result<ClusterMap> {
+        let before = self.smap().await?.version;
+        self.targets[i].start()?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let smap = self.smap().await?;
+            // Re-registering at a new port bumps the map version.
+            if smap.version > before {
+                let mut up = 0;
+                for t in smap.tmap.values() {
+                    if let Ok(r) = self.http.get(format!("{}/v1/health", t.url())).send().await
+                        && r.status().is_success()
+                    {
+                        up += 1;
+                    }
+                }
+                if up == smap.tmap.len() {
+                    return Ok(smap);
+                }
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "target-{i} did not come back:\n{}",
+                    self.targets[i].log_tail()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.endpoint)
+    }
+
+    pub async fn create_bucket(&self, name: &str) -> anyhow::Result<Bck> {
+        let r = self
+            .http
+            .post(self.url(&format!("/v1/buckets/{name}?provider=ais")))
+            .json(&serde_json::json!({"action": "create-bck"}))
+            .send()
+            .await?;
+        if !r.status().is_success() {
+            bail!("create {name}: {} {}", r.status(), r.text().await?);
+        }
+        Ok(Bck::new(name, Provider::Ais)?)
+    }
+}
+
+/// Deterministic pseudo-random bytes for object `i` (so content can be re-derived to verify).
+pub fn content(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}

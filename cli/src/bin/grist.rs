@@ -14,7 +14,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 #[command(name = "grist", version, about = "Gristmill command line")]
 struct Cli {
     /// Cluster endpoint (any proxy).
-    #[arg(long, global = true, env = "GRIST_ENDPOINT", default_value = "http://127.0.0.1:8080")]
+    #[arg(
+        long,
+        global = true,
+        env = "GRIST_ENDPOINT",
+        default_value = "http://127.0.0.1:8080"
+    )]
     endpoint: String,
     /// Machine-readable JSON output.
     #[arg(long, global = true)]
@@ -150,9 +155,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("\"{bck}\" destroyed");
             }
         }
-        Command::Ls {
-            bucket: None, ..
-        } => {
+        Command::Ls { bucket: None, .. } => {
             let buckets = client.list_buckets().await?;
             if cli.json {
                 println!("{}", serde_json::to_string_pretty(&buckets)?);
@@ -160,7 +163,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 let mut t = Table::new();
                 t.load_preset(NOTHING).set_header(["NAME", "PROVIDER"]);
                 for b in buckets {
-                    let scheme = b.provider.parse::<gristmill_core::Provider>().map(|p| p.scheme()).unwrap_or("?");
+                    let scheme = b
+                        .provider
+                        .parse::<gristmill_core::Provider>()
+                        .map(|p| p.scheme())
+                        .unwrap_or("?");
                     t.add_row([format!("{scheme}://{}", b.name), b.provider]);
                 }
                 println!("{t}");
@@ -212,7 +219,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Object(ObjectCmd::Cat { object: uri }) => {
             let (bck, name) = object(&uri)?;
-            client.get_into(&bck, &name, &mut tokio::io::stdout()).await?;
+            client
+                .get_into(&bck, &name, &mut tokio::io::stdout())
+                .await?;
         }
         Command::Rmo { objects } => {
             if objects.is_empty() {
@@ -238,7 +247,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     } else {
                         n.daemon_type.clone()
                     };
-                    let state = if n.is_inactive() { "maintenance" } else { "online" };
+                    let state = if n.is_inactive() {
+                        "maintenance"
+                    } else {
+                        "online"
+                    };
                     t.add_row([n.daemon_id.clone(), role, n.url().to_owned(), state.into()]);
                 }
                 println!("{t}");
@@ -274,9 +287,11 @@ async fn list(
         ..Default::default()
     };
     let cols: Vec<String> = if props == "all" {
-        ["name", "size", "checksum", "atime", "version", "location", "copies"]
-            .map(String::from)
-            .to_vec()
+        [
+            "name", "size", "checksum", "atime", "version", "location", "copies",
+        ]
+        .map(String::from)
+        .to_vec()
     } else {
         props.split(',').map(|s| s.trim().to_owned()).collect()
     };
@@ -318,7 +333,11 @@ async fn list(
         }));
     }
     println!("{table}");
-    println!("\nListed {count} object{}, {}", if count == 1 { "" } else { "s" }, human(total));
+    println!(
+        "\nListed {count} object{}, {}",
+        if count == 1 { "" } else { "s" },
+        human(total)
+    );
     Ok(())
 }
 
@@ -346,12 +365,14 @@ async fn put(
         return Ok(());
     }
     let src = PathBuf::from(source);
-    let meta = std::fs::metadata(&src).with_context(|| format!("{source}"))?;
+    let meta = std::fs::metadata(&src).with_context(|| source.to_string())?;
     if meta.is_file() {
         let name = if dest.is_empty() || dest.ends_with('/') {
             format!(
                 "{dest}{}",
-                src.file_name().map(|f| f.to_string_lossy()).unwrap_or_default()
+                src.file_name()
+                    .map(|f| f.to_string_lossy())
+                    .unwrap_or_default()
             )
         } else {
             dest
@@ -407,9 +428,17 @@ async fn put(
     bar.finish_and_clear();
     let failed: Vec<_> = results.into_iter().filter_map(Result::err).collect();
     if let Some(e) = failed.first() {
-        bail!("{} of {} uploads failed; first: {e:#}", failed.len(), files.len());
+        bail!(
+            "{} of {} uploads failed; first: {e:#}",
+            failed.len(),
+            files.len()
+        );
     }
-    println!("PUT {} files ({}) => {bck}/{prefix}", files.len(), human(total));
+    println!(
+        "PUT {} files ({}) => {bck}/{prefix}",
+        files.len(),
+        human(total)
+    );
     Ok(())
 }
 

@@ -1,0 +1,29 @@
+"""Python client for Gristmill, an AIStore-compatible storage cluster.
+
+    >>> from gristmill import Client
+    >>> c = Client("http://127.0.0.1:8080")
+    >>> b = c.bucket("data"); b.create(exist_ok=True)
+    >>> props = b.object("a/b.txt").put(b"hello")
+    >>> b.object("a/b.txt").get()
+    b'hello'
+"""
+
+from .client import Bucket, Client, ListEntry, ListPage, Object, ObjectProps, ObjectReader
+from .errors import (
+    BadRequest,
+    BucketExists,
+    BucketNotFound,
+    Conflict,
+    GristError,
+    NotFound,
+    ObjectNotFound,
+    RangeNotSatisfiable,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "Bucket", "Object", "ObjectProps", "ObjectReader", "ListEntry", "ListPage",
+    "GristError", "BadRequest", "NotFound", "BucketNotFound", "ObjectNotFound",
+    "Conflict", "BucketExists", "RangeNotSatisfiable",
+]

@@ -1,0 +1,575 @@
+"""Client, buckets and objects of Gristmill's native (AIStore-compatible) REST API."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple, Union
+from urllib.parse import quote, urlencode, urljoin
+
+import msgpack
+import urllib3
+
+from . import hrw
+from .errors import BadRequest, BucketExists, BucketNotFound, GristError, NotFound, error_from_response
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
+MSGPACK = "application/msgpack"
+_REDIRECTS = (301, 302, 307, 308)
+_MAX_HOPS = 5
+_CHUNK = 1 << 20
+
+ByteRange = Union[Tuple[Optional[int], Optional[int]], str]
+"""``(start, end_inclusive)``; ``(start, None)`` reads to the end, ``(None, n)`` the last n bytes;
+or a raw ``"bytes=..."`` header value."""
+
+
+class Client:
+    """Connection to a Gristmill cluster through its proxy.
+
+    Args:
+        endpoint: proxy URL; defaults to ``$GRIST_ENDPOINT``, else ``http://127.0.0.1:8080``.
+        direct: send object GET/HEAD/DELETE straight to the owning target (placement computed
+            here by HRW from the cached cluster map) instead of through a proxy redirect.
+            PUTs always go to the owner this way, so the body is sent once.
+        timeout: ``(connect, read)`` seconds.
+        retries: how many times to retry a failed connection attempt.
+        pool_maxsize: connections kept per node.
+    """
+
+    def __init__(
+        self,
+        endpoint: Optional[str] = None,
+        *,
+        direct: bool = False,
+        timeout: Tuple[float, float] = (5.0, 120.0),
+        retries: int = 2,
+        pool_maxsize: int = 16,
+    ):
+        self.endpoint = (endpoint or os.environ.get("GRIST_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+        self.direct = direct
+        self._smap: Optional[Dict[str, Any]] = None
+        self._http = urllib3.PoolManager(
+            num_pools=64,
+            maxsize=pool_maxsize,
+            block=False,
+            blocksize=256 * 1024,
+            timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
+            retries=urllib3.Retry(
+                # read=1: one retry when a pooled keep-alive connection was closed under us
+                total=retries, connect=retries, read=min(retries, 1), redirect=0, status=0, other=0,
+                backoff_factor=0.1, raise_on_redirect=False, raise_on_status=False,
+            ),
+        )
+
+    def __repr__(self) -> str:
+        return f"Client({self.endpoint!r}, direct={self.direct})"
+
+    def close(self) -> None:
+        """Closes all pooled connections."""
+        self._http.clear()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- cluster ---------------------------------------------------------------------------
+
+    def bucket(self, name: str, provider: str = "ais", namespace: str = "") -> "Bucket":
+        """A handle to bucket ``name`` (no request is sent)."""
+        return Bucket(self, name, provider, namespace)
+
+    def list_buckets(self, provider: Optional[str] = None) -> List["Bucket"]:
+        """Buckets in the cluster, optionally only those of one provider (``ais``, ``aws``, ``ht``)."""
+        resp = self._request(
+            "GET", f"{self.endpoint}/v1/buckets?{urlencode({'provider': provider or ''})}",
+            body=_action("list"), headers=_JSON,
+        )
+        out = []
+        for b in json.loads(resp.data or b"[]"):
+            ns = b.get("namespace") or {}
+            nss = f"@{ns.get('uuid', '')}#{ns.get('name', '')}" if ns.get("uuid") or ns.get("name") else ""
+            out.append(Bucket(self, b["name"], b.get("provider", "ais"), nss))
+        return out
+
+    def cluster_map(self, refresh: bool = True) -> Dict[str, Any]:
+        """The cluster map (``tmap``, ``pmap``, ``proxy_si``, ``version``, ...) as a dict.
+
+        With ``refresh=False`` the cached copy is returned when there is one.
+        """
+        smap = self._smap
+        if refresh or smap is None:
+            smap = json.loads(self._request("GET", f"{self.endpoint}/v1/cluster?what=smap").data)
+            self._smap = smap
+        return smap
+
+    def health(self) -> bool:
+        """Whether the proxy answers its health check."""
+        try:
+            return self._http.request("GET", f"{self.endpoint}/v1/health", retries=False).status == 200
+        except urllib3.exceptions.HTTPError:
+            return False
+
+    def owner(self, uname: str) -> Dict[str, Any]:
+        """The target node (Snode dict) that owns an object, by HRW over the cached map."""
+        node = hrw.owner(self.cluster_map(refresh=False), uname)
+        if node is None:
+            node = hrw.owner(self.cluster_map(refresh=True), uname)
+            if node is None:
+                raise GristError(0, "no targets in the cluster map")
+        return node
+
+    # ---- HTTP --------------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: Any = None,
+        headers: Optional[Dict[str, str]] = None,
+        stream: bool = False,
+        subject: Optional[str] = None,
+        routed: bool = False,
+    ) -> urllib3.BaseHTTPResponse:
+        """Sends a request, following redirects by hand (re-sending the body, rewinding files).
+
+        ``routed`` marks a request sent to a target chosen from the cached map: a redirect
+        then means the map is stale, so it is dropped. Raises a ``GristError`` on 4xx/5xx.
+        """
+        pos = body.tell() if hasattr(body, "read") and _seekable(body) else None
+        for _ in range(_MAX_HOPS + 1):
+            resp = self._http.urlopen(
+                method, url, body=body, headers=headers, redirect=False,
+                preload_content=not stream, assert_same_host=False,
+            )
+            location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
+            if location is None:
+                break
+            _discard(resp)
+            if routed:
+                self._smap = None
+            url = urljoin(url, location)
+            if hasattr(body, "read"):
+                if pos is None:
+                    raise GristError(resp.status, f"redirected to {url} but the body cannot be re-sent", url=url)
+                body.seek(pos)
+        else:
+            raise GristError(0, f"too many redirects ({method} {url})", url=url)
+        if resp.status >= 400:
+            data = resp.data if not stream else resp.read()
+            _discard(resp)
+            raise error_from_response(resp.status, data if method != "HEAD" else b"", url, subject)
+        return resp
+
+
+class Bucket:
+    """A bucket: ``provider`` (``ais``, ``aws``/``s3``, ``ht``) + optional ``@uuid#name`` namespace + name."""
+
+    def __init__(self, client: Client, name: str, provider: str = "ais", namespace: str = ""):
+        self.client = client
+        self.name = name
+        self.provider = {"s3": "aws", "": "ais"}.get(provider, provider)
+        self.namespace = namespace
+        rest = namespace[1:] if namespace.startswith("@") else namespace
+        self._ns_uuid, _, self._ns_name = rest.partition("#")
+        params = {"provider": self.provider}
+        if namespace:
+            params["namespace"] = namespace
+        self._query = urlencode(params)
+
+    def __repr__(self) -> str:
+        ns = f"{self.namespace}/" if self.namespace else ""
+        return f"Bucket({self.provider}://{ns}{self.name})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Bucket) and (self.provider, self.namespace, self.name) == (
+            other.provider, other.namespace, other.name)
+
+    def __hash__(self) -> int:
+        return hash((self.provider, self.namespace, self.name))
+
+    @property
+    def _url(self) -> str:
+        return f"{self.client.endpoint}/v1/buckets/{quote(self.name, safe='')}?{self._query}"
+
+    def create(self, exist_ok: bool = False) -> None:
+        """Creates the bucket (``ais`` only). Raises ``BucketExists`` unless ``exist_ok``."""
+        try:
+            self.client._request("POST", self._url, body=_action("create-bck"), headers=_JSON, subject="bucket")
+        except BucketExists:
+            if not exist_ok:
+                raise
+
+    def delete(self, missing_ok: bool = False) -> None:
+        """Destroys the bucket and its objects. Raises ``BucketNotFound`` unless ``missing_ok``."""
+        try:
+            self.client._request("DELETE", self._url, body=_action("destroy-bck"), headers=_JSON, subject="bucket")
+        except BucketNotFound:
+            if not missing_ok:
+                raise
+
+    def head(self) -> Dict[str, Any]:
+        """Bucket properties (the ``Ais-Bucket-Props`` JSON). Raises ``BucketNotFound``."""
+        resp = self.client._request("HEAD", self._url, subject="bucket")
+        raw = resp.headers.get("Ais-Bucket-Props")
+        return json.loads(raw) if raw else {}
+
+    def exists(self) -> bool:
+        """Whether the bucket exists."""
+        try:
+            self.head()
+            return True
+        except BucketNotFound:
+            return False
+
+    def list_objects(
+        self,
+        prefix: str = "",
+        page_size: int = 0,
+        props: str = "",
+        continuation_token: str = "",
+        uuid: str = "",
+    ) -> "ListPage":
+        """One page of the listing, in name order.
+
+        Args:
+            prefix: only names starting with it.
+            page_size: entries per page; 0 lets the server choose.
+            props: comma-separated properties (``name,size,checksum,atime,version,location,copies``
+                or ``all``); empty gives name and size.
+            continuation_token, uuid: from the previous page (empty for the first one).
+        """
+        value = {
+            "prefix": prefix, "pagesize": page_size, "props": props,
+            "continuation_token": continuation_token, "uuid": uuid, "flags": "0",
+        }
+        resp = self.client._request(
+            "GET", self._url, body=_action("list", value),
+            headers={**_JSON, "Accept": MSGPACK}, subject="bucket",
+        )
+        if resp.headers.get("Content-Type", "").startswith(MSGPACK):
+            return ListPage._from_msgpack(msgpack.unpackb(resp.data, raw=False))
+        return ListPage._from_json(json.loads(resp.data))
+
+    def list_objects_iter(self, prefix: str = "", page_size: int = 0, props: str = "") -> Iterator["ListEntry"]:
+        """Every entry of the listing, fetching pages lazily."""
+        token, uuid = "", ""
+        while True:
+            page = self.list_objects(prefix, page_size, props, token, uuid)
+            yield from page.entries
+            if not page.continuation_token:
+                return
+            token, uuid = page.continuation_token, page.uuid
+
+    def list_all_objects(self, prefix: str = "", page_size: int = 0, props: str = "") -> List["ListEntry"]:
+        """Every entry of the listing, as a list."""
+        return list(self.list_objects_iter(prefix, page_size, props))
+
+    def object(self, name: str) -> "Object":
+        """A handle to object ``name`` in this bucket (no request is sent)."""
+        return Object(self, name)
+
+    def uname(self, obj: str) -> str:
+        """Placement name of an object in this bucket (``ais/@#/bucket/obj``)."""
+        return hrw.uname(self.name, obj, self.provider, self._ns_uuid, self._ns_name)
+
+
+@dataclass
+class ListEntry:
+    """One listed object; properties not requested are empty / 0."""
+
+    name: str
+    size: int = 0
+    checksum: str = ""
+    atime: str = ""
+    version: str = ""
+    location: str = ""
+    copies: int = 0
+    flags: int = 0
+
+
+@dataclass
+class ListPage:
+    """A page of a listing. An empty ``continuation_token`` means this is the last page."""
+
+    entries: List[ListEntry]
+    continuation_token: str = ""
+    uuid: str = ""
+    flags: int = 0
+
+    @classmethod
+    def _from_msgpack(cls, d: Dict[str, Any]) -> "ListPage":
+        entries = [
+            ListEntry(e["n"], int(e.get("s") or 0), e.get("cs") or "", e.get("a") or "", e.get("v") or "",
+                      e.get("t") or "", int(e.get("c") or 0), int(e.get("f") or 0))
+            for e in d.get("Entries") or ()
+        ]
+        return cls(entries, d.get("ContinuationToken") or "", d.get("UUID") or "", int(d.get("Flags") or 0))
+
+    @classmethod
+    def _from_json(cls, d: Dict[str, Any]) -> "ListPage":
+        entries = [
+            ListEntry(e["name"], int(e.get("size") or 0), e.get("checksum", ""), e.get("atime", ""),
+                      e.get("version", ""), e.get("location", ""), int(e.get("copies") or 0),
+                      int(e.get("flags") or 0))
+            for e in d.get("entries") or ()
+        ]
+        return cls(entries, d.get("continuation_token") or "", d.get("uuid") or "", int(d.get("flags") or 0))
+
+
+@dataclass
+class ObjectProps:
+    """Object metadata from HEAD (or from a PUT's response).
+
+    ``checksum_value`` is XXH64 (seed 0) of the content as 16 hex digits when
+    ``checksum_type == "xxhash"``; ``atime_ns`` is Unix nanoseconds; ``location`` is
+    ``t[<target id>]:<mountpath>``.
+    """
+
+    size: int = 0
+    checksum_type: str = ""
+    checksum_value: str = ""
+    version: str = ""
+    atime_ns: int = 0
+    present: bool = False
+    location: str = ""
+    custom: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def target_id(self) -> str:
+        """Id of the target holding the object (parsed from ``location``)."""
+        if self.location.startswith("t[") and "]" in self.location:
+            return self.location[2:self.location.index("]")]
+        return ""
+
+    @classmethod
+    def from_headers(cls, h: Any, size: Optional[int] = None) -> "ObjectProps":
+        """Parses ``Content-Length`` and the ``Ais-*`` headers."""
+        custom = {}
+        for part in (h.get("Ais-Custom-Md") or "").split(","):
+            k, sep, v = part.strip().partition("=")
+            if sep:
+                custom[k] = v
+        return cls(
+            size=size if size is not None else _int(h.get("Content-Length")),
+            checksum_type=h.get("Ais-Checksum-Type", ""),
+            checksum_value=h.get("Ais-Checksum-Value", ""),
+            version=h.get("Ais-Version", ""),
+            atime_ns=_int(h.get("Ais-Atime")),
+            present=h.get("Ais-Present", "") == "true",
+            location=h.get("Ais-Location", ""),
+            custom=custom,
+        )
+
+
+class Object:
+    """An object in a bucket."""
+
+    def __init__(self, bucket: Bucket, name: str):
+        self.bucket = bucket
+        self.name = name
+        self.uname = bucket.uname(name)
+        self._path = f"/v1/objects/{quote(bucket.name, safe='')}/{_quote_name(name)}?{bucket._query}"
+
+    def __repr__(self) -> str:
+        return f"Object({self.bucket!r}, {self.name!r})"
+
+    def _target(self, force: bool) -> Tuple[str, bool]:
+        """(base URL, routed): the owner when routing directly, else the proxy."""
+        client = self.bucket.client
+        if force or client.direct:
+            return client.owner(self.uname)["public_net"]["direct_url"].rstrip("/"), True
+        return client.endpoint, False
+
+    def _send(self, method: str, *, query: str = "", direct: bool = False, **kw) -> urllib3.BaseHTTPResponse:
+        if not self.name:  # `/v1/objects/<bucket>/` names no object; don't send it
+            raise BadRequest(400, "invalid object name: empty")
+        base, routed = self._target(direct)
+        url = base + self._path + (f"&{query}" if query else "")
+        return self.bucket.client._request(method, url, subject="object", routed=routed, **kw)
+
+    def put(self, data: Union[bytes, bytearray, memoryview, BinaryIO, str, os.PathLike], *,
+            size: Optional[int] = None) -> ObjectProps:
+        """Stores the object, replacing any previous content.
+
+        ``data`` is the content (bytes-like), an open binary file (streamed from its current
+        position; ``size`` bytes if given), or a ``str``/path-like naming a local file to stream.
+        The body goes straight to the owning target (HRW), so it is sent once. Returns the new
+        object's properties.
+        """
+        if isinstance(data, (str, os.PathLike)):
+            with open(data, "rb") as f:
+                return self.put(f, size=size)
+        if isinstance(data, (bytearray, memoryview)):
+            data = bytes(data)
+        if not isinstance(data, bytes):
+            if size is None:
+                size = _remaining(data)
+            if size is None:  # unknown length (pipe, generator-backed stream): buffer it
+                data = data.read()
+        if isinstance(data, bytes):
+            size = len(data)
+        headers = {"Content-Length": str(size), "Content-Type": "application/octet-stream"}
+        resp = self._send("PUT", body=data, headers=headers, direct=True)
+        return ObjectProps.from_headers(resp.headers, size=size)
+
+    def get(self, byte_range: Optional[ByteRange] = None, validate_checksum: bool = False) -> bytes:
+        """The object's content, or one byte range of it (see ``ByteRange``).
+
+        ``validate_checksum`` makes the target verify the stored checksum before serving.
+        Raises ``ObjectNotFound``, ``BucketNotFound``, ``RangeNotSatisfiable``.
+        """
+        return self._get(byte_range, validate_checksum, stream=False).data
+
+    def get_stream(self, chunk_size: int = _CHUNK, byte_range: Optional[ByteRange] = None,
+                   validate_checksum: bool = False) -> "ObjectReader":
+        """A streaming reader: iterate it for chunks of ``chunk_size`` bytes, or ``read(n)`` it
+        like a file. Use it as a context manager (or call ``close()``) to free the connection.
+        """
+        return ObjectReader(self._get(byte_range, validate_checksum, stream=True), chunk_size)
+
+    def get_to_file(self, path: Union[str, os.PathLike], chunk_size: int = _CHUNK,
+                    byte_range: Optional[ByteRange] = None) -> int:
+        """Streams the object into a local file; returns the number of bytes written."""
+        n = 0
+        with self.get_stream(chunk_size, byte_range) as r, open(path, "wb") as f:
+            for chunk in r:
+                f.write(chunk)
+                n += len(chunk)
+        return n
+
+    def _get(self, byte_range: Optional[ByteRange], validate: bool, stream: bool) -> urllib3.BaseHTTPResponse:
+        headers = {}
+        if byte_range is not None:
+            headers["Range"] = _range_header(byte_range)
+        return self._send("GET", query="validate_checksum=true" if validate else "",
+                          headers=headers, stream=stream)
+
+    def head(self) -> ObjectProps:
+        """The object's properties. Raises ``ObjectNotFound`` (also when the bucket is missing,
+        as HEAD errors carry no body to tell them apart)."""
+        return ObjectProps.from_headers(self._send("HEAD").headers)
+
+    def exists(self) -> bool:
+        """Whether the object exists."""
+        try:
+            self.head()
+            return True
+        except NotFound:
+            return False
+
+    def delete(self) -> None:
+        """Deletes the object. Raises ``ObjectNotFound`` if it does not exist."""
+        self._send("DELETE")
+
+
+class ObjectReader(io.RawIOBase):
+    """Streaming object content. Iterating yields chunks; ``read``/``readinto`` work as on a file.
+
+    ``props`` has the object's properties, ``status`` is 200 or 206 (range), ``size`` the number
+    of bytes this response carries.
+    """
+
+    def __init__(self, resp: urllib3.BaseHTTPResponse, chunk_size: int = _CHUNK):
+        super().__init__()
+        self._resp = resp
+        self.chunk_size = chunk_size
+        self.status = resp.status
+        self.size = _int(resp.headers.get("Content-Length"))
+        self.props = ObjectProps.from_headers(resp.headers)
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        return self._resp.read(None if size is None or size < 0 else size)
+
+    def readall(self) -> bytes:
+        return self._resp.read()
+
+    def readinto(self, b) -> int:
+        data = self._resp.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def __iter__(self) -> Iterator[bytes]:  # type: ignore[override]
+        # A generator method, so iterating keeps the reader (and its response) alive.
+        yield from self._resp.stream(self.chunk_size)
+
+    def close(self) -> None:
+        if not self.closed:
+            _discard(self._resp)
+        super().close()
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+_JSON = {"Content-Type": "application/json"}
+
+
+def _action(action: str, value: Any = None) -> bytes:
+    return json.dumps({"action": action, "name": "", "value": value}).encode()
+
+
+def _quote_name(name: str) -> str:
+    # '/' stays raw; '.' and '..' segments are escaped so no URL normaliser resolves them away
+    # (the server then decodes and rejects them, as it should).
+    return "/".join(
+        s.replace(".", "%2E") if s in (".", "..") else quote(s, safe="")
+        for s in name.split("/")
+    )
+
+
+def _range_header(r: ByteRange) -> str:
+    if isinstance(r, str):
+        return r if r.startswith("bytes=") else f"bytes={r}"
+    start, end = r
+    if start is None:
+        if end is None:
+            raise ValueError("byte_range needs a start or an end")
+        return f"bytes=-{end}"
+    return f"bytes={start}-" if end is None else f"bytes={start}-{end}"
+
+
+def _int(v: Optional[str]) -> int:
+    try:
+        return int(v) if v else 0
+    except ValueError:
+        return 0
+
+
+def _seekable(f: Any) -> bool:
+    try:
+        return bool(f.seekable()) if hasattr(f, "seekable") else hasattr(f, "seek")
+    except (OSError, ValueError):
+        return False
+
+
+def _remaining(f: Any) -> Optional[int]:
+    """Bytes left in a file-like object from its current position, or None if unknown."""
+    try:
+        return os.fstat(f.fileno()).st_size - f.tell()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        pass
+    if _seekable(f):
+        cur = f.tell()
+        end = f.seek(0, io.SEEK_END)
+        f.seek(cur)
+        return end - cur
+    return None
+
+
+def _discard(resp: urllib3.BaseHTTPResponse) -> None:
+    """Frees a response's connection: back to the pool if fully read, else closed."""
+    try:
+        if getattr(resp, "length_remaining", None):
+            resp.close()  # unread body: don't hand a dirty connection back to the pool
+        else:
+            resp.drain_conn()
+    finally:
+        resp.release_conn()
