@@ -133,10 +133,7 @@ async fn thousand_objects_roundtrip_placement_and_paging() {
         let node = r.headers()["ais-node-id"].to_str().unwrap().to_owned();
         let location = r.headers()["ais-location"].to_str().unwrap().to_owned();
         let body = r.bytes().await.unwrap();
-        assert!(
-            body[..] == content(i as u64, size)[..],
-            "content of {name}"
-        );
+        assert!(body[..] == content(i as u64, size)[..], "content of {name}");
 
         let uname = bck.object_uname(&name);
         let owner = smap.owner(&uname).unwrap();
