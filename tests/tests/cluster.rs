@@ -733,3 +733,138 @@ async fn metrics_on_every_node() {
         "proxy metrics:\n{text}"
     );
 }
+
+/// Runs the `grist` CLI against the cluster; returns stdout, asserting success.
+fn grist(c: &Cluster, args: &[&str]) -> String {
+    let bin = gristmill_tests::gristd_bin().with_file_name("grist");
+    let out = std::process::Command::new(&bin)
+        .args(args)
+        .env("GRIST_ENDPOINT", &c.endpoint)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
+    assert!(
+        out.status.success(),
+        "grist {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The `grist` CLI: buckets, put (file, directory, stdin), ls with props/prefix/page size and
+/// JSON, get to file and stdout, object cat, rmo, show cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grist_cli_end_to_end() {
+    let c = Cluster::start(3, 1).await.unwrap();
+    let c = tokio::task::spawn_blocking(move || {
+        let work = tempfile::tempdir().unwrap();
+        let src = work.path().join("src");
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        for i in 0..12 {
+            let dir = if i % 2 == 0 {
+                src.clone()
+            } else {
+                src.join("sub")
+            };
+            std::fs::write(
+                dir.join(format!("f{i:02}.bin")),
+                content(i, 1000 + i as usize),
+            )
+            .unwrap();
+        }
+        let single = work.path().join("single.txt");
+        std::fs::write(&single, b"single file").unwrap();
+
+        assert!(grist(&c, &["bucket", "create", "ais://cli"]).contains("created"));
+        grist(&c, &["put", single.to_str().unwrap(), "ais://cli/one.txt"]);
+        grist(
+            &c,
+            &[
+                "put",
+                "-r",
+                "--progress",
+                src.to_str().unwrap(),
+                "ais://cli/tree/",
+            ],
+        );
+
+        let listed: Vec<serde_json::Value> = serde_json::from_str(&grist(
+            &c,
+            &[
+                "ls",
+                "ais://cli",
+                "--json",
+                "--props",
+                "all",
+                "--page-size",
+                "5",
+            ],
+        ))
+        .unwrap();
+        assert_eq!(listed.len(), 13);
+        let names: Vec<&str> = listed.iter().map(|e| e["name"].as_str().unwrap()).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted);
+        assert!(names.contains(&"tree/sub/f01.bin") && names.contains(&"tree/f00.bin"));
+        assert!(
+            listed
+                .iter()
+                .all(|e| e["checksum"].as_str().unwrap().len() == 16)
+        );
+
+        let sub: Vec<serde_json::Value> = serde_json::from_str(&grist(
+            &c,
+            &["ls", "ais://cli", "--json", "--prefix", "tree/sub/"],
+        ))
+        .unwrap();
+        assert_eq!(sub.len(), 6);
+        assert!(
+            grist(&c, &["ls", "ais://cli", "--props", "name,size"]).contains("Listed 13 objects")
+        );
+
+        let out = work.path().join("got.bin");
+        grist(
+            &c,
+            &["get", "ais://cli/tree/sub/f03.bin", out.to_str().unwrap()],
+        );
+        assert_eq!(std::fs::read(&out).unwrap(), content(3, 1003));
+        assert_eq!(grist(&c, &["get", "ais://cli/one.txt", "-"]), "single file");
+        assert_eq!(
+            grist(&c, &["object", "cat", "ais://cli/one.txt"]),
+            "single file"
+        );
+
+        grist(&c, &["rmo", "ais://cli/one.txt"]);
+        let missing =
+            std::process::Command::new(gristmill_tests::gristd_bin().with_file_name("grist"))
+                .args(["get", "ais://cli/one.txt", "-"])
+                .env("GRIST_ENDPOINT", &c.endpoint)
+                .output()
+                .unwrap();
+        assert!(!missing.status.success());
+        assert!(String::from_utf8_lossy(&missing.stderr).contains("does not exist"));
+
+        let buckets: Vec<serde_json::Value> =
+            serde_json::from_str(&grist(&c, &["ls", "--json"])).unwrap();
+        assert_eq!(buckets.len(), 1);
+        let smap: gristmill_core::ClusterMap =
+            serde_json::from_str(&grist(&c, &["show", "cluster", "--json"])).unwrap();
+        assert_eq!(smap.tmap.len(), 3);
+        assert!(grist(&c, &["show", "cluster"]).contains("proxy (primary)"));
+        grist(&c, &["bucket", "rm", "ais://cli"]);
+        c
+    })
+    .await
+    .unwrap();
+    let left: Vec<serde_json::Value> = c
+        .http
+        .get(c.url("/v1/buckets"))
+        .json(&serde_json::json!({"action": "list"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(left.is_empty());
+}
