@@ -37,3 +37,6 @@ fi
 step "Python tests"
 export GRISTD_BIN="$root/build/debug/gristd"
 .venv/bin/python -m pytest -q python/tests
+
+step "benchmark smoke (benches/compare.sh --smoke: Gristmill vs nginx pipeline, debug binaries)"
+benches/compare.sh --smoke

@@ -13,6 +13,17 @@ use serde::Deserialize;
 pub struct FileConfig {
     pub node: NodeSection,
     pub target: TargetSection,
+    pub s3: S3Section,
+}
+
+/// S3 API settings (proxies).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct S3Section {
+    /// Extra address serving only the S3 API (the main port serves it at its root too).
+    pub listen: Option<String>,
+    /// Users with SigV4 keys and bucket grants; none = anonymous access.
+    pub users: Vec<gristmill_proxy::S3User>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -82,6 +93,7 @@ fn warn_unknown(raw: &toml::Value) {
             ],
         ),
         ("target", &["mountpaths"]),
+        ("s3", &["listen", "users"]),
     ];
     let Some(table) = raw.as_table() else { return };
     for (section, value) in table {

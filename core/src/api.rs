@@ -55,6 +55,30 @@ pub mod header {
     /// Version of the cluster map a response was served under.
     pub const SMAP_VERSION: &str = "ais-smap-version";
     pub const MSGPACK: &str = "application/msgpack";
+    /// Object metadata as percent-encoded JSON (exact values; used by the S3 front).
+    pub const CUSTOM_MD_JSON: &str = "ais-custom-md-json";
+    /// Last modification time of an object, Unix nanoseconds.
+    pub const MTIME: &str = "ais-mtime";
+    /// PUT: also compute the MD5 of the body and keep it as the object's ETag.
+    pub const COMPUTE_MD5: &str = "ais-compute-md5";
+    /// PUT: S3 checksum algorithms to compute and record (comma-separated, e.g. `CRC32`).
+    pub const S3_CHECKSUMS: &str = "ais-s3-checksums";
+}
+
+/// Encodes object metadata for [`header::CUSTOM_MD_JSON`].
+pub fn encode_custom_md(md: &std::collections::BTreeMap<String, String>) -> String {
+    let json = serde_json::to_string(md).unwrap_or_default();
+    percent_encoding::utf8_percent_encode(&json, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// Decodes [`header::CUSTOM_MD_JSON`].
+pub fn decode_custom_md(
+    value: &str,
+) -> Result<std::collections::BTreeMap<String, String>, crate::ApiError> {
+    let json = percent_encoding::percent_decode_str(value).decode_utf8_lossy();
+    serde_json::from_str(&json).map_err(|e| {
+        crate::ApiError::bad_request(format!("invalid {}: {e}", header::CUSTOM_MD_JSON))
+    })
 }
 
 /// Entry flag: the object is present in the cluster (AIStore's `EntryIsCached`, bit 6).

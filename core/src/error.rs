@@ -22,6 +22,14 @@ pub enum ErrorKind {
     Unavailable,
     InsufficientStorage,
     Internal,
+    /// Multipart: a listed part was not uploaded, or its ETag differs.
+    InvalidPart,
+    /// Multipart: parts not in ascending order.
+    InvalidPartOrder,
+    /// Multipart: a part other than the last is smaller than 5 MiB.
+    EntityTooSmall,
+    /// Multipart: unknown upload id.
+    NoSuchUpload,
 }
 
 impl ErrorKind {
@@ -41,6 +49,8 @@ impl ErrorKind {
             Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
             Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            InvalidPart | InvalidPartOrder | EntityTooSmall => StatusCode::BAD_REQUEST,
+            NoSuchUpload => StatusCode::NOT_FOUND,
         }
     }
 

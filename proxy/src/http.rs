@@ -19,11 +19,12 @@ use gristmill_core::{ApiError, Bck, BucketRecord, ErrorKind, MetaSync, validate_
 
 use crate::meta::{Changed, Proxy, now_ns};
 use crate::{list, membership};
+use s3s::service::S3Service;
 
 type Params = Query<HashMap<String, String>>;
 type ApiResult = Result<Response, ApiError>;
 
-pub(crate) fn router(proxy: Arc<Proxy>) -> Router {
+pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<S3Service>) -> Router {
     let router = Router::new()
         .route("/v1/objects/{bucket}/{*object}", any(object))
         .route(
@@ -50,11 +51,35 @@ pub(crate) fn router(proxy: Arc<Proxy>) -> Router {
         .route("/v1/metasync", put(metasync))
         .route("/v1/health", get(gristmill_core::server::health))
         .route("/metrics", get(gristmill_core::server::metrics_endpoint));
-    gristmill_core::server::with_fallbacks(router)
+    // Everything outside the native routes is S3 (path-style at the root).
+    let native = gristmill_core::server::with_fallbacks(Router::new());
+    router
+        .fallback(move |req: Request| {
+            let s3 = s3.clone();
+            let native = native.clone();
+            async move {
+                if req.uri().path().starts_with("/v1/") {
+                    // Unknown native endpoint: a JSON 404, not an S3 error.
+                    return tower::ServiceExt::oneshot(native, req)
+                        .await
+                        .into_response();
+                }
+                crate::s3::handle(s3, req).await
+            }
+        })
         .layer(axum::middleware::from_fn(
             gristmill_core::server::track_requests,
         ))
         .with_state(proxy)
+}
+
+/// A router serving only the S3 API (the dedicated `--s3-port`).
+pub(crate) fn s3_only_router(s3: Arc<S3Service>) -> Router {
+    Router::new()
+        .fallback(move |req: Request| crate::s3::handle(s3.clone(), req))
+        .layer(axum::middleware::from_fn(
+            gristmill_core::server::track_requests,
+        ))
 }
 
 fn bucket_from(name: &str, params: &HashMap<String, String>) -> Result<Bck, ApiError> {

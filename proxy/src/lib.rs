@@ -10,6 +10,9 @@ mod http;
 mod list;
 mod membership;
 mod meta;
+mod s3;
+
+pub use s3::S3User;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,6 +34,10 @@ pub struct ProxyConfig {
     pub join_url: String,
     /// Keepalive period expected from nodes (and sent to the primary by non-primaries).
     pub keepalive_interval: Duration,
+    /// S3 users; empty = anonymous S3 access.
+    pub s3_users: Vec<S3User>,
+    /// Extra address serving only the S3 API (the main port serves it at its root too).
+    pub s3_listen: Option<String>,
 }
 
 /// Runs a proxy on `listener` until `shutdown` fires.
@@ -54,7 +61,18 @@ pub async fn run(
         config.keepalive_interval,
         shutdown.clone(),
     ));
-    let app = http::router(proxy.clone());
+    let s3 = s3::service(proxy.clone(), &config.s3_users);
+    if let Some(addr) = &config.s3_listen {
+        let s3_listener = TcpListener::bind(addr).await?;
+        tracing::info!(addr = %s3_listener.local_addr()?, "S3 API listening");
+        let app = http::s3_only_router(s3.clone());
+        tokio::spawn(gristmill_core::server::serve(
+            s3_listener,
+            app,
+            shutdown.clone(),
+        ));
+    }
+    let app = http::router(proxy.clone(), s3);
     gristmill_core::server::serve(listener, app, shutdown.clone()).await?;
     shutdown.cancel();
     let _ = members.await;

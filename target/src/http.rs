@@ -23,7 +23,7 @@ use tokio_util::io::ReaderStream;
 
 use crate::Target;
 use crate::meta::ObjectMeta;
-use crate::store::PutOptions;
+use crate::store::{ETAG_KEY, PutOptions};
 
 type Params = Query<HashMap<String, String>>;
 type ApiResult = Result<Response, ApiError>;
@@ -44,6 +44,8 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
             any(gristmill_core::server::empty_object_name),
         )
         .route("/v1/buckets/{bucket}", get(list_objects))
+        .route("/v1/mpu/{bucket}/{*object}", any(multipart))
+        .route("/v1/mpu/{bucket}", get(list_uploads))
         .route("/v1/metasync", put(metasync))
         .route("/v1/daemon", get(daemon))
         .route("/v1/health", get(gristmill_core::server::health))
@@ -126,7 +128,7 @@ async fn object(
     }
     match *req.method() {
         Method::GET => get_object(&t, &bck, &name, &params, req.headers()).await,
-        Method::HEAD => head_object(&t, &bck, &name),
+        Method::HEAD => head_object(&t, &bck, &name, req.headers()),
         Method::PUT => put_object(&t, &bck, &name, req).await,
         Method::DELETE => {
             t.store.delete(&bck, &name).await?;
@@ -167,12 +169,79 @@ fn object_headers(t: &Target, bck: &Bck, meta: &ObjectMeta, headers: &mut Header
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         set(h::CUSTOM_MD, &md.join(","));
+        set(h::CUSTOM_MD_JSON, &api::encode_custom_md(&meta.custom));
     }
+    set(h::MTIME, &meta.mtime_ns.to_string());
+    let mtime =
+        std::time::UNIX_EPOCH + std::time::Duration::from_nanos(meta.mtime_ns.max(0) as u64);
+    set("last-modified", &httpdate::fmt_http_date(mtime));
+    let etag = meta.custom.get(ETAG_KEY).unwrap_or(&meta.cksum_value);
+    set("etag", &format!("\"{etag}\""));
     set("accept-ranges", "bytes");
 }
 
-fn head_object(t: &Target, bck: &Bck, name: &str) -> ApiResult {
+/// Why a conditional request is not served.
+enum Unmet {
+    /// `If-None-Match` / `If-Modified-Since`: 304.
+    NotModified,
+    /// `If-Match` / `If-Unmodified-Since`: 412.
+    Failed(&'static str),
+}
+
+impl Unmet {
+    fn into_response(self) -> Response {
+        match self {
+            Unmet::NotModified => StatusCode::NOT_MODIFIED.into_response(),
+            Unmet::Failed(why) => {
+                ApiError::new(gristmill_core::ErrorKind::PreconditionFailed, why).into_response()
+            }
+        }
+    }
+}
+
+/// HTTP conditional requests (RFC 9110 §13) against an object's ETag and modification time.
+fn check_preconditions(headers: &HeaderMap, meta: &ObjectMeta) -> Result<(), Unmet> {
+    let etag = meta.custom.get(ETAG_KEY).unwrap_or(&meta.cksum_value);
+    let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let matches = |list: &str| {
+        list.split(',')
+            .map(|t| t.trim().trim_start_matches("W/").trim_matches('"'))
+            .any(|t| t == "*" || t == etag)
+    };
+    // HTTP dates have one-second resolution.
+    let mtime_s = (meta.mtime_ns.max(0) as u64) / 1_000_000_000;
+    let since = |v: &str| {
+        httpdate::parse_http_date(v)
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs())
+    };
+    if let Some(v) = header(header::IF_MATCH) {
+        if !matches(v) {
+            return Err(Unmet::Failed("If-Match: the ETag differs"));
+        }
+    } else if let Some(t) = header(header::IF_UNMODIFIED_SINCE).and_then(since)
+        && mtime_s > t
+    {
+        return Err(Unmet::Failed("modified since If-Unmodified-Since"));
+    }
+    if let Some(v) = header(header::IF_NONE_MATCH) {
+        if matches(v) {
+            return Err(Unmet::NotModified);
+        }
+    } else if let Some(t) = header(header::IF_MODIFIED_SINCE).and_then(since)
+        && mtime_s <= t
+    {
+        return Err(Unmet::NotModified);
+    }
+    Ok(())
+}
+
+fn head_object(t: &Target, bck: &Bck, name: &str, headers: &HeaderMap) -> ApiResult {
     let meta = t.store.head(bck, name)?;
+    if let Err(unmet) = check_preconditions(headers, &meta) {
+        return Ok(unmet.into_response());
+    }
     let mut resp = StatusCode::OK.into_response();
     object_headers(t, bck, &meta, resp.headers_mut());
     resp.headers_mut()
@@ -188,6 +257,9 @@ async fn get_object(
     headers: &HeaderMap,
 ) -> ApiResult {
     let open = t.store.open_object(bck, name).await?;
+    if let Err(unmet) = check_preconditions(headers, &open.meta) {
+        return Ok(unmet.into_response());
+    }
     if params
         .get(q::VALIDATE_CHECKSUM)
         .is_some_and(|v| v == "true" || v == "1")
@@ -249,10 +321,23 @@ async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) -> ApiResul
         (Some("xxhash"), Some(v)) => Some(v.to_owned()),
         _ => None,
     };
+    let custom = match headers.get(h::CUSTOM_MD_JSON).and_then(|v| v.to_str().ok()) {
+        Some(v) => api::decode_custom_md(v)?,
+        None => Default::default(),
+    };
     let opts = PutOptions {
         durable: !bck.provider.is_remote(),
         expected_size,
         expected_xxhash,
+        compute_md5: headers
+            .get(h::COMPUTE_MD5)
+            .is_some_and(|v| v.as_bytes() == b"true"),
+        s3_checksums: headers
+            .get(h::S3_CHECKSUMS)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(',').map(|a| a.trim().to_owned()).collect())
+            .unwrap_or_default(),
+        custom,
         ..Default::default()
     };
     let meta = t
@@ -363,4 +448,113 @@ async fn daemon(State(t): State<Arc<Target>>, Query(params): Params) -> ApiResul
             "unknown ?what={other} (expected smap, bmd, snode, mountpaths)"
         ))),
     }
+}
+
+#[derive(serde::Deserialize)]
+struct CompleteBody {
+    parts: Vec<(u32, String)>,
+}
+
+/// Multipart staging for the S3 front (`/v1/mpu/{bucket}/{object}`):
+/// `POST ?op=create` (body: metadata JSON) → upload; `PUT ?upload_id=&part=` → part;
+/// `GET ?upload_id=` → parts; `POST ?op=complete&upload_id=` (body: `{"parts":[[n,etag]...]}`)
+/// → object; `DELETE ?upload_id=` → abort.
+async fn multipart(
+    State(t): State<Arc<Target>>,
+    Path((bucket, name)): Path<(String, String)>,
+    Query(params): Params,
+    req: Request,
+) -> ApiResult {
+    let bck = bucket_from(&bucket, &params)?;
+    validate_object_name(&name)?;
+    t.require_bucket(&bck).await?;
+    if let Some(redirect) = t.redirect_if_not_owner(&bck, &name, req.uri()) {
+        return Ok(redirect);
+    }
+    let upload_id = params.get("upload_id").cloned().unwrap_or_default();
+    let op = params.get("op").map(String::as_str).unwrap_or("");
+    let json_body = |bytes: &[u8]| -> Result<serde_json::Value, ApiError> {
+        if bytes.is_empty() {
+            return Ok(serde_json::Value::Null);
+        }
+        serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("invalid body: {e}")))
+    };
+    match (req.method().clone(), op) {
+        (Method::POST, "create") => {
+            let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+                .await
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            let custom = match json_body(&body)? {
+                serde_json::Value::Null => Default::default(),
+                v => serde_json::from_value(v).map_err(|e| ApiError::bad_request(e.to_string()))?,
+            };
+            let info = t.store.mpu_create(&bck, &name, custom).await?;
+            Ok(axum::Json(info).into_response())
+        }
+        (Method::PUT, _) => {
+            let part: u32 = params
+                .get("part")
+                .and_then(|p| p.parse().ok())
+                .ok_or_else(|| ApiError::bad_request("missing or invalid ?part="))?;
+            let expected = req
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok());
+            let info = t
+                .store
+                .mpu_put_part(
+                    &bck,
+                    &name,
+                    &upload_id,
+                    part,
+                    req.into_body().into_data_stream(),
+                    expected,
+                )
+                .await?;
+            Ok(axum::Json(info).into_response())
+        }
+        (Method::GET, _) => {
+            Ok(axum::Json(t.store.mpu_list_parts(&bck, &name, &upload_id).await?).into_response())
+        }
+        (Method::POST, "complete") => {
+            let body = axum::body::to_bytes(req.into_body(), 16 << 20)
+                .await
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            let parts: CompleteBody = serde_json::from_slice(&body)
+                .map_err(|e| ApiError::bad_request(format!("invalid parts list: {e}")))?;
+            let meta = t
+                .store
+                .mpu_complete(
+                    &bck,
+                    &name,
+                    &upload_id,
+                    &parts.parts,
+                    !bck.provider.is_remote(),
+                )
+                .await?;
+            let mut resp = StatusCode::OK.into_response();
+            object_headers(&t, &bck, &meta, resp.headers_mut());
+            Ok(resp)
+        }
+        (Method::DELETE, _) => {
+            t.store.mpu_abort(&bck, &name, &upload_id).await?;
+            Ok(StatusCode::OK.into_response())
+        }
+        (m, op) => Err(ApiError::bad_request(format!(
+            "unsupported multipart request {m} op={op:?}"
+        ))),
+    }
+}
+
+/// Uploads in progress on this target for a bucket.
+async fn list_uploads(
+    State(t): State<Arc<Target>>,
+    Path(bucket): Path<String>,
+    Query(params): Params,
+) -> ApiResult {
+    let bck = bucket_from(&bucket, &params)?;
+    t.require_bucket(&bck).await?;
+    Ok(axum::Json(t.store.mpu_list_uploads(&bck).await?).into_response())
 }

@@ -11,6 +11,7 @@ mod http;
 mod index;
 mod membership;
 mod meta;
+pub mod multipart;
 pub mod store;
 
 use std::path::PathBuf;

@@ -62,7 +62,16 @@ pub struct PutOptions {
     pub expected_size: Option<u64>,
     /// Expected xxhash checksum (hex), when the sender declared one.
     pub expected_xxhash: Option<String>,
+    /// Also compute the MD5 of the body and record it as the object's `ETag` (S3 clients
+    /// expect ETag = MD5). Off for native PUTs: MD5 runs at ~0.6 GB/s per core.
+    pub compute_md5: bool,
+    /// S3 checksum algorithms (`CRC32`, `CRC32C`, `SHA1`, `SHA256`, `CRC64NVME`) to compute and
+    /// record as `x-amz-checksum-*` metadata.
+    pub s3_checksums: Vec<String>,
 }
+
+/// Custom-metadata key holding an object's S3 ETag (without quotes).
+pub const ETAG_KEY: &str = "ETag";
 
 /// An open object ready to be streamed.
 #[derive(Debug)]
@@ -88,7 +97,7 @@ impl Store {
         for p in paths {
             std::fs::create_dir_all(p)?;
             let path = std::fs::canonicalize(p)?;
-            for sub in ["obj", "tmp", "trash"] {
+            for sub in ["obj", "tmp", "trash", "mpu"] {
                 std::fs::create_dir_all(path.join(sub))?;
             }
             let index = ObjectIndex::open(&path.join("index.redb"))?;
@@ -146,8 +155,9 @@ impl Store {
         let bucket = bck.uname();
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let tmp = mp.tmp_dir().join(format!("{:016x}", generation));
-        let written = write_temp(&tmp, body, opts.durable).await;
-        let (size, cksum) = match written {
+        let hasher = s3_hasher(&opts.s3_checksums);
+        let written = write_temp(&tmp, body, opts.durable, opts.compute_md5, hasher).await;
+        let (size, cksum, md5, s3sums) = match written {
             Ok(v) => v,
             Err(e) => {
                 let _ = tokio::fs::remove_file(&tmp).await;
@@ -175,6 +185,11 @@ impl Store {
 
         let rel = data_file_name(&bucket, name, generation);
         let now = now_ns();
+        let mut custom = opts.custom.clone();
+        if let Some(md5) = md5 {
+            custom.insert(ETAG_KEY.into(), md5);
+        }
+        custom.extend(s3sums);
         let meta = ObjectMeta {
             bucket,
             name: name.to_owned(),
@@ -185,7 +200,7 @@ impl Store {
             atime_ns: now,
             mtime_ns: now,
             file: rel.clone(),
-            custom: opts.custom.clone(),
+            custom,
         };
         let dest = mp.path.join(&rel);
         let encoded = meta.encode();
@@ -348,8 +363,15 @@ impl Store {
     }
 }
 
-/// Streams the body into `path`, hashing as it goes; fsyncs when asked.
-async fn write_temp<S, E>(path: &Path, body: S, durable: bool) -> Result<(u64, String), StoreError>
+/// Streams the body into `path`, hashing as it goes; fsyncs when asked. Returns the size, the
+/// xxhash and, when asked, the MD5 (hex).
+async fn write_temp<S, E>(
+    path: &Path,
+    body: S,
+    durable: bool,
+    compute_md5: bool,
+    mut s3: Option<s3s::checksum::ChecksumHasher>,
+) -> Result<(u64, String, Option<String>, Vec<(String, String)>), StoreError>
 where
     S: Stream<Item = Result<Bytes, E>> + Send,
     E: std::fmt::Display,
@@ -357,6 +379,7 @@ where
     let file = tokio::fs::File::create(path).await?;
     let mut out = tokio::io::BufWriter::with_capacity(1 << 20, file);
     let mut hasher = Xxh64::new(0);
+    let mut md5 = compute_md5.then(<md5::Md5 as md5::Digest>::new);
     let mut size = 0u64;
     let mut body = std::pin::pin!(body);
     while let Some(chunk) = body.next().await {
@@ -364,6 +387,12 @@ where
             StoreError::Api(ApiError::bad_request(format!("reading request body: {e}")))
         })?;
         hasher.update(&chunk);
+        if let Some(m) = md5.as_mut() {
+            md5::Digest::update(m, &chunk);
+        }
+        if let Some(h) = s3.as_mut() {
+            h.update(&chunk);
+        }
         size += chunk.len() as u64;
         out.write_all(&chunk).await?;
     }
@@ -372,7 +401,42 @@ where
     if durable {
         file.sync_data().await?;
     }
-    Ok((size, format!("{:016x}", hasher.digest())))
+    let md5 = md5.map(|m| hex::encode(md5::Digest::finalize(m)));
+    let mut sums = Vec::new();
+    if let Some(h) = s3 {
+        let c = h.finalize();
+        for (name, v) in [
+            ("x-amz-checksum-crc32", c.checksum_crc32),
+            ("x-amz-checksum-crc32c", c.checksum_crc32c),
+            ("x-amz-checksum-sha1", c.checksum_sha1),
+            ("x-amz-checksum-sha256", c.checksum_sha256),
+            ("x-amz-checksum-crc64nvme", c.checksum_crc64nvme),
+        ] {
+            if let Some(v) = v {
+                sums.push((name.to_owned(), v));
+            }
+        }
+    }
+    Ok((size, format!("{:016x}", hasher.digest()), md5, sums))
+}
+
+/// A hasher for the requested S3 checksum algorithms, or `None` when none was requested.
+pub fn s3_hasher(algorithms: &[String]) -> Option<s3s::checksum::ChecksumHasher> {
+    use s3s::crypto::Checksum as _;
+    let mut h = s3s::checksum::ChecksumHasher::default();
+    let mut any = false;
+    for a in algorithms {
+        any = true;
+        match a.to_ascii_uppercase().as_str() {
+            "CRC32" => h.crc32 = Some(s3s::crypto::Crc32::new()),
+            "CRC32C" => h.crc32c = Some(s3s::crypto::Crc32c::new()),
+            "SHA1" => h.sha1 = Some(s3s::crypto::Sha1::new()),
+            "SHA256" => h.sha256 = Some(s3s::crypto::Sha256::new()),
+            "CRC64NVME" => h.crc64nvme = Some(s3s::crypto::Crc64Nvme::new()),
+            _ => any = false,
+        }
+    }
+    any.then_some(h)
 }
 
 /// `obj/<bucket-hash>/<xx>/<name-hash>.<generation>`.

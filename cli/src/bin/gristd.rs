@@ -21,7 +21,17 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a proxy (gateway). Without --join it is the primary of a new or restarted cluster.
-    Proxy(NodeArgs),
+    Proxy {
+        #[command(flatten)]
+        node: NodeArgs,
+        /// Extra address serving only the S3 API, e.g. 127.0.0.1:9000.
+        #[arg(long, env = "GRISTD_S3_LISTEN")]
+        s3_listen: Option<String>,
+        /// S3 users as JSON: [{"access_key","secret_key","read":["*"],"write":["b1"]}].
+        /// None configured = anonymous S3 access.
+        #[arg(long, env = "GRISTD_S3_USERS")]
+        s3_users: Option<String>,
+    },
     /// Run a target (storage node); --join names a proxy to register with.
     Target {
         #[command(flatten)]
@@ -113,14 +123,24 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let file = FileConfig::load(cli.config.as_deref())?;
     match cli.command {
-        Command::Proxy(args) => {
+        Command::Proxy {
+            node: args,
+            s3_listen,
+            s3_users,
+        } => {
             let c = merge(&file, &args);
+            let users = match s3_users {
+                Some(json) => serde_json::from_str(&json).context("parsing --s3-users")?,
+                None => c.s3.users.clone(),
+            };
             let listener = bind(&c.node.listen).await?;
             let config = gristmill_proxy::ProxyConfig {
                 state_dir: c.node.state_dir.clone(),
                 public_url: c.node.public_url.clone(),
                 join_url: c.node.join.clone(),
                 keepalive_interval: c.keepalive_interval(),
+                s3_users: users,
+                s3_listen: s3_listen.or(c.s3.listen.clone()),
             };
             gristmill_proxy::run(config, listener, shutdown_on_signals()).await
         }

@@ -1,0 +1,204 @@
+//! Micro-benchmarks of the per-request CPU costs: HRW placement, checksums, and the storage
+//! engine's metadata path through the public `gristmill_target::Store` API.
+//!
+//! Run: `cargo bench -p gristmill-bench --bench micro` (add `-- --quick` for a short pass).
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use gristmill_core::smap::{self, ClusterMap, Node};
+use gristmill_core::{Bck, Provider, hrw};
+use gristmill_target::Store;
+use gristmill_target::store::PutOptions;
+use md5::Digest;
+
+/// Object unames the placement benchmarks cycle through.
+fn unames(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| format!("ais/@#/bench/dataset/shard-{i:06}.tar"))
+        .collect()
+}
+
+fn cluster_map(targets: usize) -> ClusterMap {
+    let mut m = ClusterMap::new(
+        Node::new("p0", smap::PROXY, "http://127.0.0.1:8080"),
+        "uuid".into(),
+        String::new(),
+    );
+    for i in 0..targets {
+        let id = format!("t{i:04}");
+        m.tmap.insert(
+            id.clone(),
+            Node::new(&id, smap::TARGET, &format!("http://127.0.0.1:{}", 9000 + i)),
+        );
+    }
+    m
+}
+
+fn placement(c: &mut Criterion) {
+    let names = unames(1024);
+    let mut g = c.benchmark_group("hrw");
+    for targets in [3usize, 10, 100] {
+        let digests: Vec<u64> = (0..targets)
+            .map(|i| hrw::digest(&format!("t{i:04}")))
+            .collect();
+        let mut k = 0usize;
+        // What a proxy does per request: hash the uname, pick the best target.
+        g.bench_function(BenchmarkId::new("digest+pick", targets), |b| {
+            b.iter(|| {
+                k = (k + 1) & 1023;
+                let d = hrw::digest(black_box(&names[k]));
+                hrw::pick(d, digests.iter().copied())
+            })
+        });
+        // The same through the cluster map (collects the active targets first).
+        let map = cluster_map(targets);
+        g.bench_function(BenchmarkId::new("smap.owner", targets), |b| {
+            b.iter(|| {
+                k = (k + 1) & 1023;
+                map.owner(black_box(&names[k])).map(|n| n.id_digest)
+            })
+        });
+    }
+    g.finish();
+}
+
+fn checksums(c: &mut Criterion) {
+    let data: Vec<u8> = (0..1 << 20)
+        .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let mut g = c.benchmark_group("checksum-1MiB");
+    g.throughput(Throughput::Bytes(data.len() as u64));
+    g.bench_function("xxhash64", |b| {
+        b.iter(|| xxhash_rust::xxh64::xxh64(black_box(&data), 0))
+    });
+    g.bench_function("md5", |b| b.iter(|| md5::Md5::digest(black_box(&data))));
+    g.bench_function("crc32c", |b| b.iter(|| crc32c::crc32c(black_box(&data))));
+    g.finish();
+}
+
+/// A store on a fresh temp dir with two mountpaths, plus the runtime its async API needs.
+struct Fixture {
+    rt: tokio::runtime::Runtime,
+    store: Arc<Store>,
+    bck: Bck,
+    _dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new(objects: usize) -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mps: Vec<PathBuf> = (0..2).map(|i| dir.path().join(format!("mp{i}"))).collect();
+        let store = rt.block_on(Store::open(&mps)).unwrap();
+        let bck = Bck::new("bench", Provider::Ais).unwrap();
+        let f = Self {
+            rt,
+            store,
+            bck,
+            _dir: dir,
+        };
+        // Fill concurrently so group commit batches the index writes.
+        f.rt.block_on(async {
+            let mut set = tokio::task::JoinSet::new();
+            for chunk in 0..8 {
+                let store = f.store.clone();
+                let bck = f.bck.clone();
+                set.spawn(async move {
+                    for i in (chunk..objects).step_by(8) {
+                        put(&store, &bck, &format!("obj-{i:06}"), false).await;
+                    }
+                });
+            }
+            while set.join_next().await.is_some() {}
+        });
+        f
+    }
+}
+
+const SMALL: Bytes = Bytes::from_static(&[7u8; 4096]);
+
+async fn put(store: &Store, bck: &Bck, name: &str, durable: bool) {
+    let body = futures::stream::once(async { Ok::<_, std::io::Error>(SMALL) });
+    store
+        .put(
+            bck,
+            name,
+            body,
+            PutOptions {
+                durable,
+                expected_size: Some(SMALL.len() as u64),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+}
+
+fn store_metadata(c: &mut Criterion) {
+    let mut g = c.benchmark_group("store");
+    g.sample_size(20);
+
+    g.bench_function("open-empty", |b| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        b.iter_batched(
+            || tempfile::tempdir().unwrap(),
+            |dir| {
+                let mps = vec![dir.path().join("mp0"), dir.path().join("mp1")];
+                rt.block_on(Store::open(&mps)).unwrap();
+                dir
+            },
+            BatchSize::PerIteration,
+        )
+    });
+
+    let f = Fixture::new(10_000);
+    let mut n = 0u64;
+    g.bench_function("put-4KiB-nofsync", |b| {
+        b.iter(|| {
+            n += 1;
+            f.rt.block_on(put(&f.store, &f.bck, &format!("new-{n:08}"), false))
+        })
+    });
+    g.bench_function("put-4KiB-durable", |b| {
+        b.iter(|| {
+            n += 1;
+            f.rt.block_on(put(&f.store, &f.bck, &format!("dur-{n:08}"), true))
+        })
+    });
+    g.sample_size(50);
+    let mut k = 0usize;
+    g.bench_function("head-of-10k", |b| {
+        b.iter(|| {
+            k = (k + 7919) % 10_000;
+            f.store
+                .head(&f.bck, black_box(&format!("obj-{k:06}")))
+                .unwrap()
+        })
+    });
+    g.bench_function("list-page-1000-of-10k", |b| {
+        b.iter(|| {
+            k = (k + 7919) % 9_000;
+            let after = format!("obj-{k:06}");
+            let page =
+                f.rt.block_on(f.store.list(&f.bck, "obj-", &after, 1000))
+                    .unwrap();
+            assert_eq!(page.len(), 1000);
+            page
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, placement, checksums, store_metadata);
+criterion_main!(benches);

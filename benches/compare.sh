@@ -1,0 +1,451 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark: Gristmill vs baselines on this machine, in the same run.
+#
+# Starts a `gristd playground` (1 proxy + 3 targets) and an nginx (its own config, 127.0.0.1
+# only, sendfile on) on free ports, writes the SAME object files for nginx that it PUTs into
+# Gristmill, and drives both with the same load generator (grist-bench; http mode for nginx).
+# Rows: warm GET 1 MiB and 16 KiB (through the proxy's 307 and direct by HRW) vs nginx; PUT
+# 1 MiB (durable) vs fio sequential write with fsync of the same size; wrk cross-checks when
+# wrk is installed. Prints one table of ratios (Gristmill / baseline) with the command line of
+# every row, and the peak RSS (VmHWM) of each gristd node. Stops everything it started by pid.
+#
+# Usage: benches/compare.sh [--smoke] [--rounds N] [--duration SECONDS] [--dir DIR] [--keep]
+#                           [--out FILE] [--bin-dir DIR]
+#   --smoke      tiny run (few objects, ~2 s per row, debug binaries from build/debug when
+#                present): checks that the pipeline works and prints the table.
+#   --rounds N   repeat every GET row N times, alternating systems; the table shows medians
+#                (default 3; 1 with --smoke).
+#   --duration S length of each timed row in seconds (default 15; 2 with --smoke).
+#   --dir DIR    work directory (data of both servers; default: a new temp dir, removed at exit).
+#   --keep       keep the work directory (logs, raw JSON results).
+#   --out FILE   also write the report (markdown) to FILE.
+#   --bin-dir D  use gristd and grist-bench from D instead of building them.
+# Needs: cargo (unless --bin-dir), python3, curl; installs nginx (and fio, wrk unless --smoke)
+# with apt-get when missing (as root, or through sudo).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+smoke=0 rounds="" duration="" workdir="" keep=0 out="" bindir=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --smoke) smoke=1 ;;
+    --rounds) rounds=$2; shift ;;
+    --duration) duration=$2; shift ;;
+    --dir) workdir=$2; shift ;;
+    --keep) keep=1 ;;
+    --out) out=$2; shift ;;
+    --bin-dir) bindir=$2; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
+  esac
+  shift
+done
+
+# Workload parameters. Same for Gristmill and the baselines in every row.
+if [ "$smoke" = 1 ]; then
+  rounds=${rounds:-1} dur_s=${duration:-2}
+  big_objects=16 small_objects=64 put_job_mib=16
+else
+  rounds=${rounds:-3} dur_s=${duration:-15}
+  big_objects=1000 small_objects=10000 put_job_mib=1024
+fi
+big_workers=16 small_workers=32 put_workers=8
+case "$dur_s" in '' | *[!0-9]*) echo "compare.sh: --duration takes whole seconds" >&2; exit 1 ;; esac
+duration=${dur_s}s
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'compare.sh: %s\n' "$*" >&2; exit 1; }
+
+# --- tools ---------------------------------------------------------------------------------
+apt_updated=0
+apt_install() { # packages...
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || return 1
+    sudo="sudo -n"
+  fi
+  command -v apt-get >/dev/null || return 1
+  export DEBIAN_FRONTEND=noninteractive
+  if ! $sudo apt-get install -y -q "$@" >/dev/null 2>&1; then
+    [ "$apt_updated" = 1 ] && return 1
+    $sudo apt-get update -q >/dev/null 2>&1 || return 1
+    apt_updated=1
+    $sudo apt-get install -y -q "$@" >/dev/null 2>&1 || return 1
+  fi
+}
+find_tool() { # name -> path or empty
+  command -v "$1" 2>/dev/null || { [ -x "/usr/sbin/$1" ] && echo "/usr/sbin/$1"; } || true
+}
+need() { # name [package]
+  local p
+  p=$(find_tool "$1")
+  if [ -z "$p" ]; then
+    log "installing ${2:-$1}"
+    apt_install "${2:-$1}" || true
+    p=$(find_tool "$1")
+  fi
+  echo "$p"
+}
+for t in python3 curl; do
+  command -v $t >/dev/null || die "$t is required"
+done
+NGINX=$(need nginx)
+[ -n "$NGINX" ] || die "nginx is not installed and apt-get could not install it"
+if [ "$smoke" = 1 ]; then
+  FIO=$(find_tool fio) WRK=""
+else
+  FIO=$(need fio) WRK=$(need wrk)
+fi
+
+# --- binaries ------------------------------------------------------------------------------
+if [ -n "$bindir" ]; then
+  bindir=$(cd "$bindir" && pwd)
+elif [ "$smoke" = 1 ]; then
+  bindir=$root/build/debug
+  if [ ! -x "$bindir/gristd" ] || [ ! -x "$bindir/grist-bench" ]; then
+    log "building debug binaries"
+    cargo build -q --bin gristd --bin grist-bench
+  fi
+else
+  log "building release binaries (cargo build --release --bin gristd --bin grist-bench)"
+  cargo build --release --bin gristd --bin grist-bench
+  bindir=$root/build/release
+fi
+GRISTD=$bindir/gristd
+BENCH=$bindir/grist-bench
+[ -x "$GRISTD" ] && [ -x "$BENCH" ] || die "no gristd/grist-bench in $bindir"
+
+# --- work dir, ports, cleanup --------------------------------------------------------------
+if [ -z "$workdir" ]; then
+  workdir=$(mktemp -d "${TMPDIR:-/tmp}/grist-compare.XXXXXX")
+else
+  mkdir -p "$workdir"
+  workdir=$(cd "$workdir" && pwd)
+  [ -z "$(ls -A "$workdir")" ] || die "--dir $workdir is not empty"
+fi
+chmod 755 "$workdir"
+mkdir -p "$workdir/res" "$workdir/nginx/tmp" "$workdir/www" "$workdir/fio"
+
+pg_pid="" nginx_pid=""
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ -n "$nginx_pid" ] && kill -0 "$nginx_pid" 2>/dev/null; then
+    kill -TERM "$nginx_pid" 2>/dev/null || true
+  fi
+  if [ -n "$pg_pid" ] && kill -0 "$pg_pid" 2>/dev/null; then
+    kill -TERM "$pg_pid" 2>/dev/null || true # the playground stops its nodes
+  fi
+  for p in $nginx_pid $pg_pid; do
+    for _ in $(seq 150); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null || true
+    wait "$p" 2>/dev/null || true
+  done
+  if [ "$keep" = 1 ] || [ "$rc" != 0 ]; then
+    echo "work directory kept: $workdir" >&2
+  else
+    rm -rf "$workdir"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# First of 5 consecutive free ports on 127.0.0.1 (proxy, 3 targets, nginx).
+port=$(python3 - <<'EOF'
+import random, socket, sys
+for _ in range(500):
+    base = random.randint(20000, 59990)
+    socks = []
+    try:
+        for p in range(base, base + 5):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", p))
+    except OSError:
+        continue
+    finally:
+        for s in socks:
+            s.close()
+    print(base)
+    sys.exit(0)
+sys.exit(1)
+EOF
+) || die "no free ports"
+endpoint=http://127.0.0.1:$port
+nginx_port=$((port + 4))
+nginx_url=http://127.0.0.1:$nginx_port
+
+# --- start Gristmill -----------------------------------------------------------------------
+log "starting gristd playground on $endpoint (data in $workdir/grist)"
+"$GRISTD" playground --data-dir "$workdir/grist" --port "$port" >"$workdir/playground.out" 2>&1 &
+pg_pid=$!
+for _ in $(seq 600); do
+  grep -q '^endpoint:' "$workdir/playground.out" 2>/dev/null && break
+  kill -0 "$pg_pid" 2>/dev/null || { cat "$workdir/playground.out" >&2; die "playground exited"; }
+  sleep 0.1
+done
+grep -q '^endpoint:' "$workdir/playground.out" || die "playground did not come up in 60 s"
+
+# --- start nginx ---------------------------------------------------------------------------
+user_line=""
+if [ "$(id -u)" = 0 ]; then
+  user_line="user nobody $(id -gn nobody 2>/dev/null || echo nogroup);"
+fi
+cat >"$workdir/nginx/nginx.conf" <<EOF
+$user_line
+worker_processes 2;
+pid $workdir/nginx/nginx.pid;
+error_log $workdir/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  default_type application/octet-stream;
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  tcp_nodelay on;
+  keepalive_timeout 75s;
+  keepalive_requests 1000000;
+  client_body_temp_path $workdir/nginx/tmp/body;
+  proxy_temp_path $workdir/nginx/tmp/proxy;
+  fastcgi_temp_path $workdir/nginx/tmp/fastcgi;
+  uwsgi_temp_path $workdir/nginx/tmp/uwsgi;
+  scgi_temp_path $workdir/nginx/tmp/scgi;
+  server {
+    listen 127.0.0.1:$nginx_port;
+    root $workdir/www;
+    location / { }
+  }
+}
+EOF
+log "starting nginx on $nginx_url (root $workdir/www)"
+"$NGINX" -p "$workdir/nginx" -e "$workdir/nginx/error.log" -c "$workdir/nginx/nginx.conf" \
+  -g 'daemon off;' &
+nginx_pid=$!
+for _ in $(seq 100); do
+  curl -s -o /dev/null "$nginx_url/" && break
+  kill -0 "$nginx_pid" 2>/dev/null || { cat "$workdir/nginx/error.log" >&2; die "nginx exited"; }
+  sleep 0.1
+done
+
+# --- helpers -------------------------------------------------------------------------------
+declare -A CMD # row key -> command line
+bench() { # key args... : one grist-bench run, JSON lines in res/<key>.json
+  local key=$1
+  shift
+  CMD[$key]="grist-bench $*"
+  "$BENCH" "$@" --json --interval 0 >"$workdir/res/$key.json" 2>"$workdir/res/$key.err" || {
+    cat "$workdir/res/$key.err" >&2
+    die "grist-bench failed: $*"
+  }
+}
+metric() { # field op key-glob : median of field over the final lines of res/<glob>.json
+  python3 - "$workdir/res" "$1" "$2" "$3" <<'EOF'
+import glob, json, statistics, sys
+res, field, op, key = sys.argv[1:]
+vals = []
+for path in sorted(glob.glob(f"{res}/{key}.json")):
+    for line in open(path):
+        d = json.loads(line)
+        if d.get("phase") == "final" and d.get("op") == op:
+            for part in field.split("."):
+                d = d[part]
+            vals.append(d)
+print(statistics.median(vals) if vals else 0)
+EOF
+}
+
+big=(--objects "$big_objects" --size 1MiB --prefix get-1m/)
+small=(--objects "$small_objects" --size 16KiB --prefix get-16k/)
+
+# --- populate ------------------------------------------------------------------------------
+log "populating: $big_objects x 1 MiB and $small_objects x 16 KiB, in Gristmill and for nginx"
+bench populate-1m --mode direct --endpoint "$endpoint" --bucket bench --create-bucket \
+  "${big[@]}" --workers "$put_workers" --pct-put 100 --epochs 1 --order seq
+bench populate-16k --mode direct --endpoint "$endpoint" --bucket bench \
+  "${small[@]}" --workers "$put_workers" --pct-put 100 --epochs 1 --order seq
+"$BENCH" --write-files "$workdir/www" "${big[@]}" 2>/dev/null
+"$BENCH" --write-files "$workdir/www" "${small[@]}" 2>/dev/null
+sync
+
+# Warm-up: one verified pass over every set through every path (also proves the bytes match).
+log "warm-up: one verified pass per system"
+for s in big small; do
+  declare -n objs=$s
+  bench "warm-$s-nginx" --mode http --endpoint "$nginx_url" "${objs[@]}" --workers 8 --epochs 1 --verify
+  bench "warm-$s-direct" --mode direct --endpoint "$endpoint" --bucket bench "${objs[@]}" --workers 8 --epochs 1 --verify
+  bench "warm-$s-proxy" --mode proxy --endpoint "$endpoint" --bucket bench "${objs[@]}" --workers 8 --epochs 1 --verify
+  unset -n objs
+done
+
+# --- GET rows ------------------------------------------------------------------------------
+for r in $(seq "$rounds"); do
+  log "GET round $r/$rounds ($duration per row)"
+  bench "get1m-nginx.r$r" --mode http --endpoint "$nginx_url" "${big[@]}" --workers $big_workers --duration "$duration"
+  bench "get1m-proxy.r$r" --mode proxy --endpoint "$endpoint" --bucket bench "${big[@]}" --workers $big_workers --duration "$duration"
+  bench "get1m-direct.r$r" --mode direct --endpoint "$endpoint" --bucket bench "${big[@]}" --workers $big_workers --duration "$duration"
+  bench "get16k-nginx.r$r" --mode http --endpoint "$nginx_url" "${small[@]}" --workers $small_workers --duration "$duration"
+  bench "get16k-proxy.r$r" --mode proxy --endpoint "$endpoint" --bucket bench "${small[@]}" --workers $small_workers --duration "$duration"
+  bench "get16k-direct.r$r" --mode direct --endpoint "$endpoint" --bucket bench "${small[@]}" --workers $small_workers --duration "$duration"
+done
+
+# --- PUT rows ------------------------------------------------------------------------------
+put=(--objects "$big_objects" --size 1MiB --prefix put-1m/ --pct-put 100 --workers $put_workers --duration "$duration")
+log "PUT 1 MiB ($duration per row)"
+bench put1m-direct --mode direct --endpoint "$endpoint" --bucket bench "${put[@]}"
+bench put1m-proxy --mode proxy --endpoint "$endpoint" --bucket bench "${put[@]}"
+fio_mibs="" fio_cmd=""
+if [ -n "$FIO" ]; then
+  fio_cmd="fio --name=seqwrite-fsync --directory=$workdir/fio --rw=write --bs=1M --size=${put_job_mib}M --numjobs=$put_workers --fsync=1 --ioengine=psync --runtime=$dur_s --group_reporting --output-format=json"
+  log "fio sequential write, 1 MiB blocks, fsync after each"
+  $fio_cmd >"$workdir/res/fio.json" 2>"$workdir/res/fio.err" || { cat "$workdir/res/fio.err" >&2; die "fio failed"; }
+  fio_mibs=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(round(d["jobs"][0]["write"]["bw_bytes"]/1048576, 1))' "$workdir/res/fio.json")
+  rm -rf "$workdir/fio"
+fi
+
+# --- wrk cross-check (one hot object, no redirect: the target URL the proxy points to) ----
+wrk_rows=()
+if [ -n "$WRK" ]; then
+  log "wrk cross-check ($duration per row)"
+  wrk_run() { # key url -> "req/s MiB/s"
+    "$WRK" -t2 -c"$2" -d"$duration" --latency "$3" >"$workdir/res/$1.wrk" 2>&1 || die "wrk failed on $3"
+    python3 - "$workdir/res/$1.wrk" <<'EOF'
+import re, sys
+t = open(sys.argv[1]).read()
+rps = float(re.search(r"Requests/sec:\s*([\d.]+)", t).group(1))
+m = re.search(r"Transfer/sec:\s*([\d.]+)([KMG]?B)", t)
+mib = float(m.group(1)) * {"B": 1/1048576, "KB": 1/1024, "MB": 1, "GB": 1024}[m.group(2)]
+errs = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
+if errs:
+    sys.exit("wrk saw non-2xx responses")
+print(rps, round(mib, 1))
+EOF
+  }
+  for s in 1m 16k; do
+    name=get-$s/00000000
+    [ $s = 1m ] && c=$big_workers || c=$small_workers
+    target_url=$(curl -s -o /dev/null -w '%{redirect_url}' "$endpoint/v1/objects/bench/$name")
+    read -r g_rps g_mib < <(wrk_run "wrk$s-direct" "$c" "$target_url")
+    read -r n_rps n_mib < <(wrk_run "wrk$s-nginx" "$c" "$nginx_url/$name")
+    CMD[wrk$s-direct]="wrk -t2 -c$c -d$duration --latency $target_url"
+    CMD[wrk$s-nginx]="wrk -t2 -c$c -d$duration --latency $nginx_url/$name"
+    wrk_rows+=("$s $g_rps $g_mib $n_rps $n_mib")
+  done
+fi
+
+# --- peak RSS of every node (VmHWM), before stopping anything -----------------------------
+rss_lines=()
+for status in /proc/[0-9]*/status; do
+  pid=${status#/proc/}
+  pid=${pid%/status}
+  ppid=$(awk '/^PPid:/ {print $2}' "$status" 2>/dev/null || true)
+  [ "$ppid" = "$pg_pid" ] || continue
+  args=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
+  role=$(echo "$args" | awk '{print $2}')
+  listen=$(echo "$args" | sed -n 's/.*--listen \([^ ]*\).*/\1/p')
+  hwm=$(awk '/^VmHWM:/ {print $2}' "$status" 2>/dev/null || true)
+  rss_lines+=("$role $listen $pid ${hwm:-0}")
+done
+pg_hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$pg_pid/status" 2>/dev/null || echo 0)
+ngx_hwm=0
+for status in /proc/[0-9]*/status; do
+  pid=${status#/proc/}
+  pid=${pid%/status}
+  ppid=$(awk '/^PPid:/ {print $2}' "$status" 2>/dev/null || true)
+  if [ "$pid" = "$nginx_pid" ] || [ "$ppid" = "$nginx_pid" ]; then
+    h=$(awk '/^VmHWM:/ {print $2}' "$status" 2>/dev/null || echo 0)
+    [ "${h:-0}" -gt "$ngx_hwm" ] && ngx_hwm=$h
+  fi
+done
+
+# --- report --------------------------------------------------------------------------------
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+met() { awk -v r="$1" -v g="$2" 'BEGIN { if (r == "n/a") print "n/a"; else if (r + 0 >= g + 0) print "yes"; else print "no" }'; }
+fmt() { awk -v v="$1" 'BEGIN { printf "%.0f", v }'; }
+
+report() {
+  echo "## Gristmill vs baselines ($( [ "$smoke" = 1 ] && echo smoke || echo full ) run)"
+  echo
+  echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(awk '/^MemTotal:/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) RAM, kernel $(uname -r);" \
+    "data on $(df -T "$workdir" | awk 'NR==2 {print $2}'); load generator, servers and baselines share the machine."
+  echo "Binaries: $bindir. GET rows: median of $rounds round(s) of $duration each, warm page cache."
+  echo
+  echo "| # | workload | metric | Gristmill | baseline | ratio | goal | met |"
+  echo "|---|---|---|---|---|---|---|---|"
+  local n=0 g b r
+  row() { # label metric-name field op gkey bkey baseline-name goal
+    n=$((n + 1))
+    g=$(metric "$3" "$4" "$5")
+    b=$(metric "$3" "$4" "$6")
+    r=$(ratio "$g" "$b")
+    echo "| $n | $1 | $2 | $(fmt "$g") | $7 $(fmt "$b") | $r | ${8:+≥ $8} | $( [ -n "$8" ] && met "$r" "$8" || echo "report") |"
+    ROWCMDS+=("$n. Gristmill: \`${CMD[${5%.r*}.r1]:-${CMD[$5]}}\`; baseline: \`${CMD[${6%.r*}.r1]:-${CMD[$6]}}\`")
+  }
+  ROWCMDS=()
+  row "GET 1 MiB, native via proxy 307" "MiB/s" mib_per_s GET 'get1m-proxy.r*' 'get1m-nginx.r*' nginx 0.9
+  row "GET 1 MiB, native direct (HRW)" "MiB/s" mib_per_s GET 'get1m-direct.r*' 'get1m-nginx.r*' nginx 0.9
+  row "GET 16 KiB, native via proxy 307" "ops/s" ops_per_s GET 'get16k-proxy.r*' 'get16k-nginx.r*' nginx 0.8
+  row "GET 16 KiB, native direct (HRW)" "ops/s" ops_per_s GET 'get16k-direct.r*' 'get16k-nginx.r*' nginx 0.8
+  local put_direct put_proxy
+  put_direct=$(metric mib_per_s PUT put1m-direct)
+  put_proxy=$(metric mib_per_s PUT put1m-proxy)
+  if [ -n "$fio_mibs" ]; then
+    n=$((n + 1))
+    echo "| $n | PUT 1 MiB durable, direct | MiB/s | $(fmt "$put_direct") | fio $(fmt "$fio_mibs") | $(ratio "$put_direct" "$fio_mibs") | | report |"
+    ROWCMDS+=("$n. Gristmill: \`${CMD[put1m-direct]}\`; baseline: \`$fio_cmd\`")
+    n=$((n + 1))
+    echo "| $n | PUT 1 MiB durable, via proxy 307 | MiB/s | $(fmt "$put_proxy") | fio $(fmt "$fio_mibs") | $(ratio "$put_proxy" "$fio_mibs") | | report |"
+    ROWCMDS+=("$n. Gristmill: \`${CMD[put1m-proxy]}\`; baseline: same fio run")
+  else
+    n=$((n + 1))
+    echo "| $n | PUT 1 MiB durable, direct | MiB/s | $(fmt "$put_direct") | (fio not available) | n/a | | report |"
+    ROWCMDS+=("$n. Gristmill: \`${CMD[put1m-direct]}\`; fio row omitted: fio is not installed (apt-get install -y fio)")
+    n=$((n + 1))
+    echo "| $n | PUT 1 MiB durable, via proxy 307 | MiB/s | $(fmt "$put_proxy") | (fio not available) | n/a | | report |"
+    ROWCMDS+=("$n. Gristmill: \`${CMD[put1m-proxy]}\`")
+  fi
+  local w s g_rps g_mib n_rps n_mib
+  for w in "${wrk_rows[@]}"; do
+    read -r s g_rps g_mib n_rps n_mib <<<"$w"
+    n=$((n + 1))
+    if [ "$s" = 1m ]; then
+      echo "| $n | wrk GET 1 MiB, one object, direct | MiB/s | $(fmt "$g_mib") | nginx $(fmt "$n_mib") | $(ratio "$g_mib" "$n_mib") | (≥ 0.9) | cross-check |"
+    else
+      echo "| $n | wrk GET 16 KiB, one object, direct | req/s | $(fmt "$g_rps") | nginx $(fmt "$n_rps") | $(ratio "$g_rps" "$n_rps") | (≥ 0.8) | cross-check |"
+    fi
+    ROWCMDS+=("$n. Gristmill: \`${CMD[wrk$s-direct]}\`; baseline: \`${CMD[wrk$s-nginx]}\`")
+  done
+  echo
+  echo "Commands (grist-bench = $BENCH; every grist-bench row also had \`--json --interval 0\`):"
+  echo
+  printf '%s\n' "${ROWCMDS[@]}"
+  echo
+  echo "Latency of the GET rows (median round, ms): p50 / p99"
+  echo
+  echo "| row | Gristmill p50 | p99 | nginx p50 | p99 |"
+  echo "|---|---|---|---|---|"
+  local k sys
+  for k in get1m-proxy get1m-direct get16k-proxy get16k-direct; do
+    sys=${k%-*}-nginx
+    echo "| $k | $(awk -v v="$(metric lat_us.p50 GET "$k.r*" 2>/dev/null || echo 0)" 'BEGIN{printf "%.2f", v/1000}') | $(awk -v v="$(metric lat_us.p99 GET "$k.r*" 2>/dev/null || echo 0)" 'BEGIN{printf "%.2f", v/1000}') | $(awk -v v="$(metric lat_us.p50 GET "$sys.r*" 2>/dev/null || echo 0)" 'BEGIN{printf "%.2f", v/1000}') | $(awk -v v="$(metric lat_us.p99 GET "$sys.r*" 2>/dev/null || echo 0)" 'BEGIN{printf "%.2f", v/1000}') |"
+  done
+  echo
+  echo "Peak RSS (VmHWM) during the run:"
+  echo
+  echo "| process | listen | pid | peak RSS |"
+  echo "|---|---|---|---|"
+  local line role listen pid hwm
+  for line in "${rss_lines[@]}"; do
+    read -r role listen pid hwm <<<"$line"
+    echo "| gristd $role | $listen | $pid | $((hwm / 1024)) MiB |"
+  done
+  echo "| gristd playground (supervisor) | | $pg_pid | $((pg_hwm / 1024)) MiB |"
+  echo "| nginx (largest process) | 127.0.0.1:$nginx_port | $nginx_pid | $((ngx_hwm / 1024)) MiB |"
+}
+report_file=$workdir/report.md
+report >"$report_file"
+cat "$report_file"
+if [ -n "$out" ]; then
+  cp "$report_file" "$out"
+fi
