@@ -126,6 +126,15 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start(targets: usize, mountpaths_per_target: usize) -> anyhow::Result<Self> {
+        Self::start_with(targets, mountpaths_per_target, &[]).await
+    }
+
+    /// Like [`Cluster::start`], with extra arguments for the proxy (e.g. `--s3-users`).
+    pub async fn start_with(
+        targets: usize,
+        mountpaths_per_target: usize,
+        proxy_args: &[&str],
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("gristmill-test-")
             .tempdir()?;
@@ -133,13 +142,16 @@ impl Cluster {
         let endpoint = format!("http://127.0.0.1:{port}");
         let proxy = NodeProcess::spawn(
             "proxy",
-            vec![
+            [
                 "proxy".into(),
                 "--listen".into(),
                 format!("127.0.0.1:{port}"),
                 "--state-dir".into(),
                 dir.path().join("proxy").display().to_string(),
-            ],
+            ]
+            .into_iter()
+            .chain(proxy_args.iter().map(|a| a.to_string()))
+            .collect(),
             dir.path(),
         )?;
         let mut nodes = Vec::new();

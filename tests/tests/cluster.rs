@@ -10,6 +10,9 @@ use gristmill_tests::{Cluster, content};
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+#[path = "cluster/s3.rs"]
+mod s3;
+
 async fn put(c: &Cluster, bucket: &str, name: &str, body: Vec<u8>) -> reqwest::Response {
     c.http
         .put(c.url(&format!("/v1/objects/{bucket}/{name}")))
@@ -365,7 +368,7 @@ async fn playground_restart_keeps_buckets_and_objects() {
 }
 
 /// Sends raw bytes to `addr` and returns the status line's code and the body.
-async fn raw_request(addr: &str, request: &[u8], half_close: bool) -> (u16, String) {
+pub(crate) async fn raw_request(addr: &str, request: &[u8], half_close: bool) -> (u16, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(request).await.unwrap();
     if half_close {
