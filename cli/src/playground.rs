@@ -234,6 +234,22 @@ fn print_banner(o: &PlaygroundOptions, endpoint: &str) {
         "  python3 -c 'import gristmill; print(gristmill.Client(\"{endpoint}\").bucket(\"demo\").object(\"readme.md\").get()[:80])'"
     );
     println!();
+    println!(
+        "S3 (path-style, same endpoint): unsigned, or access key {:?} / secret {:?}:",
+        gristmill_proxy::DEFAULT_ACCESS_KEY,
+        gristmill_proxy::DEFAULT_SECRET_KEY
+    );
+    println!(
+        "  AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={} aws --endpoint-url {endpoint} s3 ls s3://demo",
+        gristmill_proxy::DEFAULT_ACCESS_KEY,
+        gristmill_proxy::DEFAULT_SECRET_KEY
+    );
+    println!(
+        "  python3 -c 'import boto3; s3 = boto3.client(\"s3\", endpoint_url=\"{endpoint}\", aws_access_key_id=\"{}\", aws_secret_access_key=\"{}\", region_name=\"us-east-1\"); print(s3.list_buckets()[\"Buckets\"])'",
+        gristmill_proxy::DEFAULT_ACCESS_KEY,
+        gristmill_proxy::DEFAULT_SECRET_KEY
+    );
+    println!();
     println!("Ctrl-C stops the cluster; the same command brings it back with its data.");
 }
 

@@ -12,7 +12,7 @@ mod membership;
 mod meta;
 mod s3;
 
-pub use s3::S3User;
+pub use s3::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY, S3User};
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -26,6 +26,11 @@ ByteRange = Union[Tuple[Optional[int], Optional[int]], str]
 or a raw ``"bytes=..."`` header value."""
 
 
+# Accepted by a cluster with S3 auth off (the playground's default).
+DEFAULT_S3_ACCESS_KEY = "gristmill"
+DEFAULT_S3_SECRET_KEY = "gristmill-secret"
+
+
 class Client:
     """Connection to a Gristmill cluster through its proxy.
 
@@ -113,6 +118,20 @@ class Client:
             return self._http.request("GET", f"{self.endpoint}/v1/health", retries=False).status == 200
         except urllib3.exceptions.HTTPError:
             return False
+
+    def s3_settings(self) -> Dict[str, Any]:
+        """How S3 clients reach this cluster: endpoint, region, path-style, and whether
+        anonymous access is on (then the playground's example key works too)."""
+        r = self._http.request("GET", f"{self.endpoint}/", retries=False)
+        anonymous = r.status == 200
+        return {
+            "endpoint": self.endpoint,
+            "region": "us-east-1",
+            "path_style": True,
+            "anonymous": anonymous,
+            "access_key": DEFAULT_S3_ACCESS_KEY if anonymous else None,
+            "secret_key": DEFAULT_S3_SECRET_KEY if anonymous else None,
+        }
 
     def owner(self, uname: str) -> Dict[str, Any]:
         """The target node (Snode dict) that owns an object, by HRW over the cached map."""

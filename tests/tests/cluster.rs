@@ -854,6 +854,11 @@ async fn grist_cli_end_to_end() {
             serde_json::from_str(&grist(&c, &["show", "cluster", "--json"])).unwrap();
         assert_eq!(smap.tmap.len(), 3);
         assert!(grist(&c, &["show", "cluster"]).contains("proxy (primary)"));
+        let s3: serde_json::Value =
+            serde_json::from_str(&grist(&c, &["show", "s3", "--json"])).unwrap();
+        assert_eq!(s3["anonymous"], true);
+        assert_eq!(s3["access_key"], "gristmill");
+        assert_eq!(s3["endpoint"], c.endpoint.as_str());
         grist(&c, &["bucket", "rm", "ais://cli"]);
         c
     })

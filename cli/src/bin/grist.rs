@@ -95,6 +95,8 @@ enum ObjectCmd {
 enum ShowCmd {
     /// Proxies and targets in the cluster map.
     Cluster,
+    /// How to reach the S3 API, with example settings for common clients.
+    S3,
 }
 
 fn bucket(uri: &str) -> anyhow::Result<Bck> {
@@ -231,6 +233,43 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 let (bck, name) = object(&uri)?;
                 client.delete_object(&bck, &name).await?;
                 println!("deleted {uri}");
+            }
+        }
+        Command::Show(ShowCmd::S3) => {
+            let endpoint = client.endpoint();
+            // An unsigned ListBuckets tells whether anonymous S3 access is on.
+            let anonymous = reqwest::get(format!("{endpoint}/"))
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            let (key, secret) = if anonymous {
+                (
+                    gristmill_proxy::DEFAULT_ACCESS_KEY,
+                    gristmill_proxy::DEFAULT_SECRET_KEY,
+                )
+            } else {
+                ("<your access key>", "<your secret key>")
+            };
+            if cli.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"endpoint": endpoint, "path_style": true, "region": "us-east-1",
+                        "anonymous": anonymous, "access_key": key, "secret_key": secret})
+                );
+            } else {
+                println!("S3 endpoint: {endpoint} (path-style, region us-east-1)");
+                if anonymous {
+                    println!("auth: off — unsigned requests work, and so does this example key:");
+                } else {
+                    println!("auth: on — use the keys configured for your user:");
+                }
+                println!(
+                    "  export AWS_ACCESS_KEY_ID={key} AWS_SECRET_ACCESS_KEY={secret} AWS_DEFAULT_REGION=us-east-1"
+                );
+                println!("  aws --endpoint-url {endpoint} s3 ls");
+                println!("  s5cmd --endpoint-url {endpoint} ls");
+                println!(
+                    "  boto3.client(\"s3\", endpoint_url=\"{endpoint}\", aws_access_key_id=\"{key}\", aws_secret_access_key=\"{secret}\")"
+                );
             }
         }
         Command::Show(ShowCmd::Cluster) => {
