@@ -51,6 +51,8 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
         .route("/v1/health", get(gristmill_core::server::health))
         .route("/metrics", get(gristmill_core::server::metrics_endpoint));
     gristmill_core::server::with_fallbacks(router)
+        // Outside `/v1/`: S3 requests, relayed to the primary proxy's S3 front.
+        .fallback(s3_relay)
         .layer(axum::middleware::from_fn(
             gristmill_core::server::track_requests,
         ))
@@ -557,4 +559,60 @@ async fn list_uploads(
     let bck = bucket_from(&bucket, &params)?;
     t.require_bucket(&bck).await?;
     Ok(axum::Json(t.store.mpu_list_uploads(&bck).await?).into_response())
+}
+
+/// Headers that describe one hop, not the message; never relayed.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+];
+
+/// S3 requests sent to a target are relayed, streaming both ways, to the primary proxy, which
+/// verifies the signature (the `Host` header is kept, so SigV4 still matches) and routes the
+/// object to its owner. Unknown `/v1/` paths get the usual JSON 404.
+async fn s3_relay(State(t): State<Arc<Target>>, req: Request) -> ApiResult {
+    let path = req.uri().path();
+    if path.starts_with("/v1/") || path == "/v1" {
+        return Err(ApiError::not_found(format!(
+            "no such endpoint: {} {path}",
+            req.method()
+        )));
+    }
+    let primary = t.smap().proxy_si.url().to_owned();
+    if primary.is_empty() {
+        return Err(ApiError::unavailable("not joined to a cluster yet"));
+    }
+    let url = format!(
+        "{primary}{}",
+        req.uri()
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+    );
+    let mut out = t.relay.request(req.method().clone(), url);
+    for (name, value) in req.headers() {
+        if !HOP_BY_HOP.contains(&name.as_str()) {
+            out = out.header(name, value);
+        }
+    }
+    let resp = out
+        .body(reqwest::Body::wrap_stream(
+            req.into_body().into_data_stream(),
+        ))
+        .send()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("relaying S3 request to the proxy: {e}")))?;
+    let mut relayed = Response::builder().status(resp.status().as_u16());
+    for (name, value) in resp.headers() {
+        if !HOP_BY_HOP.contains(&name.as_str()) {
+            relayed = relayed.header(name.as_str(), value.as_bytes());
+        }
+    }
+    relayed
+        .body(Body::from_stream(resp.bytes_stream()))
+        .map_err(|e| ApiError::internal(e.to_string()))
 }

@@ -53,6 +53,9 @@ pub(crate) struct Target {
     state_dir: PathBuf,
     join_url: String,
     http: reqwest::Client,
+    /// Streams S3 requests to the proxy: no overall timeout (objects can be large), no
+    /// redirect following.
+    relay: reqwest::Client,
     /// Serializes applying metadata pushes (compare, persist, swap).
     apply_lock: tokio::sync::Mutex<()>,
 }
@@ -138,6 +141,10 @@ pub async fn run(
         http: reqwest::Client::builder()
             .tcp_nodelay(true)
             .timeout(Duration::from_secs(30))
+            .build()?,
+        relay: reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .redirect(reqwest::redirect::Policy::none())
             .build()?,
         apply_lock: tokio::sync::Mutex::new(()),
     });

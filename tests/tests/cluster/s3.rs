@@ -245,6 +245,43 @@ async fn aws_sdk_s3_end_to_end_with_auth() {
         .await
         .unwrap_err();
     assert!(err.into_service_error().is_not_found());
+    // Targets accept S3 requests too (relayed to the proxy; the signature still verifies).
+    let target_url = c
+        .smap()
+        .await
+        .unwrap()
+        .tmap
+        .values()
+        .next()
+        .unwrap()
+        .url()
+        .to_owned();
+    let via_target = Client::from_conf(s3.config().to_builder().endpoint_url(&target_url).build());
+    via_target
+        .put_object()
+        .bucket("rust-sdk")
+        .key("via-target")
+        .body(ByteStream::from(content(7, 300_000)))
+        .send()
+        .await
+        .unwrap();
+    let got = via_target
+        .get_object()
+        .bucket("rust-sdk")
+        .key("via-target")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        &content(7, 300_000)[..]
+    );
+    s3.delete_object()
+        .bucket("rust-sdk")
+        .key("via-target")
+        .send()
+        .await
+        .unwrap();
     // Wrong secret, unknown key.
     let err = client(&c, "admin", "wrong")
         .list_buckets()
