@@ -165,6 +165,16 @@ pub struct ListEntry {
     pub copies: u32,
     #[serde(default)]
     pub flags: u32,
+    /// Last modification, Unix nanoseconds (0 = unknown).
+    #[serde(default, rename = "mtime", skip_serializing_if = "is_zero")]
+    pub mtime_ns: i64,
+    /// S3 ETag (MD5 for objects PUT over S3), when known.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub etag: String,
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
 }
 
 /// One page of a listing.
@@ -191,6 +201,11 @@ struct PackedEntry {
     s: u64,
     c: u32,
     f: u32,
+    /// Gristmill extensions (ignored by AIStore clients): mtime and S3 ETag.
+    #[serde(default)]
+    mt: i64,
+    #[serde(default)]
+    e: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -221,6 +236,8 @@ impl ListObjectsPage {
                     s: e.size,
                     c: e.copies,
                     f: e.flags,
+                    mt: e.mtime_ns,
+                    e: e.etag.clone(),
                 })
                 .collect(),
         };
@@ -245,6 +262,8 @@ impl ListObjectsPage {
                     size: e.s,
                     copies: e.c,
                     flags: e.f,
+                    mtime_ns: e.mt,
+                    etag: e.e,
                 })
                 .collect(),
         })

@@ -422,6 +422,8 @@ fn entry(t: &Target, m: &ObjectMeta, lso: &ListObjectsMsg) -> ListEntry {
         },
         copies: if want("copies") { 1 } else { 0 },
         flags: ENTRY_IS_CACHED,
+        mtime_ns: m.mtime_ns,
+        etag: m.custom.get(ETAG_KEY).cloned().unwrap_or_default(),
     }
 }
 

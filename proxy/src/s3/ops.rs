@@ -524,6 +524,45 @@ fn url_encode_if(encode: bool, s: &str) -> String {
     }
 }
 
+/// The S3 ETag of a listed object: its MD5 when it was PUT over S3, else its xxhash.
+fn entry_etag(e: &gristmill_core::api::ListEntry) -> ETag {
+    quoted(if e.etag.is_empty() {
+        &e.checksum
+    } else {
+        &e.etag
+    })
+}
+
+fn s3_objects(
+    objects: Vec<gristmill_core::api::ListEntry>,
+    url_encode: bool,
+    with_owner: bool,
+) -> Vec<Object> {
+    objects
+        .into_iter()
+        .map(|e| Object {
+            key: Some(url_encode_if(url_encode, &e.name)),
+            size: Some(e.size as i64),
+            e_tag: Some(entry_etag(&e)),
+            last_modified: Some(timestamp(e.mtime_ns)),
+            storage_class: Some(ObjectStorageClass::from_static(
+                ObjectStorageClass::STANDARD,
+            )),
+            owner: with_owner.then(owner),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn s3_prefixes(prefixes: Vec<String>, url_encode: bool) -> Vec<CommonPrefix> {
+    prefixes
+        .into_iter()
+        .map(|p| CommonPrefix {
+            prefix: Some(url_encode_if(url_encode, &p)),
+        })
+        .collect()
+}
+
 fn owner() -> Owner {
     Owner {
         display_name: Some("gristmill".into()),
@@ -980,30 +1019,8 @@ impl S3 for GristS3 {
             is_truncated: Some(truncated),
             next_marker: (truncated && delimiter.is_some()).then(|| url_encode_if(enc, &last)),
             encoding_type: input.encoding_type.clone(),
-            contents: Some(
-                objects
-                    .into_iter()
-                    .map(|e| Object {
-                        key: Some(url_encode_if(enc, &e.name)),
-                        size: Some(e.size as i64),
-                        e_tag: Some(quoted(&e.checksum)),
-                        last_modified: Some(timestamp(0)),
-                        storage_class: Some(ObjectStorageClass::from_static(
-                            ObjectStorageClass::STANDARD,
-                        )),
-                        owner: Some(owner()),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-            common_prefixes: Some(
-                prefixes
-                    .into_iter()
-                    .map(|p| CommonPrefix {
-                        prefix: Some(url_encode_if(enc, &p)),
-                    })
-                    .collect(),
-            ),
+            contents: Some(s3_objects(objects, enc, true)),
+            common_prefixes: Some(s3_prefixes(prefixes, enc)),
             ..Default::default()
         }))
     }
@@ -1042,30 +1059,8 @@ impl S3 for GristS3 {
                 .then(|| encode_token(&resume_after(&last, delimiter.as_deref()))),
             start_after: input.start_after.as_deref().map(|s| url_encode_if(enc, s)),
             encoding_type: input.encoding_type.clone(),
-            contents: Some(
-                objects
-                    .into_iter()
-                    .map(|e| Object {
-                        key: Some(url_encode_if(enc, &e.name)),
-                        size: Some(e.size as i64),
-                        e_tag: Some(quoted(&e.checksum)),
-                        last_modified: Some(timestamp(0)),
-                        storage_class: Some(ObjectStorageClass::from_static(
-                            ObjectStorageClass::STANDARD,
-                        )),
-                        owner: fetch_owner.then(owner),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-            common_prefixes: Some(
-                prefixes
-                    .into_iter()
-                    .map(|p| CommonPrefix {
-                        prefix: Some(url_encode_if(enc, &p)),
-                    })
-                    .collect(),
-            ),
+            contents: Some(s3_objects(objects, enc, fetch_owner)),
+            common_prefixes: Some(s3_prefixes(prefixes, enc)),
             ..Default::default()
         }))
     }
@@ -1099,12 +1094,12 @@ impl S3 for GristS3 {
                 objects
                     .into_iter()
                     .map(|e| ObjectVersion {
+                        e_tag: Some(entry_etag(&e)),
+                        last_modified: Some(timestamp(e.mtime_ns)),
                         key: Some(e.name),
                         size: Some(e.size as i64),
-                        e_tag: Some(quoted(&e.checksum)),
                         version_id: Some("null".into()),
                         is_latest: Some(true),
-                        last_modified: Some(timestamp(0)),
                         owner: Some(owner()),
                         ..Default::default()
                     })
