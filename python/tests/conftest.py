@@ -1,7 +1,10 @@
-"""Test fixtures: a real Gristmill cluster (`gristd playground`, 1 proxy + 3 targets)."""
+"""Test fixtures: real Gristmill clusters (`gristd playground`, 1 proxy + 3 targets): `cluster`
+with S3 auth off, and `auth_cluster` with S3 users configured (started only when a test needs it)."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -64,13 +67,14 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=5)
 
 
-def _start(data_dir: str):
+def _start(data_dir: str, env: dict | None = None):
     base = _pick_base_port()
     endpoint = f"http://127.0.0.1:{base}"
     with open(os.path.join(data_dir, "playground.out"), "wb") as log:
         proc = subprocess.Popen(
             [str(GRISTD), "playground", "--data-dir", data_dir, "--port", str(base), "--targets", str(TARGETS)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            env=env,
         )
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while time.monotonic() < deadline:
@@ -84,18 +88,22 @@ def _start(data_dir: str):
     raise RuntimeError(f"cluster at {endpoint} not ready after {STARTUP_TIMEOUT}s; logs in {data_dir}")
 
 
-@pytest.fixture(scope="session")
-def cluster():
-    """Starts `gristd playground` on a free port range; yields the proxy endpoint."""
+@contextlib.contextmanager
+def _playground(extra_env: dict | None = None):
+    """Runs `gristd playground` on a free port range (in a temp data dir); yields the proxy
+    endpoint and stops every node afterwards. `extra_env` is added to the daemons' environment
+    (the playground's child nodes inherit it)."""
     if not GRISTD.exists():
         pytest.fail(f"gristd binary not found at {GRISTD}: run `cargo build --bins` (or set GRISTD_BIN)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRISTD_S3_")}
+    env.update(extra_env or {})
     data_dir = tempfile.mkdtemp(prefix="gristmill-pytest-")
     proc = None
     try:
         for attempt in range(3):  # a port taken between the check and the bind: try another range
             run_dir = os.path.join(data_dir, f"run{attempt}")
             os.makedirs(run_dir)
-            proc, endpoint = _start(run_dir)
+            proc, endpoint = _start(run_dir, env)
             if proc is not None:
                 break
         if proc is None:
@@ -109,6 +117,67 @@ def cluster():
             print(f"cluster data kept in {data_dir}")
         else:
             shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """Starts `gristd playground` (S3 auth off) on a free port range; yields the proxy endpoint."""
+    with _playground() as endpoint:
+        yield endpoint
+
+
+# --- S3 ---------------------------------------------------------------------------------------
+
+# Accepted when no S3 users are configured (auth off); see proxy/src/s3/mod.rs.
+S3_DEFAULT_CREDS = ("gristmill", "gristmill-secret")
+S3_USERS = {
+    "admin": {"access_key": "admin", "secret_key": "admin-secret", "read": ["*"], "write": ["*"]},
+    "reader": {"access_key": "reader", "secret_key": "reader-secret", "read": ["*"], "write": []},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class S3Creds:
+    access_key: str
+    secret_key: str
+
+
+@pytest.fixture(scope="session")
+def auth_cluster():
+    """A second playground with S3 auth on (GRISTD_S3_USERS: an admin and a read-only user);
+    yields the proxy endpoint (native API and S3 share the port)."""
+    with _playground({"GRISTD_S3_USERS": json.dumps(list(S3_USERS.values()))}) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(cluster) -> str:
+    """S3 endpoint (path-style, at the proxy port's root) of the auth-off cluster."""
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def auth_s3_endpoint(auth_cluster) -> str:
+    """S3 endpoint of the auth-on cluster."""
+    return auth_cluster
+
+
+@pytest.fixture(scope="session")
+def admin_creds() -> S3Creds:
+    u = S3_USERS["admin"]
+    return S3Creds(u["access_key"], u["secret_key"])
+
+
+@pytest.fixture(scope="session")
+def reader_creds() -> S3Creds:
+    u = S3_USERS["reader"]
+    return S3Creds(u["access_key"], u["secret_key"])
+
+
+@pytest.fixture(scope="session")
+def default_creds() -> S3Creds:
+    """The built-in key that the auth-off cluster accepts besides unsigned requests."""
+    return S3Creds(*S3_DEFAULT_CREDS)
 
 
 @pytest.fixture(scope="session")

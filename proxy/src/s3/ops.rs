@@ -157,9 +157,18 @@ fn custom_md(
     metadata: Option<&Metadata>,
 ) -> BTreeMap<String, String> {
     let mut md = BTreeMap::new();
+    // `aws-chunked` describes how the upload was framed, not the object: S3 drops it.
+    let content_encoding: Option<String> = content_encoding.and_then(|v| {
+        let kept: Vec<&str> = v
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty() && !t.eq_ignore_ascii_case("aws-chunked"))
+            .collect();
+        (!kept.is_empty()).then(|| kept.join(","))
+    });
     for (k, v) in [
         (CONTENT_TYPE, content_type),
-        (CONTENT_ENCODING, content_encoding),
+        (CONTENT_ENCODING, content_encoding.as_deref()),
         (CACHE_CONTROL, cache_control),
         (CONTENT_DISPOSITION, content_disposition),
         (CONTENT_LANGUAGE, content_language),
@@ -201,18 +210,19 @@ fn requested_checksums(headers: &http::HeaderMap) -> Vec<String> {
 }
 
 /// Wraps a client body: hashes it with the requested checksums (and MD5 when Content-MD5 was
-/// sent) and, at the end, compares with the declared values (headers, or trailers that arrive
-/// after the body). On a mismatch the stream ends in an error instead of EOF, so the target
-/// never commits the object; the mismatch is recorded in `failure`.
+/// sent) and compares with the declared values (headers, or trailers that arrive after the
+/// body). The comparison happens before the last declared byte is passed on — a receiver that
+/// knows the length stops reading there — and a mismatch ends the stream in an error instead,
+/// so the target never commits the object. The S3 error for the client lands in `failure`.
 fn checked_body(
     body: StreamingBlob,
     headers: &http::HeaderMap,
     algos: &[String],
+    expected_len: Option<i64>,
     trailers: Option<s3s::TrailingHeaders>,
     failure: Arc<Mutex<Option<S3Error>>>,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
-    let hasher = gristmill_target_free::hasher(algos);
-    let declared: Vec<(String, String)> = algos
+    let declared = algos
         .iter()
         .filter_map(|a| {
             let name = format!("x-amz-checksum-{}", a.to_ascii_lowercase());
@@ -226,94 +236,162 @@ fn checked_body(
         .get("content-md5")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let md5 = content_md5
-        .as_ref()
-        .map(|_| <md5::Md5 as md5::Digest>::new());
-    let state = (
+    let check = BodyCheck {
         body,
-        hasher,
-        md5,
-        Some((declared, content_md5, trailers, failure)),
-    );
-    futures::stream::unfold(
-        state,
-        |(mut body, mut hasher, mut md5, mut fin)| async move {
-            match body.next().await {
-                Some(Ok(chunk)) => {
-                    if let Some(h) = hasher.as_mut() {
-                        h.update(&chunk);
-                    }
-                    if let Some(m) = md5.as_mut() {
-                        md5::Digest::update(m, &chunk);
-                    }
-                    Some((Ok(chunk), (body, hasher, md5, fin)))
+        hasher: gristmill_target_free::hasher(algos),
+        md5: content_md5
+            .as_ref()
+            .map(|_| <md5::Md5 as md5::Digest>::new()),
+        declared,
+        content_md5,
+        trailers,
+        failure,
+        expected_len: expected_len.and_then(|n| u64::try_from(n).ok()),
+        seen: 0,
+        done: false,
+    };
+    futures::stream::unfold(check, |mut c| async move {
+        c.next_chunk().await.map(|r| (r, c))
+    })
+}
+
+struct BodyCheck {
+    body: StreamingBlob,
+    hasher: Option<s3s::checksum::ChecksumHasher>,
+    md5: Option<md5::Md5>,
+    /// `(x-amz-checksum-<algo>, base64 value)` from the request headers.
+    declared: Vec<(String, String)>,
+    content_md5: Option<String>,
+    trailers: Option<s3s::TrailingHeaders>,
+    failure: Arc<Mutex<Option<S3Error>>>,
+    expected_len: Option<u64>,
+    seen: u64,
+    done: bool,
+}
+
+impl BodyCheck {
+    async fn next_chunk(&mut self) -> Option<Result<Bytes, std::io::Error>> {
+        if self.done {
+            return None;
+        }
+        match self.body.next().await {
+            Some(Ok(chunk)) => {
+                if let Some(h) = self.hasher.as_mut() {
+                    h.update(&chunk);
                 }
-                Some(Err(e)) => {
-                    let err = std::io::Error::other(e.to_string());
-                    Some((Err(err), (body, None, None, None)))
+                if let Some(m) = self.md5.as_mut() {
+                    md5::Digest::update(m, &chunk);
                 }
-                None => {
-                    let (declared, content_md5, trailers, failure) = fin.take()?;
-                    let computed = hasher.map(|h| h.finalize());
-                    let mut expected = declared;
-                    if let Some(t) = trailers {
-                        t.read(|map| {
-                            for (k, v) in map {
-                                if k.as_str().starts_with("x-amz-checksum-")
-                                    && let Ok(v) = v.to_str()
-                                {
-                                    expected.push((k.as_str().to_owned(), v.to_owned()));
-                                }
+                self.seen += chunk.len() as u64;
+                if self.expected_len == Some(self.seen) {
+                    // Drive the client body to its end (trailers arrive after the data) and
+                    // verify before handing over the final bytes.
+                    loop {
+                        match self.body.next().await {
+                            None => break,
+                            Some(Ok(extra)) if extra.is_empty() => continue,
+                            Some(Ok(_)) => {
+                                return self.fail(S3Error::with_message(
+                                    S3ErrorCode::IncompleteBody,
+                                    "the body is longer than its declared length",
+                                ));
                             }
-                        });
-                    }
-                    let got = |name: &str| -> Option<String> {
-                        let c = computed.as_ref()?;
-                        match name {
-                            "x-amz-checksum-crc32" => c.checksum_crc32.clone(),
-                            "x-amz-checksum-crc32c" => c.checksum_crc32c.clone(),
-                            "x-amz-checksum-sha1" => c.checksum_sha1.clone(),
-                            "x-amz-checksum-sha256" => c.checksum_sha256.clone(),
-                            "x-amz-checksum-crc64nvme" => c.checksum_crc64nvme.clone(),
-                            _ => None,
-                        }
-                    };
-                    let mut mismatch = None;
-                    for (name, want) in &expected {
-                        if let Some(have) = got(name)
-                            && &have != want
-                        {
-                            mismatch = Some(S3Error::with_message(
-                                S3ErrorCode::BadDigest,
-                                format!("{name}: computed {have}, declared {want}"),
-                            ));
+                            Some(Err(e)) => return self.fail(client_body_error(e)),
                         }
                     }
-                    if let (Some(m), Some(want)) = (md5, content_md5) {
-                        use base64::Engine as _;
-                        let have = base64::engine::general_purpose::STANDARD
-                            .encode(md5::Digest::finalize(m));
-                        if have != want {
-                            mismatch = Some(S3Error::with_message(
-                                S3ErrorCode::BadDigest,
-                                format!("Content-MD5 {want} does not match the body ({have})"),
-                            ));
-                        }
+                    self.done = true;
+                    if let Err(e) = self.verify() {
+                        return self.fail(e);
                     }
-                    match mismatch {
-                        Some(e) => {
-                            *failure.lock().expect("failure lock") = Some(e);
-                            Some((
-                                Err(std::io::Error::other("checksum mismatch")),
-                                (body, None, None, None),
-                            ))
-                        }
-                        None => None,
-                    }
+                }
+                Some(Ok(chunk))
+            }
+            Some(Err(e)) => self.fail(client_body_error(e)),
+            None => {
+                self.done = true;
+                match self.verify() {
+                    Ok(()) => None,
+                    Err(e) => self.fail(e),
                 }
             }
-        },
-    )
+        }
+    }
+
+    fn fail(&mut self, e: S3Error) -> Option<Result<Bytes, std::io::Error>> {
+        self.done = true;
+        let msg = e.message().unwrap_or("upload refused").to_owned();
+        *self.failure.lock().expect("failure lock") = Some(e);
+        Some(Err(std::io::Error::other(msg)))
+    }
+
+    /// Compares what was computed with what the client declared.
+    fn verify(&mut self) -> Result<(), S3Error> {
+        let computed = self.hasher.take().map(|h| h.finalize());
+        let mut expected = std::mem::take(&mut self.declared);
+        if let Some(t) = &self.trailers {
+            t.read(|map| {
+                for (k, v) in map {
+                    if k.as_str().starts_with("x-amz-checksum-")
+                        && let Ok(v) = v.to_str()
+                    {
+                        expected.push((k.as_str().to_owned(), v.to_owned()));
+                    }
+                }
+            });
+        }
+        if let Some(c) = &computed {
+            for (name, want) in &expected {
+                let have = match name.as_str() {
+                    "x-amz-checksum-crc32" => &c.checksum_crc32,
+                    "x-amz-checksum-crc32c" => &c.checksum_crc32c,
+                    "x-amz-checksum-sha1" => &c.checksum_sha1,
+                    "x-amz-checksum-sha256" => &c.checksum_sha256,
+                    "x-amz-checksum-crc64nvme" => &c.checksum_crc64nvme,
+                    _ => &None,
+                };
+                if let Some(have) = have
+                    && have != want
+                {
+                    return Err(S3Error::with_message(
+                        S3ErrorCode::BadDigest,
+                        format!("{name}: computed {have}, declared {want}"),
+                    ));
+                }
+            }
+        }
+        if let (Some(m), Some(want)) = (self.md5.take(), self.content_md5.as_ref()) {
+            use base64::Engine as _;
+            let have = base64::engine::general_purpose::STANDARD.encode(md5::Digest::finalize(m));
+            if &have != want {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::BadDigest,
+                    format!("Content-MD5 {want} does not match the body ({have})"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The S3 error for a failure while reading the client's body. `s3s` reports a bad chunk
+/// signature through its (private) aws-chunked stream error, recognizable only by its text.
+fn client_body_error(e: s3s::StdError) -> S3Error {
+    if e.to_string().contains("SignatureMismatch") {
+        return S3Error::with_message(
+            S3ErrorCode::SignatureDoesNotMatch,
+            "a chunk signature of the streamed body does not match",
+        );
+    }
+    match e.downcast_ref::<S3Error>() {
+        Some(s3) => S3Error::with_message(
+            s3.code().clone(),
+            s3.message().unwrap_or("invalid request body").to_owned(),
+        ),
+        None => S3Error::with_message(
+            S3ErrorCode::IncompleteBody,
+            format!("reading the request body: {e}"),
+        ),
+    }
 }
 
 /// S3 checksum hashing without depending on the target crate.
@@ -368,7 +446,7 @@ impl GristS3 {
         req.send().await.map_err(|e| {
             S3Error::with_message(
                 S3ErrorCode::ServiceUnavailable,
-                format!("target unreachable: {e}"),
+                format!("target unreachable: {}", e.without_url()),
             )
         })
     }
@@ -407,7 +485,14 @@ impl GristS3 {
     ) -> S3Result<Attrs> {
         let algos = requested_checksums(headers);
         let failure = Arc::new(Mutex::new(None));
-        let stream = checked_body(body, headers, &algos, trailers, failure.clone());
+        let stream = checked_body(
+            body,
+            headers,
+            &algos,
+            content_length,
+            trailers,
+            failure.clone(),
+        );
         let mut req = self
             .proxy
             .http
@@ -426,7 +511,10 @@ impl GristS3 {
             return Err(e);
         }
         let resp = sent.map_err(|e| {
-            S3Error::with_message(S3ErrorCode::IncompleteBody, format!("upload failed: {e}"))
+            S3Error::with_message(
+                S3ErrorCode::IncompleteBody,
+                format!("upload failed: {}", e.without_url()),
+            )
         })?;
         if !resp.status().is_success() {
             return Err(node_error(resp, true).await);
@@ -1178,6 +1266,7 @@ impl S3 for GristS3 {
             body,
             &req.headers,
             &algos,
+            input.content_length,
             req.trailing_headers,
             failure.clone(),
         );
@@ -1193,8 +1282,9 @@ impl S3 for GristS3 {
         if let Some(e) = failure.lock().expect("failure lock").take() {
             return Err(e);
         }
-        let resp =
-            sent.map_err(|e| S3Error::with_message(S3ErrorCode::IncompleteBody, e.to_string()))?;
+        let resp = sent.map_err(|e| {
+            S3Error::with_message(S3ErrorCode::IncompleteBody, e.without_url().to_string())
+        })?;
         if !resp.status().is_success() {
             return Err(node_error(resp, true).await);
         }
