@@ -107,9 +107,7 @@ async fn object(
 ) -> ApiResult {
     let bck = bucket_from(&bucket, &params)?;
     validate_object_name(&name)?;
-    if !p.bmd().contains(&bck) {
-        return Err(bck.not_found());
-    }
+    crate::remote::ensure(&p, &bck).await?;
     let smap = p.smap();
     let owner = smap
         .owner(&bck.object_uname(&name))
@@ -175,6 +173,7 @@ async fn head_bucket(
     Query(params): Params,
 ) -> ApiResult {
     let bck = bucket_from(&bucket, &params)?;
+    crate::remote::ensure(&p, &bck).await?;
     let bmd = p.bmd();
     let rec = bmd.get(&bck).ok_or_else(|| bck.not_found())?;
     let mut resp = StatusCode::OK.into_response();
@@ -242,6 +241,10 @@ async fn bucket_action(
             tracing::info!(bucket = %bck, "bucket created");
             Ok(StatusCode::OK.into_response())
         }
+        ("POST", action::ADD_REMOTE_BUCKET) => {
+            crate::remote::add(&p, &bck).await?;
+            Ok(StatusCode::OK.into_response())
+        }
         ("DELETE", action::DESTROY_BUCKET) => {
             p.change(|_, bmd| {
                 if bmd.buckets.remove(&bck.uname()).is_none() {
@@ -287,10 +290,14 @@ async fn list_objects(
         serde_json::from_value(msg.value)
             .map_err(|e| ApiError::bad_request(format!("invalid list-objects message: {e}")))?
     };
-    if !p.bmd().contains(&bck) {
-        return Err(bck.not_found());
-    }
-    let page = list::list_objects(&p, &bck, lso).await?;
+    crate::remote::ensure(&p, &bck).await?;
+    // AIStore's `LsCached` flag (bit 0): only what the cluster holds, i.e. the local listing.
+    let cached_only = lso.flags & 1 != 0;
+    let page = if bck.provider == gristmill_core::Provider::Aws && !cached_only {
+        crate::remote::list(&p, &bck, lso).await?
+    } else {
+        list::list_objects(&p, &bck, lso).await?
+    };
     Ok(encode_page(&page, &headers))
 }
 

@@ -10,6 +10,7 @@ mod http;
 mod list;
 mod membership;
 mod meta;
+mod remote;
 mod s3;
 
 pub use s3::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY, S3User};

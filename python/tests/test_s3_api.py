@@ -877,10 +877,6 @@ def test_signed_chunk_mismatch_error_code(auth_s3_endpoint, admin_creds, bkt):
     assert (status, xml_code(out)) == (403, "SignatureDoesNotMatch"), out
 
 
-@pytest.mark.xfail(strict=True, reason="server bug: an anonymous (unsigned) aws-chunked upload "
-                   "(x-amz-content-sha256: STREAMING-UNSIGNED-PAYLOAD-TRAILER, no Authorization; boto3 with "
-                   "UNSIGNED over https sends this) is not decoded: the chunk framing and the trailer are "
-                   "stored as the object's bytes (s3s decodes aws-chunked only inside SigV4 header auth)")
 def test_anonymous_unsigned_payload_trailer_upload(s3_endpoint):
     anon = make_s3(s3_endpoint, None)
     name = new_bucket_name()

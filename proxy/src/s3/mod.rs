@@ -5,6 +5,7 @@
 //! API, streamed in both directions (S3 clients do not follow redirects).
 
 mod auth;
+mod chunked;
 mod ops;
 
 use std::sync::Arc;

@@ -219,7 +219,7 @@ fn checked_body(
     headers: &http::HeaderMap,
     algos: &[String],
     expected_len: Option<i64>,
-    trailers: Option<s3s::TrailingHeaders>,
+    trailers: TrailerSource,
     failure: Arc<Mutex<Option<S3Error>>>,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
     let declared = algos
@@ -255,6 +255,44 @@ fn checked_body(
     })
 }
 
+/// Where the trailers of a streamed body come from.
+enum TrailerSource {
+    None,
+    /// Signed aws-chunked bodies: decoded by `s3s`.
+    S3s(s3s::TrailingHeaders),
+    /// Unsigned aws-chunked bodies: decoded by [`super::chunked`].
+    Decoded(super::chunked::Trailers),
+}
+
+/// A client body ready to stream on: decoded (if it arrived as unsigned aws-chunked), its
+/// payload length, and where its trailers come from.
+fn client_body(
+    req_signed: bool,
+    headers: &http::HeaderMap,
+    body: Option<StreamingBlob>,
+    content_length: Option<i64>,
+    trailers: Option<s3s::TrailingHeaders>,
+) -> (StreamingBlob, Option<i64>, TrailerSource) {
+    let body = body.unwrap_or_else(|| {
+        StreamingBlob::wrap(futures::stream::empty::<Result<Bytes, std::io::Error>>())
+    });
+    let unsigned_chunked = !req_signed
+        && headers
+            .get("x-amz-content-sha256")
+            .is_some_and(|v| v.as_bytes() == super::chunked::UNSIGNED_TRAILER.as_bytes());
+    if unsigned_chunked {
+        let decoded_len = headers
+            .get("x-amz-decoded-content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        let t = super::chunked::Trailers::default();
+        let stream = StreamingBlob::wrap(super::chunked::decode(body, t.clone()));
+        return (stream, decoded_len, TrailerSource::Decoded(t));
+    }
+    let source = trailers.map_or(TrailerSource::None, TrailerSource::S3s);
+    (body, content_length, source)
+}
+
 struct BodyCheck {
     body: StreamingBlob,
     hasher: Option<s3s::checksum::ChecksumHasher>,
@@ -262,7 +300,7 @@ struct BodyCheck {
     /// `(x-amz-checksum-<algo>, base64 value)` from the request headers.
     declared: Vec<(String, String)>,
     content_md5: Option<String>,
-    trailers: Option<s3s::TrailingHeaders>,
+    trailers: TrailerSource,
     failure: Arc<Mutex<Option<S3Error>>>,
     expected_len: Option<u64>,
     seen: u64,
@@ -328,17 +366,20 @@ impl BodyCheck {
     fn verify(&mut self) -> Result<(), S3Error> {
         let computed = self.hasher.take().map(|h| h.finalize());
         let mut expected = std::mem::take(&mut self.declared);
-        if let Some(t) = &self.trailers {
-            t.read(|map| {
-                for (k, v) in map {
-                    if k.as_str().starts_with("x-amz-checksum-")
-                        && let Ok(v) = v.to_str()
-                    {
-                        expected.push((k.as_str().to_owned(), v.to_owned()));
+        match &self.trailers {
+            TrailerSource::None => {}
+            TrailerSource::S3s(t) => {
+                t.read(|map| {
+                    for (k, v) in map {
+                        if let Ok(v) = v.to_str() {
+                            expected.push((k.as_str().to_owned(), v.to_owned()));
+                        }
                     }
-                }
-            });
+                });
+            }
+            TrailerSource::Decoded(t) => expected.extend(t.lock().expect("trailers lock").clone()),
         }
+        expected.retain(|(k, _)| k.starts_with("x-amz-checksum-"));
         if let Some(c) = &computed {
             for (name, want) in &expected {
                 let have = match name.as_str() {
@@ -481,7 +522,7 @@ impl GristS3 {
         headers: &http::HeaderMap,
         content_length: Option<i64>,
         custom: &BTreeMap<String, String>,
-        trailers: Option<s3s::TrailingHeaders>,
+        trailers: TrailerSource,
     ) -> S3Result<Attrs> {
         let algos = requested_checksums(headers);
         let failure = Arc::new(Mutex::new(None));
@@ -772,18 +813,15 @@ impl S3 for GristS3 {
             input.content_language.as_deref(),
             input.metadata.as_ref(),
         );
-        let body = input.body.unwrap_or_else(|| {
-            StreamingBlob::wrap(futures::stream::empty::<Result<Bytes, std::io::Error>>())
-        });
+        let (body, content_length, trailers) = client_body(
+            req.credentials.is_some(),
+            &req.headers,
+            input.body,
+            input.content_length,
+            req.trailing_headers,
+        );
         let attrs = self
-            .put_stream(
-                url,
-                body,
-                &req.headers,
-                input.content_length,
-                &custom,
-                req.trailing_headers,
-            )
+            .put_stream(url, body, &req.headers, content_length, &custom, trailers)
             .await?;
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(quoted(&attrs.etag)),
@@ -1067,7 +1105,7 @@ impl S3 for GristS3 {
                 &http::HeaderMap::new(),
                 Some(attrs.size as i64),
                 &custom,
-                None,
+                TrailerSource::None,
             )
             .await?;
         Ok(S3Response::new(CopyObjectOutput {
@@ -1259,15 +1297,19 @@ impl S3 for GristS3 {
         );
         let algos = requested_checksums(&req.headers);
         let failure = Arc::new(Mutex::new(None));
-        let body = input.body.unwrap_or_else(|| {
-            StreamingBlob::wrap(futures::stream::empty::<Result<Bytes, std::io::Error>>())
-        });
+        let (body, content_length, trailers) = client_body(
+            req.credentials.is_some(),
+            &req.headers,
+            input.body,
+            input.content_length,
+            req.trailing_headers,
+        );
         let stream = checked_body(
             body,
             &req.headers,
             &algos,
-            input.content_length,
-            req.trailing_headers,
+            content_length,
+            trailers,
             failure.clone(),
         );
         let mut r = self
@@ -1275,7 +1317,7 @@ impl S3 for GristS3 {
             .http
             .put(url)
             .body(reqwest::Body::wrap_stream(stream));
-        if let Some(n) = input.content_length {
+        if let Some(n) = content_length {
             r = r.header(reqwest::header::CONTENT_LENGTH, n);
         }
         let sent = r.send().await;

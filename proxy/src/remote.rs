@@ -1,0 +1,152 @@
+//! Remote buckets on the proxy: added to the bucket metadata on first access (after a target
+//! confirms the bucket exists on its backend), and listed through one target.
+
+use gristmill_core::api::{
+    ActionMsg, BucketProps, ListObjectsMsg, ListObjectsPage, action, header as h,
+};
+use gristmill_core::{ApiError, Bck, BucketRecord, ErrorKind};
+
+use crate::meta::{Changed, Proxy};
+
+/// Turns a node's error response into an [`ApiError`] with its kind and message.
+pub(crate) async fn node_error(resp: reqwest::Response) -> ApiError {
+    let status = resp.status();
+    let body = resp.bytes().await.unwrap_or_default();
+    let message = serde_json::from_slice::<gristmill_core::ErrorBody>(&body)
+        .map(|b| b.message)
+        .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
+    let kind = ErrorKind::from_status(
+        http::StatusCode::from_u16(status.as_u16())
+            .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
+    );
+    ApiError::new(kind, message)
+}
+
+/// Makes sure a remote bucket is in the bucket metadata, adding it (via the primary) if its
+/// backend has it. Native buckets are never added implicitly.
+pub(crate) async fn ensure(p: &Proxy, bck: &Bck) -> Result<(), ApiError> {
+    if p.bmd().contains(bck) {
+        return Ok(());
+    }
+    if !bck.provider.is_remote() {
+        return Err(bck.not_found());
+    }
+    if p.is_primary() {
+        return add(p, bck).await;
+    }
+    let resp = p
+        .http
+        .post(format!("{}/v1/buckets/{}", p.primary_url(), bck.name))
+        .query(&[
+            ("provider", bck.provider.as_str()),
+            ("namespace", bck.namespace.uname().as_str()),
+        ])
+        .json(&ActionMsg::new(action::ADD_REMOTE_BUCKET))
+        .send()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("asking the primary to add {bck}: {e}")))?;
+    if !resp.status().is_success() {
+        return Err(node_error(resp).await);
+    }
+    Ok(())
+}
+
+/// Primary: verifies the bucket on its backend through a target, then adds it.
+pub(crate) async fn add(p: &Proxy, bck: &Bck) -> Result<(), ApiError> {
+    if !bck.provider.is_remote() {
+        return Err(ApiError::bad_request(format!(
+            "{bck} is not a remote bucket"
+        )));
+    }
+    if p.bmd().contains(bck) {
+        return Ok(());
+    }
+    let smap = p.smap();
+    let target = smap
+        .owner(&bck.uname())
+        .ok_or_else(|| ApiError::unavailable("no targets in the cluster yet"))?
+        .clone();
+    let resp = p
+        .http
+        .get(format!("{}/v1/remote/{}", target.url(), bck.name))
+        .query(&[
+            ("provider", bck.provider.as_str()),
+            ("namespace", bck.namespace.uname().as_str()),
+        ])
+        .send()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("checking {bck} through a target: {e}")))?;
+    if !resp.status().is_success() {
+        return Err(node_error(resp).await);
+    }
+    let props = BucketProps {
+        provider: bck.provider.as_str().into(),
+        created: crate::meta::now_ns(),
+        ..Default::default()
+    };
+    p.change(|_, bmd| {
+        if bmd.contains(bck) {
+            return Ok(Changed::default());
+        }
+        let mut props = props;
+        props.bid = bmd.version + 1;
+        bmd.buckets.insert(
+            bck.uname(),
+            BucketRecord {
+                bck: bck.clone(),
+                props,
+            },
+        );
+        Ok(Changed {
+            smap: false,
+            bmd: true,
+        })
+    })
+    .await?;
+    tracing::info!(bucket = %bck, "remote bucket added on first access");
+    Ok(())
+}
+
+/// A page of a remote bucket's listing: the backend's names, through one target, each flagged
+/// if cached somewhere in the cluster.
+pub(crate) async fn list(
+    p: &Proxy,
+    bck: &Bck,
+    mut lso: ListObjectsMsg,
+) -> Result<ListObjectsPage, ApiError> {
+    if lso.uuid.is_empty() {
+        lso.uuid = uuid::Uuid::new_v4().to_string();
+    }
+    let smap = p.smap();
+    let target = smap
+        .owner(&bck.uname())
+        .ok_or_else(|| ApiError::unavailable("no targets in the cluster yet"))?
+        .clone();
+    let msg = ActionMsg {
+        action: action::LIST.into(),
+        name: String::new(),
+        value: serde_json::to_value(&lso).map_err(|e| ApiError::internal(e.to_string()))?,
+    };
+    let resp = p
+        .http
+        .get(format!("{}/v1/buckets/{}", target.url(), bck.name))
+        .query(&[
+            ("provider", bck.provider.as_str()),
+            ("namespace", bck.namespace.uname().as_str()),
+            ("list", "remote"),
+        ])
+        .header(reqwest::header::ACCEPT, h::MSGPACK)
+        .json(&msg)
+        .send()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("listing {bck}: {e}")))?;
+    if !resp.status().is_success() {
+        return Err(node_error(resp).await);
+    }
+    let body = resp
+        .bytes()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("listing {bck}: {e}")))?;
+    ListObjectsPage::from_msgpack(&body)
+        .map_err(|e| ApiError::internal(format!("listing {bck}: bad page: {e}")))
+}
