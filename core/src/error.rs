@@ -20,6 +20,10 @@ pub enum ErrorKind {
     MethodNotAllowed,
     Busy,
     Unavailable,
+    /// A remote backend (S3, HTTP origin) failed or could not be reached: 502.
+    BadGateway,
+    /// A remote backend did not answer within the configured timeout: 504.
+    GatewayTimeout,
     InsufficientStorage,
     Internal,
     /// Multipart: a listed part was not uploaded, or its ETag differs.
@@ -47,6 +51,8 @@ impl ErrorKind {
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Busy => StatusCode::TOO_MANY_REQUESTS,
             Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            BadGateway => StatusCode::BAD_GATEWAY,
+            GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
             InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
             Internal => StatusCode::INTERNAL_SERVER_ERROR,
             InvalidPart | InvalidPartOrder | EntityTooSmall => StatusCode::BAD_REQUEST,
@@ -58,7 +64,11 @@ impl ErrorKind {
     pub fn is_retryable(self) -> bool {
         matches!(
             self,
-            ErrorKind::Busy | ErrorKind::Unavailable | ErrorKind::Internal
+            ErrorKind::Busy
+                | ErrorKind::Unavailable
+                | ErrorKind::Internal
+                | ErrorKind::BadGateway
+                | ErrorKind::GatewayTimeout
         )
     }
 
@@ -76,7 +86,9 @@ impl ErrorKind {
             413 => PayloadTooLarge,
             416 => RangeNotSatisfiable,
             429 => Busy,
+            502 => BadGateway,
             503 => Unavailable,
+            504 => GatewayTimeout,
             507 => InsufficientStorage,
             _ => Internal,
         }

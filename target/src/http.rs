@@ -23,6 +23,8 @@ use tokio_util::io::ReaderStream;
 
 use crate::Target;
 use crate::meta::ObjectMeta;
+
+mod remote;
 use crate::store::{ETAG_KEY, PutOptions};
 
 type Params = Query<HashMap<String, String>>;
@@ -44,6 +46,8 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
             any(gristmill_core::server::empty_object_name),
         )
         .route("/v1/buckets/{bucket}", get(list_objects))
+        .route("/v1/remote/{bucket}", get(remote_bucket))
+        .route("/v1/cached/{bucket}", axum::routing::post(cached_names))
         .route("/v1/mpu/{bucket}/{*object}", any(multipart))
         .route("/v1/mpu/{bucket}", get(list_uploads))
         .route("/v1/metasync", put(metasync))
@@ -128,10 +132,14 @@ async fn object(
     if let Some(redirect) = t.redirect_if_not_owner(&bck, &name, req.uri()) {
         return Ok(redirect);
     }
+    let remote = bck.provider.is_remote();
     match *req.method() {
         Method::GET => get_object(&t, &bck, &name, &params, req.headers()).await,
+        Method::HEAD if remote => remote::head_object(&t, &bck, &name, req.headers()).await,
         Method::HEAD => head_object(&t, &bck, &name, req.headers()),
+        Method::PUT if remote => remote::put_object(&t, &bck, &name, req).await,
         Method::PUT => put_object(&t, &bck, &name, req).await,
+        Method::DELETE if remote => remote::delete_object(&t, &bck, &name).await,
         Method::DELETE => {
             t.store.delete(&bck, &name).await?;
             Ok(StatusCode::OK.into_response())
@@ -143,7 +151,7 @@ async fn object(
     }
 }
 
-fn object_headers(t: &Target, bck: &Bck, meta: &ObjectMeta, headers: &mut HeaderMap) {
+pub(crate) fn object_headers(t: &Target, bck: &Bck, meta: &ObjectMeta, headers: &mut HeaderMap) {
     let mut set = |name: &'static str, value: &str| {
         if let Ok(v) = HeaderValue::from_str(value) {
             headers.insert(name, v);
@@ -239,7 +247,7 @@ fn check_preconditions(headers: &HeaderMap, meta: &ObjectMeta) -> Result<(), Unm
     Ok(())
 }
 
-fn head_object(t: &Target, bck: &Bck, name: &str, headers: &HeaderMap) -> ApiResult {
+pub(crate) fn head_object(t: &Target, bck: &Bck, name: &str, headers: &HeaderMap) -> ApiResult {
     let meta = t.store.head(bck, name)?;
     if let Err(unmet) = check_preconditions(headers, &meta) {
         return Ok(unmet.into_response());
@@ -258,7 +266,44 @@ async fn get_object(
     params: &HashMap<String, String>,
     headers: &HeaderMap,
 ) -> ApiResult {
+    if bck.provider.is_remote() {
+        return remote::get_object(t, bck, name, params, headers).await;
+    }
     let open = t.store.open_object(bck, name).await?;
+    serve_local(t, bck, open, params, headers).await
+}
+
+/// Parses a `Range` header against an object size: `Ok(None)` = whole object, `Err(response)`
+/// = the 416 to send.
+#[allow(clippy::result_large_err)]
+pub(crate) fn request_range(
+    headers: &HeaderMap,
+    size: u64,
+) -> Result<Option<gristmill_core::range::ByteRange>, ApiResult> {
+    match headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
+        Some(v) => match parse_range(v, size) {
+            Ok(r) => Ok(r),
+            Err(e) if e.kind == gristmill_core::ErrorKind::RangeNotSatisfiable => {
+                let mut resp = e.into_response();
+                if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                    resp.headers_mut().insert(header::CONTENT_RANGE, v);
+                }
+                Err(Ok(resp))
+            }
+            Err(e) => Err(Err(e)),
+        },
+        None => Ok(None),
+    }
+}
+
+/// Streams an opened local object (GET of a native or a cached remote object).
+pub(crate) async fn serve_local(
+    t: &Target,
+    bck: &Bck,
+    open: crate::store::OpenObject,
+    params: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> ApiResult {
     if let Err(unmet) = check_preconditions(headers, &open.meta) {
         return Ok(unmet.into_response());
     }
@@ -269,19 +314,9 @@ async fn get_object(
         t.store.verify(&open).await?;
     }
     let size = open.meta.size;
-    let range = match headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
-        Some(v) => match parse_range(v, size) {
-            Ok(r) => r,
-            Err(e) if e.kind == gristmill_core::ErrorKind::RangeNotSatisfiable => {
-                let mut resp = e.into_response();
-                if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
-                    resp.headers_mut().insert(header::CONTENT_RANGE, v);
-                }
-                return Ok(resp);
-            }
-            Err(e) => return Err(e),
-        },
-        None => None,
+    let range = match request_range(headers, size) {
+        Ok(r) => r,
+        Err(resp) => return resp,
     };
     let (start, len) = range.map_or((0, size), |r| (r.start, r.len()));
     let mut file = open.file;
@@ -374,6 +409,9 @@ async fn list_objects(
     };
     t.require_bucket(&bck).await?;
     let limit = lso.page_size();
+    if params.get("list").is_some_and(|v| v == "remote") {
+        return remote::list_objects(&t, &bck, &lso, &headers).await;
+    }
     let metas = t.store.list(&bck, &lso.prefix, lso.after(), limit).await?;
     let token = if metas.len() >= limit {
         metas.last().map(|m| m.name.clone()).unwrap_or_default()
@@ -394,7 +432,7 @@ async fn list_objects(
     Ok(encode_page(&page, &headers))
 }
 
-fn entry(t: &Target, m: &ObjectMeta, lso: &ListObjectsMsg) -> ListEntry {
+pub(crate) fn entry(t: &Target, m: &ObjectMeta, lso: &ListObjectsMsg) -> ListEntry {
     let all = lso.wants("all");
     let want = |p: &str| all || lso.wants(p);
     ListEntry {
@@ -425,6 +463,36 @@ fn entry(t: &Target, m: &ObjectMeta, lso: &ListObjectsMsg) -> ListEntry {
         mtime_ns: m.mtime_ns,
         etag: m.custom.get(ETAG_KEY).cloned().unwrap_or_default(),
     }
+}
+
+/// `GET|HEAD /v1/remote/{bucket}?provider=`: 200 if the bucket exists on its backend (the
+/// primary asks this before adding a remote bucket on first access).
+async fn remote_bucket(
+    State(t): State<Arc<Target>>,
+    Path(bucket): Path<String>,
+    Query(params): Params,
+) -> ApiResult {
+    let bck = bucket_from(&bucket, &params)?;
+    let backend = t.backends.for_bucket(&bck)?;
+    match backend.head_bucket(&bck).await {
+        Ok(()) => Ok(StatusCode::OK.into_response()),
+        Err(e) if e.is_not_found() => Err(bck.not_found()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `POST /v1/cached/{bucket}` `{"names": [...]}` → the names this target holds.
+async fn cached_names(
+    State(t): State<Arc<Target>>,
+    Path(bucket): Path<String>,
+    Query(params): Params,
+    body: Bytes,
+) -> ApiResult {
+    let bck = bucket_from(&bucket, &params)?;
+    let req: remote::Names = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("invalid names: {e}")))?;
+    let names = remote::present_locally(&t, &bck, req.names).await?;
+    Ok(axum::Json(remote::Names { names }).into_response())
 }
 
 async fn metasync(State(t): State<Arc<Target>>, body: Bytes) -> ApiResult {

@@ -5,7 +5,13 @@
 //! proxy ([`membership`]), receives every new cluster map and bucket metadata version, and
 //! serves the object data path ([`http`]): GET/PUT/HEAD/DELETE of the objects HRW assigns to it,
 //! and its share of every listing.
+//!
+//! Remote buckets (`s3://`, `ht://`) are caches of a [`backend`]: a cold GET streams one
+//! download per object to every waiting client while it fills the local copy ([`cold`]); PUT
+//! and DELETE write through to the backend first.
 
+pub mod backend;
+mod cold;
 mod error;
 mod http;
 mod index;
@@ -23,6 +29,7 @@ use gristmill_core::{BucketMetadata, MetaSync, persist};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+pub use backend::BackendConfig;
 pub use error::StoreError;
 pub use meta::ObjectMeta;
 pub use store::Store;
@@ -41,6 +48,8 @@ pub struct TargetConfig {
     pub join_url: String,
     /// How often to send a keepalive to the primary.
     pub keepalive_interval: Duration,
+    /// Remote backends (S3 endpoint and credentials, `ht://` policy, timeouts).
+    pub backend: BackendConfig,
 }
 
 /// Shared state of a running target.
@@ -58,6 +67,10 @@ pub(crate) struct Target {
     relay: reqwest::Client,
     /// Serializes applying metadata pushes (compare, persist, swap).
     apply_lock: tokio::sync::Mutex<()>,
+    /// Backends of remote buckets, by provider.
+    backends: backend::Backends,
+    /// Cold-GET downloads in flight.
+    fills: cold::Fills,
 }
 
 impl Target {
@@ -147,6 +160,8 @@ pub async fn run(
             .redirect(reqwest::redirect::Policy::none())
             .build()?,
         apply_lock: tokio::sync::Mutex::new(()),
+        backends: backend::Backends::new(&config.backend)?,
+        fills: cold::Fills::default(),
     });
     tracing::info!(node = %id, %url, mountpaths = config.mountpaths.len(), "target starting");
 

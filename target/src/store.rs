@@ -138,6 +138,34 @@ impl Store {
         &self.mountpaths[i]
     }
 
+    /// Starts writing an object: a temp file on the owning mountpath that fills chunk by chunk
+    /// and becomes the object only on [`PendingWrite::commit`]. Dropping it without a commit
+    /// removes the temp file.
+    pub async fn begin_write(
+        &self,
+        bck: &Bck,
+        name: &str,
+        opts: PutOptions,
+    ) -> Result<PendingWrite, StoreError> {
+        let mp = self.mountpath_for(bck, name).clone();
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        let tmp = mp.tmp_dir().join(format!("{:016x}", generation));
+        let file = tokio::fs::File::create(&tmp).await?;
+        Ok(PendingWrite {
+            mp,
+            bucket: bck.uname(),
+            name: name.to_owned(),
+            generation,
+            out: Some(tokio::io::BufWriter::with_capacity(1 << 20, file)),
+            xxhash: Xxh64::new(0),
+            md5: opts.compute_md5.then(<md5::Md5 as md5::Digest>::new),
+            s3: s3_hasher(&opts.s3_checksums),
+            size: 0,
+            opts,
+            tmp: Some(tmp),
+        })
+    }
+
     /// Stores an object from a stream of chunks. The object becomes visible atomically when the
     /// metadata commit lands; on any error nothing of it remains.
     pub async fn put<S, E>(
@@ -151,92 +179,9 @@ impl Store {
         S: Stream<Item = Result<Bytes, E>> + Send,
         E: std::fmt::Display,
     {
-        let mp = self.mountpath_for(bck, name).clone();
-        let bucket = bck.uname();
-        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
-        let tmp = mp.tmp_dir().join(format!("{:016x}", generation));
-        let hasher = s3_hasher(&opts.s3_checksums);
-        let written = write_temp(&tmp, body, opts.durable, opts.compute_md5, hasher).await;
-        let (size, cksum, md5, s3sums) = match written {
-            Ok(v) => v,
-            Err(e) => {
-                let _ = tokio::fs::remove_file(&tmp).await;
-                return Err(e);
-            }
-        };
-        let mismatch = if opts.expected_size.is_some_and(|want| want != size) {
-            Some(format!(
-                "received {size} bytes, expected {}",
-                opts.expected_size.unwrap_or_default()
-            ))
-        } else if let Some(want) = opts.expected_xxhash.as_deref()
-            && !want.eq_ignore_ascii_case(&cksum)
-        {
-            Some(format!(
-                "checksum mismatch: got xxhash {cksum}, expected {want}"
-            ))
-        } else {
-            None
-        };
-        if let Some(why) = mismatch {
-            let _ = tokio::fs::remove_file(&tmp).await;
-            return Err(ApiError::bad_request(why).into());
-        }
-
-        let rel = data_file_name(&bucket, name, generation);
-        let now = now_ns();
-        let mut custom = opts.custom.clone();
-        if let Some(md5) = md5 {
-            custom.insert(ETAG_KEY.into(), md5);
-        }
-        custom.extend(s3sums);
-        let meta = ObjectMeta {
-            bucket,
-            name: name.to_owned(),
-            size,
-            cksum_type: CKSUM_XXHASH.into(),
-            cksum_value: cksum,
-            version: opts.version.clone(),
-            atime_ns: now,
-            mtime_ns: now,
-            file: rel.clone(),
-            custom,
-        };
-        let dest = mp.path.join(&rel);
-        let encoded = meta.encode();
-        let durable = opts.durable;
-        let placed = tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
-            set_meta_xattr(&tmp, &encoded);
-            let dir = dest
-                .parent()
-                .expect("data files live in a fan-out directory");
-            std::fs::create_dir_all(dir)?;
-            if let Err(e) = std::fs::rename(&tmp, &dest) {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e.into());
-            }
-            if durable {
-                std::fs::File::open(dir)?.sync_all()?;
-            }
-            Ok(())
-        })
-        .await
-        .map_err(|e| StoreError::Index(e.to_string()))?;
-        placed?;
-
-        let applied = match mp.index.apply(IndexOp::Put(meta)).await {
-            Ok(a) => a,
-            Err(e) => {
-                let _ = tokio::fs::remove_file(mp.path.join(&rel)).await;
-                return Err(e);
-            }
-        };
-        if let Some(old) = applied.replaced {
-            remove_data_file(&mp, &old.file).await;
-        }
-        applied
-            .stored
-            .ok_or_else(|| StoreError::Index("put committed without a record".into()))
+        let mut pending = self.begin_write(bck, name, opts).await?;
+        pending.write_stream(body).await?;
+        pending.commit().await
     }
 
     /// Metadata of one object.
@@ -363,61 +308,217 @@ impl Store {
     }
 }
 
-/// Streams the body into `path`, hashing as it goes; fsyncs when asked. Returns the size, the
-/// xxhash and, when asked, the MD5 (hex).
-async fn write_temp<S, E>(
-    path: &Path,
-    body: S,
-    durable: bool,
-    compute_md5: bool,
-    mut s3: Option<s3s::checksum::ChecksumHasher>,
-) -> Result<(u64, String, Option<String>, Vec<(String, String)>), StoreError>
-where
-    S: Stream<Item = Result<Bytes, E>> + Send,
-    E: std::fmt::Display,
-{
-    let file = tokio::fs::File::create(path).await?;
-    let mut out = tokio::io::BufWriter::with_capacity(1 << 20, file);
-    let mut hasher = Xxh64::new(0);
-    let mut md5 = compute_md5.then(<md5::Md5 as md5::Digest>::new);
-    let mut size = 0u64;
-    let mut body = std::pin::pin!(body);
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| {
-            StoreError::Api(ApiError::bad_request(format!("reading request body: {e}")))
-        })?;
-        hasher.update(&chunk);
-        if let Some(m) = md5.as_mut() {
-            md5::Digest::update(m, &chunk);
-        }
-        if let Some(h) = s3.as_mut() {
-            h.update(&chunk);
-        }
-        size += chunk.len() as u64;
-        out.write_all(&chunk).await?;
+/// An object being written: a temp file that grows chunk by chunk (readers may follow it through
+/// [`PendingWrite::path`]), checksummed as it goes. [`commit`](Self::commit) makes it the
+/// object; [`abort`](Self::abort) or dropping it leaves nothing behind.
+pub struct PendingWrite {
+    mp: Arc<Mountpath>,
+    bucket: String,
+    name: String,
+    generation: u64,
+    /// `None` once flushed and closed for the commit.
+    out: Option<tokio::io::BufWriter<tokio::fs::File>>,
+    xxhash: Xxh64,
+    md5: Option<md5::Md5>,
+    s3: Option<s3s::checksum::ChecksumHasher>,
+    size: u64,
+    opts: PutOptions,
+    /// The temp file; `None` once it was renamed into place or removed.
+    tmp: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for PendingWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingWrite")
+            .field("bucket", &self.bucket)
+            .field("name", &self.name)
+            .field("size", &self.size)
+            .finish()
     }
-    out.flush().await?;
-    let file = out.into_inner();
-    if durable {
-        file.sync_data().await?;
+}
+
+impl PendingWrite {
+    /// The in-progress temp file. Bytes appear in it as [`flush`](Self::flush) pushes them.
+    pub fn path(&self) -> &Path {
+        self.tmp.as_deref().unwrap_or_else(|| Path::new(""))
     }
-    let md5 = md5.map(|m| hex::encode(md5::Digest::finalize(m)));
-    let mut sums = Vec::new();
-    if let Some(h) = s3 {
-        let c = h.finalize();
-        for (name, v) in [
-            ("x-amz-checksum-crc32", c.checksum_crc32),
-            ("x-amz-checksum-crc32c", c.checksum_crc32c),
-            ("x-amz-checksum-sha1", c.checksum_sha1),
-            ("x-amz-checksum-sha256", c.checksum_sha256),
-            ("x-amz-checksum-crc64nvme", c.checksum_crc64nvme),
-        ] {
-            if let Some(v) = v {
-                sums.push((name.to_owned(), v));
+
+    /// Bytes written so far.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Options the commit will apply (e.g. to record a remote ETag learned after the write).
+    pub fn opts_mut(&mut self) -> &mut PutOptions {
+        &mut self.opts
+    }
+
+    pub async fn write_chunk(&mut self, chunk: &[u8]) -> Result<(), StoreError> {
+        let out = self
+            .out
+            .as_mut()
+            .ok_or_else(|| StoreError::Index("write after the write was closed".into()))?;
+        self.xxhash.update(chunk);
+        if let Some(m) = self.md5.as_mut() {
+            md5::Digest::update(m, chunk);
+        }
+        if let Some(h) = self.s3.as_mut() {
+            h.update(chunk);
+        }
+        self.size += chunk.len() as u64;
+        out.write_all(chunk).await?;
+        Ok(())
+    }
+
+    /// Pushes buffered bytes to the file, so readers of [`path`](Self::path) see them.
+    pub async fn flush(&mut self) -> Result<(), StoreError> {
+        if let Some(out) = self.out.as_mut() {
+            out.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Writes a whole request body.
+    pub async fn write_stream<S, E>(&mut self, body: S) -> Result<(), StoreError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send,
+        E: std::fmt::Display,
+    {
+        let mut body = std::pin::pin!(body);
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| {
+                StoreError::Api(ApiError::bad_request(format!("reading request body: {e}")))
+            })?;
+            self.write_chunk(&chunk).await?;
+        }
+        self.flush().await
+    }
+
+    /// Checks size and checksum against what the sender declared, fsyncs when durable, moves
+    /// the file into place and commits its metadata. On any error nothing of it remains.
+    pub async fn commit(mut self) -> Result<ObjectMeta, StoreError> {
+        self.flush().await?;
+        if let Some(out) = self.out.take() {
+            let file = out.into_inner();
+            if self.opts.durable {
+                file.sync_data().await?;
             }
         }
+        let size = self.size;
+        let cksum = format!("{:016x}", self.xxhash.digest());
+        let opts = &self.opts;
+        let mismatch = if opts.expected_size.is_some_and(|want| want != size) {
+            Some(format!(
+                "received {size} bytes, expected {}",
+                opts.expected_size.unwrap_or_default()
+            ))
+        } else if let Some(want) = opts.expected_xxhash.as_deref()
+            && !want.eq_ignore_ascii_case(&cksum)
+        {
+            Some(format!(
+                "checksum mismatch: got xxhash {cksum}, expected {want}"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = mismatch {
+            self.remove_tmp().await;
+            return Err(ApiError::bad_request(why).into());
+        }
+
+        let mp = self.mp.clone();
+        let rel = data_file_name(&self.bucket, &self.name, self.generation);
+        let now = now_ns();
+        let mut custom = self.opts.custom.clone();
+        if let Some(md5) = self.md5.take() {
+            custom.insert(ETAG_KEY.into(), hex::encode(md5::Digest::finalize(md5)));
+        }
+        if let Some(h) = self.s3.take() {
+            let c = h.finalize();
+            for (name, v) in [
+                ("x-amz-checksum-crc32", c.checksum_crc32),
+                ("x-amz-checksum-crc32c", c.checksum_crc32c),
+                ("x-amz-checksum-sha1", c.checksum_sha1),
+                ("x-amz-checksum-sha256", c.checksum_sha256),
+                ("x-amz-checksum-crc64nvme", c.checksum_crc64nvme),
+            ] {
+                if let Some(v) = v {
+                    custom.insert(name.to_owned(), v);
+                }
+            }
+        }
+        let meta = ObjectMeta {
+            bucket: self.bucket.clone(),
+            name: self.name.clone(),
+            size,
+            cksum_type: CKSUM_XXHASH.into(),
+            cksum_value: cksum,
+            version: self.opts.version.clone(),
+            atime_ns: now,
+            mtime_ns: now,
+            file: rel.clone(),
+            custom,
+        };
+        let Some(tmp) = self.tmp.take() else {
+            return Err(StoreError::Index("commit of a removed write".into()));
+        };
+        let dest = mp.path.join(&rel);
+        let encoded = meta.encode();
+        let durable = self.opts.durable;
+        let placed = tokio::task::spawn_blocking(move || -> Result<(), StoreError> {
+            set_meta_xattr(&tmp, &encoded);
+            let dir = dest
+                .parent()
+                .expect("data files live in a fan-out directory");
+            let moved = std::fs::create_dir_all(dir).and_then(|_| std::fs::rename(&tmp, &dest));
+            if let Err(e) = moved {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e.into());
+            }
+            if durable {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| StoreError::Index(e.to_string()))?;
+        placed?;
+
+        let applied = match mp.index.apply(IndexOp::Put(meta)).await {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = tokio::fs::remove_file(mp.path.join(&rel)).await;
+                return Err(e);
+            }
+        };
+        if let Some(old) = applied.replaced {
+            remove_data_file(&mp, &old.file).await;
+        }
+        applied
+            .stored
+            .ok_or_else(|| StoreError::Index("put committed without a record".into()))
     }
-    Ok((size, format!("{:016x}", hasher.digest()), md5, sums))
+
+    /// Gives the write up: the temp file is removed.
+    pub async fn abort(mut self) {
+        self.out.take();
+        self.remove_tmp().await;
+    }
+
+    async fn remove_tmp(&mut self) {
+        if let Some(tmp) = self.tmp.take() {
+            let _ = tokio::fs::remove_file(&tmp).await;
+        }
+    }
+}
+
+impl Drop for PendingWrite {
+    fn drop(&mut self) {
+        if let Some(tmp) = self.tmp.take() {
+            // Dropped mid-write (error or cancelled request): unlinking is one quick syscall.
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
 }
 
 /// A hasher for the requested S3 checksum algorithms, or `None` when none was requested.

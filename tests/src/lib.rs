@@ -38,15 +38,23 @@ pub fn free_port() -> u16 {
 pub struct NodeProcess {
     pub name: String,
     args: Vec<String>,
+    /// Extra environment for the process (e.g. backend endpoint and credentials).
+    env: Vec<(String, String)>,
     child: Option<Child>,
     log: PathBuf,
 }
 
 impl NodeProcess {
-    fn spawn(name: &str, args: Vec<String>, dir: &Path) -> anyhow::Result<Self> {
+    fn spawn(
+        name: &str,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        dir: &Path,
+    ) -> anyhow::Result<Self> {
         let mut n = Self {
             name: name.to_owned(),
             args,
+            env,
             child: None,
             log: dir.join(format!("{name}.log")),
         };
@@ -61,6 +69,7 @@ impl NodeProcess {
             .open(&self.log)?;
         let child = Command::new(gristd_bin())
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
@@ -135,6 +144,17 @@ impl Cluster {
         mountpaths_per_target: usize,
         proxy_args: &[&str],
     ) -> anyhow::Result<Self> {
+        Self::start_full(targets, mountpaths_per_target, proxy_args, &[]).await
+    }
+
+    /// Like [`Cluster::start_with`], with extra environment for every target (backend
+    /// endpoints and credentials of remote buckets).
+    pub async fn start_full(
+        targets: usize,
+        mountpaths_per_target: usize,
+        proxy_args: &[&str],
+        target_env: &[(String, String)],
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("gristmill-test-")
             .tempdir()?;
@@ -152,6 +172,7 @@ impl Cluster {
             .into_iter()
             .chain(proxy_args.iter().map(|a| a.to_string()))
             .collect(),
+            Vec::new(),
             dir.path(),
         )?;
         let mut nodes = Vec::new();
@@ -177,6 +198,7 @@ impl Cluster {
             nodes.push(NodeProcess::spawn(
                 &format!("target-{i}"),
                 args,
+                target_env.to_vec(),
                 dir.path(),
             )?);
             mps.push(these);

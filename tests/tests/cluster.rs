@@ -10,6 +10,8 @@ use gristmill_tests::{Cluster, content};
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+#[path = "cluster/remote.rs"]
+mod remote;
 #[path = "cluster/s3.rs"]
 mod s3;
 

@@ -164,6 +164,7 @@ async fn main() -> anyhow::Result<()> {
                 public_url: c.node.public_url.clone(),
                 join_url: c.node.join.clone(),
                 keepalive_interval: c.keepalive_interval(),
+                backend: gristmill_target::BackendConfig::from_env(),
             };
             gristmill_target::run(config, listener, shutdown_on_signals()).await
         }
