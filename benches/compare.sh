@@ -114,7 +114,9 @@ else
 fi
 GRISTD=$bindir/gristd
 BENCH=$bindir/grist-bench
-[ -x "$GRISTD" ] && [ -x "$BENCH" ] || die "no gristd/grist-bench in $bindir"
+if [ ! -x "$GRISTD" ] || [ ! -x "$BENCH" ]; then die "no gristd/grist-bench in $bindir"; fi
+
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 
 # --- work dir, ports, cleanup --------------------------------------------------------------
 if [ -z "$workdir" ]; then
@@ -188,6 +190,25 @@ for _ in $(seq 600); do
 done
 grep -q '^endpoint:' "$workdir/playground.out" || die "playground did not come up in 60 s"
 
+children_of() { # pid -> pids of its child processes
+  local st p
+  for st in /proc/[0-9]*/status; do
+    p=${st#/proc/}
+    p=${p%/status}
+    [ "$(awk '/^PPid:/ {print $2}' "$st" 2>/dev/null)" = "$1" ] && echo "$p"
+  done
+  return 0
+}
+cpu_ticks() { # pids... -> user+system clock ticks used so far, summed
+  local p t=0 v
+  for p in "$@"; do
+    v=$(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$p/stat" 2>/dev/null || echo 0)
+    t=$((t + ${v:-0}))
+  done
+  echo "$t"
+}
+grist_pids=$(children_of "$pg_pid" | tr '\n' ' ')
+
 # --- start nginx ---------------------------------------------------------------------------
 user_line=""
 if [ "$(id -u)" = 0 ]; then
@@ -228,17 +249,23 @@ for _ in $(seq 100); do
   kill -0 "$nginx_pid" 2>/dev/null || { cat "$workdir/nginx/error.log" >&2; die "nginx exited"; }
   sleep 0.1
 done
+nginx_pids="$nginx_pid $(children_of "$nginx_pid" | tr '\n' ' ')"
 
 # --- helpers -------------------------------------------------------------------------------
 declare -A CMD # row key -> command line
-bench() { # key args... : one grist-bench run, JSON lines in res/<key>.json
-  local key=$1
+bench() { # key args... : one grist-bench run, JSON lines in res/<key>.json, server CPU in .cpu
+  local key=$1 servers before
   shift
   CMD[$key]="grist-bench $*"
+  case "$key" in *nginx*) servers=$nginx_pids ;; *) servers=$grist_pids ;; esac
+  # shellcheck disable=SC2086 # word splitting of the pid list is intended
+  before=$(cpu_ticks $servers)
   "$BENCH" "$@" --json --interval 0 >"$workdir/res/$key.json" 2>"$workdir/res/$key.err" || {
     cat "$workdir/res/$key.err" >&2
     die "grist-bench failed: $*"
   }
+  # shellcheck disable=SC2086
+  echo $(($(cpu_ticks $servers) - before)) >"$workdir/res/$key.cpu"
 }
 metric() { # field op key-glob : median of field over the final lines of res/<glob>.json
   python3 - "$workdir/res" "$1" "$2" "$3" <<'EOF'
@@ -253,6 +280,25 @@ for path in sorted(glob.glob(f"{res}/{key}.json")):
                 d = d[part]
             vals.append(d)
 print(statistics.median(vals) if vals else 0)
+EOF
+}
+cpu_per_op() { # op key-glob -> "server-µs/op client-µs/op machine-busy-%" (medians over rounds)
+  python3 - "$workdir/res" "$1" "$2" "$(nproc)" <<'EOF'
+import glob, json, statistics, sys
+res, op, key, ncpu = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+srv, cli, busy = [], [], []
+for path in sorted(glob.glob(f"{res}/{key}.json")):
+    ticks = int(open(path[:-5] + ".cpu").read().strip() or 0)
+    for line in open(path):
+        d = json.loads(line)
+        if d.get("phase") == "final" and d.get("op") == op and d["ops"] > 0:
+            server_s = ticks / 100.0
+            client_s = d.get("client_cpu_s", 0.0)
+            srv.append(server_s * 1e6 / d["ops"])
+            cli.append(client_s * 1e6 / d["ops"])
+            busy.append(100.0 * (server_s + client_s) / (d["elapsed_s"] * ncpu))
+med = lambda v: statistics.median(v) if v else 0
+print(f"{med(srv):.0f} {med(cli):.0f} {med(busy):.0f}")
 EOF
 }
 
@@ -291,7 +337,7 @@ for r in $(seq "$rounds"); do
 done
 
 # --- PUT rows ------------------------------------------------------------------------------
-put=(--objects "$big_objects" --size 1MiB --prefix put-1m/ --pct-put 100 --workers $put_workers --duration "$duration")
+put=(--objects "$big_objects" --size 1MiB --prefix put-1m/ --pct-put 100 --workers "$put_workers" --duration "$duration")
 log "PUT 1 MiB ($duration per row)"
 bench put1m-direct --mode direct --endpoint "$endpoint" --bucket bench "${put[@]}"
 bench put1m-proxy --mode proxy --endpoint "$endpoint" --bucket bench "${put[@]}"
@@ -370,6 +416,8 @@ report() {
   echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(awk '/^MemTotal:/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) RAM, kernel $(uname -r);" \
     "data on $(df -T "$workdir" | awk 'NR==2 {print $2}'); load generator, servers and baselines share the machine."
   echo "Binaries: $bindir. GET rows: median of $rounds round(s) of $duration each, warm page cache."
+  echo "Load average (1/5/15 min) before the run: $load_start; after: $(cut -d' ' -f1-3 /proc/loadavg)" \
+    "(anything above ~0 before the run is other work competing for the same CPUs)."
   echo
   echo "| # | workload | metric | Gristmill | baseline | ratio | goal | met |"
   echo "|---|---|---|---|---|---|---|---|"
@@ -429,6 +477,22 @@ report() {
   for k in get1m-proxy get1m-direct get16k-proxy get16k-direct; do
     sys=${k%-*}-nginx
     echo "| $k | $(awk -v v="$(metric lat_us.p50 GET "$k.r*" 2>/dev/null || echo 0)" 'BEGIN{printf "%.2f", v/1000}') | $(awk -v v="$(metric lat_us.p99 GET "$k.r*" 2>/dev/null || echo 0)" 'BEGIN{printf "%.2f", v/1000}') | $(awk -v v="$(metric lat_us.p50 GET "$sys.r*" 2>/dev/null || echo 0)" 'BEGIN{printf "%.2f", v/1000}') | $(awk -v v="$(metric lat_us.p99 GET "$sys.r*" 2>/dev/null || echo 0)" 'BEGIN{printf "%.2f", v/1000}') |"
+  done
+  echo
+  echo "CPU per operation (median round; server = all gristd nodes or all nginx processes, client ="
+  echo "grist-bench; busy = (server + client CPU) / (elapsed x $(nproc) CPUs)):"
+  echo
+  echo "| row | system | server CPU µs/op | client CPU µs/op | machine busy |"
+  echo "|---|---|---|---|---|"
+  local key srv cli busy
+  for key in get1m-proxy get1m-direct get1m-nginx get16k-proxy get16k-direct get16k-nginx; do
+    read -r srv cli busy < <(cpu_per_op GET "$key.r*")
+    case $key in *nginx) sys=nginx ;; *) sys=Gristmill ;; esac
+    echo "| $key | $sys | $srv | $cli | $busy% |"
+  done
+  for key in put1m-direct put1m-proxy; do
+    read -r srv cli busy < <(cpu_per_op PUT "$key")
+    echo "| $key | Gristmill | $srv | $cli | $busy% |"
   done
   echo
   echo "Peak RSS (VmHWM) during the run:"

@@ -176,6 +176,26 @@ fn store_metadata(c: &mut Criterion) {
             f.rt.block_on(put(&f.store, &f.bck, &format!("dur-{n:08}"), true))
         })
     });
+    // 32 writers at once: group commit shares one index transaction (one fsync) among them.
+    g.throughput(Throughput::Elements(32));
+    g.bench_function("put-4KiB-durable-x32-concurrent", |b| {
+        b.iter(|| {
+            n += 1;
+            let batch = n;
+            f.rt.block_on(async {
+                let mut set = tokio::task::JoinSet::new();
+                for j in 0..32 {
+                    let store = f.store.clone();
+                    let bck = f.bck.clone();
+                    set.spawn(async move {
+                        put(&store, &bck, &format!("conc-{batch:08}-{j:02}"), true).await
+                    });
+                }
+                while set.join_next().await.is_some() {}
+            })
+        })
+    });
+    g.throughput(Throughput::Elements(1));
     g.sample_size(50);
     let mut k = 0usize;
     g.bench_function("head-of-10k", |b| {

@@ -164,7 +164,7 @@ impl Args {
     pub fn validate(self) -> anyhow::Result<Config> {
         if self.mode == Mode::S3 {
             bail!(
-                "--mode s3: Gristmill has no S3 API yet (tracked in its own issue); use --mode proxy or --mode direct"
+                "--mode s3 is not supported yet: grist-bench gains an S3 client once Gristmill's S3 API lands; use --mode proxy or --mode direct"
             );
         }
         if self.archpath.is_some() {

@@ -11,7 +11,7 @@ use reqwest::Url;
 
 use crate::client::{self, OpError};
 use crate::config::{Config, Order};
-use crate::stats::{Op, Recorder, Summary, Totals};
+use crate::stats::{Op, Recorder, Summary, Totals, process_cpu_seconds};
 use crate::workload::{ObjectSet, Schedule};
 
 /// Error details printed to stderr before going quiet (the counts are always complete).
@@ -112,6 +112,7 @@ async fn run_phase(
     stop: &Arc<AtomicBool>,
 ) -> bool {
     let start = Instant::now();
+    let cpu_start = process_cpu_seconds();
     let shared = Arc::new(Shared {
         client: client.clone(),
         set: set.clone(),
@@ -177,8 +178,20 @@ async fn run_phase(
     for r in &recorders {
         r.drain_into(&mut totals);
     }
-    for s in totals.summaries(phase.name, elapsed) {
+    let client_cpu = match (cpu_start, process_cpu_seconds()) {
+        (Some(a), Some(b)) => Some(((b - a) * 100.0).round() / 100.0),
+        _ => None,
+    };
+    for mut s in totals.summaries(phase.name, elapsed) {
+        s.client_cpu_s = client_cpu;
         print_summary(cfg, &s);
+    }
+    if let (Some(cpu), false) = (client_cpu, cfg.json) {
+        println!(
+            "{:<8} client CPU {cpu:.2} s ({:.0}% of one core)",
+            phase.name,
+            cpu / elapsed.as_secs_f64().max(1e-9) * 100.0
+        );
     }
     if !totals.error_kinds.is_empty() {
         let kinds: Vec<String> = totals
