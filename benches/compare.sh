@@ -16,7 +16,8 @@
 #   --rounds N   repeat every GET row N times, alternating systems; the table shows medians
 #                (default 3; 1 with --smoke).
 #   --duration S length of each timed row in seconds (default 15; 2 with --smoke).
-#   --dir DIR    work directory (data of both servers; default: a new temp dir, removed at exit).
+#   --dir DIR    work directory, must be empty; kept afterwards (default: a new temp dir,
+#                removed at exit unless --keep or a failure).
 #   --keep       keep the work directory (logs, raw JSON results).
 #   --out FILE   also write the report (markdown) to FILE.
 #   --bin-dir D  use gristd and grist-bench from D instead of building them.
@@ -122,6 +123,7 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 if [ -z "$workdir" ]; then
   workdir=$(mktemp -d "${TMPDIR:-/tmp}/grist-compare.XXXXXX")
 else
+  keep=1
   mkdir -p "$workdir"
   workdir=$(cd "$workdir" && pwd)
   [ -z "$(ls -A "$workdir")" ] || die "--dir $workdir is not empty"
@@ -413,6 +415,11 @@ fmt() { awk -v v="$1" 'BEGIN { printf "%.0f", v }'; }
 report() {
   echo "## Gristmill vs baselines ($( [ "$smoke" = 1 ] && echo smoke || echo full ) run)"
   echo
+  if [ "$smoke" = 1 ]; then
+    echo "Smoke run: checks that the pipeline works. Tiny sets, 2 s rows and (usually) debug"
+    echo "binaries: these numbers are NOT benchmark results; run benches/compare.sh for those."
+    echo
+  fi
   echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(awk '/^MemTotal:/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) RAM, kernel $(uname -r);" \
     "data on $(df -T "$workdir" | awk 'NR==2 {print $2}'); load generator, servers and baselines share the machine."
   echo "Binaries: $bindir. GET rows: median of $rounds round(s) of $duration each, warm page cache."

@@ -206,6 +206,7 @@ fn store_metadata(c: &mut Criterion) {
                 .unwrap()
         })
     });
+    g.throughput(Throughput::Elements(1000));
     g.bench_function("list-page-1000-of-10k", |b| {
         b.iter(|| {
             k = (k + 7919) % 9_000;

@@ -1,8 +1,8 @@
 //! Command-line options of `grist-bench` and their validation into a [`Config`].
 //!
-//! Flags for features Gristmill does not have yet (S3 API, archive members, get-batch, cold
-//! reads) are accepted by the parser so `--help` lists them, and then refused here with a clear
-//! message: a load generator that silently ignores a requested mode would report numbers for a
+//! Flags for workloads that cannot run yet (S3 client, archive members, get-batch, evict for
+//! cold reads) are accepted by the parser so `--help` lists them, and then refused here with a
+//! clear message: a load generator that silently ignores a requested mode would report numbers for a
 //! workload nobody asked for.
 
 use std::path::PathBuf;
@@ -21,7 +21,7 @@ pub enum Mode {
     Direct,
     /// Plain `GET <endpoint>/<name>` (nginx and other HTTP baselines); GET only.
     Http,
-    /// S3 API (not implemented by Gristmill yet; refused).
+    /// S3 API (grist-bench has no S3 client yet; refused).
     S3,
 }
 
@@ -123,8 +123,8 @@ pub struct Args {
     /// Get-batch requests of this many objects. Not implemented by Gristmill yet: refused.
     #[arg(long, hide_short_help = true)]
     pub batch_size: Option<u64>,
-    /// Evict remote-bucket objects before reading (cold GET). Needs remote buckets, which
-    /// Gristmill does not implement yet: refused.
+    /// Evict remote-bucket objects before reading (cold GET). Needs an evict API, which
+    /// Gristmill does not have yet: refused.
     #[arg(long, hide_short_help = true)]
     pub evict_first: bool,
 }
@@ -164,7 +164,7 @@ impl Args {
     pub fn validate(self) -> anyhow::Result<Config> {
         if self.mode == Mode::S3 {
             bail!(
-                "--mode s3 is not supported yet: grist-bench gains an S3 client once Gristmill's S3 API lands; use --mode proxy or --mode direct"
+                "--mode s3 is not supported yet: grist-bench has no S3 client (SigV4) yet; use --mode proxy or --mode direct"
             );
         }
         if self.archpath.is_some() {
@@ -174,9 +174,7 @@ impl Args {
             bail!("--batch-size: get-batch is not implemented by Gristmill yet");
         }
         if self.evict_first {
-            bail!(
-                "--evict-first: cold reads need remote buckets, which Gristmill does not implement yet"
-            );
+            bail!("--evict-first: Gristmill has no evict API yet, so cold reads cannot be set up");
         }
         if self.pct_put > 100 {
             bail!("--pct-put must be 0..=100, got {}", self.pct_put);

@@ -2,7 +2,6 @@
 //! queries. Errors are AIStore-style JSON with the matching status.
 
 use std::collections::HashMap;
-use std::io::{Seek, SeekFrom};
 use std::sync::Arc;
 
 use axum::Router;
@@ -18,8 +17,6 @@ use gristmill_core::api::{
 use gristmill_core::range::parse_range;
 use gristmill_core::server::{encode_page, redirect};
 use gristmill_core::{ApiError, Bck, MetaSync, validate_object_name};
-use tokio::io::AsyncReadExt;
-use tokio_util::io::ReaderStream;
 
 use crate::Target;
 use crate::meta::ObjectMeta;
@@ -296,6 +293,40 @@ pub(crate) fn request_range(
     }
 }
 
+/// Chunk size of streamed reads; the first chunk is smaller so the first byte leaves sooner.
+const STREAM_CHUNK: u64 = 1024 * 1024;
+const FIRST_CHUNK: u64 = 256 * 1024;
+
+/// The body for `len` bytes of `file` from `start`, read with positioned reads on the blocking
+/// pool, one chunk at a time.
+async fn file_body(file: std::fs::File, start: u64, len: u64) -> Result<Body, ApiError> {
+    use std::os::unix::fs::FileExt;
+    let file = Arc::new(file);
+    let chunks =
+        futures::stream::unfold((file, start, len), move |(file, offset, left)| async move {
+            if left == 0 {
+                return None;
+            }
+            let want = left.min(if offset == start {
+                FIRST_CHUNK
+            } else {
+                STREAM_CHUNK
+            });
+            let f = file.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                let mut buf = vec![0u8; want as usize];
+                f.read_exact_at(&mut buf, offset).map(|()| Bytes::from(buf))
+            })
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+            match read {
+                Ok(bytes) => Some((Ok(bytes), (file, offset + want, left - want))),
+                Err(e) => Some((Err(e), (file, offset, 0))),
+            }
+        });
+    Ok(Body::from_stream(chunks))
+}
+
 /// Streams an opened local object (GET of a native or a cached remote object).
 pub(crate) async fn serve_local(
     t: &Target,
@@ -319,12 +350,10 @@ pub(crate) async fn serve_local(
         Err(resp) => return resp,
     };
     let (start, len) = range.map_or((0, size), |r| (r.start, r.len()));
-    let mut file = open.file;
-    // Always seek: a checksum validation may have moved the shared file offset.
-    file.seek(SeekFrom::Start(start))
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let reader = tokio::fs::File::from_std(file).take(len);
-    let body = Body::from_stream(ReaderStream::with_capacity(reader, 256 * 1024));
+    let body = match &open.data {
+        Some(data) => Body::from(data.slice(start as usize..(start + len) as usize)),
+        None => file_body(open.file, start, len).await?,
+    };
     let mut resp = Response::new(body);
     object_headers(t, bck, &open.meta, resp.headers_mut());
     resp.headers_mut()

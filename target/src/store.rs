@@ -78,7 +78,12 @@ pub const ETAG_KEY: &str = "ETag";
 pub struct OpenObject {
     pub meta: ObjectMeta,
     pub file: std::fs::File,
+    /// The whole content, already read, for objects up to [`PREFETCH_MAX`] bytes.
+    pub data: Option<Bytes>,
 }
+
+/// Objects up to this size are read together with their lookup (one blocking-pool trip).
+pub const PREFETCH_MAX: u64 = 128 * 1024;
 
 /// The storage engine of one target.
 #[derive(Debug)]
@@ -192,23 +197,39 @@ impl Store {
             .ok_or_else(|| StoreError::not_found(format!("object {bck}/{name}")))
     }
 
-    /// Opens an object's data file. Retries once if a concurrent overwrite replaced the file
-    /// between the lookup and the open.
+    /// Opens an object's data file: index lookup, open and — for objects up to
+    /// [`PREFETCH_MAX`] bytes — the whole read, in one trip to the blocking pool. Retries if a
+    /// concurrent overwrite replaced the file between the lookup and the open.
     pub async fn open_object(&self, bck: &Bck, name: &str) -> Result<OpenObject, StoreError> {
+        use std::os::unix::fs::FileExt;
         let mp = self.mountpath_for(bck, name).clone();
-        for _ in 0..3 {
-            let meta = self.head(bck, name)?;
-            let path = mp.path.join(&meta.file);
-            match tokio::task::spawn_blocking(move || std::fs::File::open(path))
-                .await
-                .map_err(|e| StoreError::Index(e.to_string()))?
-            {
-                Ok(file) => return Ok(OpenObject { meta, file }),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e.into()),
+        let bucket = bck.uname();
+        let key = name.to_owned();
+        let missing = format!("object {bck}/{name}");
+        tokio::task::spawn_blocking(move || {
+            for _ in 0..3 {
+                let meta = mp
+                    .index
+                    .get(&bucket, &key)?
+                    .ok_or_else(|| StoreError::not_found(&missing))?;
+                let file = match std::fs::File::open(mp.path.join(&meta.file)) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                let data = if meta.size <= PREFETCH_MAX {
+                    let mut buf = vec![0u8; meta.size as usize];
+                    file.read_exact_at(&mut buf, 0)?;
+                    Some(Bytes::from(buf))
+                } else {
+                    None
+                };
+                return Ok(OpenObject { meta, file, data });
             }
-        }
-        Err(StoreError::not_found(format!("object {bck}/{name}")))
+            Err(StoreError::not_found(&missing))
+        })
+        .await
+        .map_err(|e| StoreError::Index(e.to_string()))?
     }
 
     /// Removes an object; `NotFound` if it was not there.
