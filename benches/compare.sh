@@ -156,14 +156,14 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# First of 5 consecutive free ports on 127.0.0.1 (proxy, 3 targets, nginx).
+# First of 6 consecutive free ports on 127.0.0.1 (proxy, 3 targets, nginx, nginx reverse proxy).
 port=$(python3 - <<'EOF'
 import random, socket, sys
 for _ in range(500):
     base = random.randint(20000, 59990)
     socks = []
     try:
-        for p in range(base, base + 5):
+        for p in range(base, base + 6):
             s = socket.socket()
             socks.append(s)
             s.bind(("127.0.0.1", p))
@@ -180,6 +180,10 @@ EOF
 endpoint=http://127.0.0.1:$port
 nginx_port=$((port + 4))
 nginx_url=http://127.0.0.1:$nginx_port
+# nginx as a reverse proxy in front of the nginx above: the one-hop baseline for the S3 rows
+# (Gristmill's S3 API streams every request through the proxy to the owning target).
+nginx_hop_port=$((port + 5))
+nginx_hop_url=http://127.0.0.1:$nginx_hop_port
 
 # --- start Gristmill -----------------------------------------------------------------------
 log "starting gristd playground on $endpoint (data in $workdir/grist)"
@@ -239,6 +243,19 @@ http {
     listen 127.0.0.1:$nginx_port;
     root $workdir/www;
     location / { }
+  }
+  upstream origin {
+    server 127.0.0.1:$nginx_port;
+    keepalive 64;
+  }
+  server {
+    listen 127.0.0.1:$nginx_hop_port;
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
   }
 }
 EOF
@@ -324,6 +341,8 @@ for s in big small; do
   bench "warm-$s-nginx" --mode http --endpoint "$nginx_url" "${objs[@]}" --workers 8 --epochs 1 --verify
   bench "warm-$s-direct" --mode direct --endpoint "$endpoint" --bucket bench "${objs[@]}" --workers 8 --epochs 1 --verify
   bench "warm-$s-proxy" --mode proxy --endpoint "$endpoint" --bucket bench "${objs[@]}" --workers 8 --epochs 1 --verify
+  bench "warm-$s-s3" --mode http --endpoint "$endpoint/bench" "${objs[@]}" --workers 8 --epochs 1 --verify
+  bench "warm-$s-nginxhop" --mode http --endpoint "$nginx_hop_url" "${objs[@]}" --workers 8 --epochs 1 --verify
   unset -n objs
 done
 
@@ -336,6 +355,11 @@ for r in $(seq "$rounds"); do
   bench "get16k-nginx.r$r" --mode http --endpoint "$nginx_url" "${small[@]}" --workers $small_workers --duration "$duration"
   bench "get16k-proxy.r$r" --mode proxy --endpoint "$endpoint" --bucket bench "${small[@]}" --workers $small_workers --duration "$duration"
   bench "get16k-direct.r$r" --mode direct --endpoint "$endpoint" --bucket bench "${small[@]}" --workers $small_workers --duration "$duration"
+  # S3 GetObject through the proxy (auth off: unsigned path-style GETs) vs nginx proxy -> nginx.
+  bench "s3get1m-nginxhop.r$r" --mode http --endpoint "$nginx_hop_url" "${big[@]}" --workers $big_workers --duration "$duration"
+  bench "s3get1m-grist.r$r" --mode http --endpoint "$endpoint/bench" "${big[@]}" --workers $big_workers --duration "$duration"
+  bench "s3get16k-nginxhop.r$r" --mode http --endpoint "$nginx_hop_url" "${small[@]}" --workers $small_workers --duration "$duration"
+  bench "s3get16k-grist.r$r" --mode http --endpoint "$endpoint/bench" "${small[@]}" --workers $small_workers --duration "$duration"
 done
 
 # --- PUT rows ------------------------------------------------------------------------------
@@ -442,6 +466,8 @@ report() {
   row "GET 1 MiB, native direct (HRW)" "MiB/s" mib_per_s GET 'get1m-direct.r*' 'get1m-nginx.r*' nginx 0.9
   row "GET 16 KiB, native via proxy 307" "ops/s" ops_per_s GET 'get16k-proxy.r*' 'get16k-nginx.r*' nginx 0.8
   row "GET 16 KiB, native direct (HRW)" "ops/s" ops_per_s GET 'get16k-direct.r*' 'get16k-nginx.r*' nginx 0.8
+  row "GET 1 MiB, S3 API through the proxy" "MiB/s" mib_per_s GET 's3get1m-grist.r*' 's3get1m-nginxhop.r*' "nginx→nginx" 0.9
+  row "GET 16 KiB, S3 API through the proxy" "ops/s" ops_per_s GET 's3get16k-grist.r*' 's3get16k-nginxhop.r*' "nginx→nginx" 0.9
   local put_direct put_proxy
   put_direct=$(metric mib_per_s PUT put1m-direct)
   put_proxy=$(metric mib_per_s PUT put1m-proxy)
