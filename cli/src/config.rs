@@ -121,13 +121,20 @@ mod tests {
         let path = dir.join("c.toml");
         std::fs::write(
             &path,
-            "[node]\nlisten = \"127.0.0.1:9999\"\nbogus = 1\n[target]\nmountpaths = [\"/a\", \"/b\"]\n",
+            "[node]\nlisten = \"127.0.0.1:9999\"\nbogus = 1\n[target]\nmountpaths = [\"/a\", \"/b\"]\n\
+             [s3]\nlisten = \"127.0.0.1:9000\"\n\
+             [[s3.users]]\naccess_key = \"a\"\nsecret_key = \"s\"\nread = [\"*\"]\n\
+             [[s3.users]]\naccess_key = \"b\"\nsecret_key = \"t\"\nwrite = [\"ckpt\"]\n",
         )
         .unwrap();
         let c = FileConfig::load(Some(&path)).unwrap();
         assert_eq!(c.node.listen, "127.0.0.1:9999");
         assert_eq!(c.target.mountpaths.len(), 2);
         assert_eq!(c.node.keepalive_interval_ms, 2000);
+        assert_eq!(c.s3.listen.as_deref(), Some("127.0.0.1:9000"));
+        let users: Vec<_> = c.s3.users.iter().map(|u| u.access_key.as_str()).collect();
+        assert_eq!(users, ["a", "b"]);
+        assert_eq!(c.s3.users[1].write, ["ckpt"]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

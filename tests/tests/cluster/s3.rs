@@ -27,7 +27,9 @@ fn code<E: aws_sdk_s3::error::ProvideErrorMetadata>(e: &E) -> String {
 /// The Rust AWS SDK (path-style, SigV4, default checksum settings) drives the S3 API end to end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aws_sdk_s3_end_to_end_with_auth() {
-    let c = Cluster::start_with(3, 1, &["--s3-users", USERS])
+    let s3_port = gristmill_tests::free_port();
+    let s3_listen = format!("127.0.0.1:{s3_port}");
+    let c = Cluster::start_with(3, 1, &["--s3-users", USERS, "--s3-listen", &s3_listen])
         .await
         .unwrap();
     let s3 = client(&c, "admin", "admin-secret");
@@ -282,6 +284,21 @@ async fn aws_sdk_s3_end_to_end_with_auth() {
         .send()
         .await
         .unwrap();
+    // The dedicated S3 port serves the same API.
+    let dedicated = Client::from_conf(
+        s3.config()
+            .to_builder()
+            .endpoint_url(format!("http://{s3_listen}"))
+            .build(),
+    );
+    let listed = dedicated
+        .list_objects_v2()
+        .bucket("rust-sdk")
+        .prefix("dir0/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.key_count(), Some(3));
     // Wrong secret, unknown key.
     let err = client(&c, "admin", "wrong")
         .list_buckets()
