@@ -12,6 +12,8 @@ pub mod hrw;
 pub mod name;
 pub mod persist;
 pub mod range;
+#[cfg(feature = "s3")]
+pub mod s3;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod smap;

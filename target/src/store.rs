@@ -164,7 +164,7 @@ impl Store {
             out: Some(tokio::io::BufWriter::with_capacity(1 << 20, file)),
             xxhash: Xxh64::new(0),
             md5: opts.compute_md5.then(<md5::Md5 as md5::Digest>::new),
-            s3: s3_hasher(&opts.s3_checksums),
+            s3: gristmill_core::s3::checksum_hasher(&opts.s3_checksums),
             size: 0,
             opts,
             tmp: Some(tmp),
@@ -455,17 +455,8 @@ impl PendingWrite {
             custom.insert(ETAG_KEY.into(), hex::encode(md5::Digest::finalize(md5)));
         }
         if let Some(h) = self.s3.take() {
-            let c = h.finalize();
-            for (name, v) in [
-                ("x-amz-checksum-crc32", c.checksum_crc32),
-                ("x-amz-checksum-crc32c", c.checksum_crc32c),
-                ("x-amz-checksum-sha1", c.checksum_sha1),
-                ("x-amz-checksum-sha256", c.checksum_sha256),
-                ("x-amz-checksum-crc64nvme", c.checksum_crc64nvme),
-            ] {
-                if let Some(v) = v {
-                    custom.insert(name.to_owned(), v);
-                }
+            for (name, v) in gristmill_core::s3::checksum_values(h.finalize()) {
+                custom.insert(name.to_owned(), v);
             }
         }
         let meta = ObjectMeta {
@@ -540,25 +531,6 @@ impl Drop for PendingWrite {
             let _ = std::fs::remove_file(tmp);
         }
     }
-}
-
-/// A hasher for the requested S3 checksum algorithms, or `None` when none was requested.
-pub fn s3_hasher(algorithms: &[String]) -> Option<s3s::checksum::ChecksumHasher> {
-    use s3s::crypto::Checksum as _;
-    let mut h = s3s::checksum::ChecksumHasher::default();
-    let mut any = false;
-    for a in algorithms {
-        any = true;
-        match a.to_ascii_uppercase().as_str() {
-            "CRC32" => h.crc32 = Some(s3s::crypto::Crc32::new()),
-            "CRC32C" => h.crc32c = Some(s3s::crypto::Crc32c::new()),
-            "SHA1" => h.sha1 = Some(s3s::crypto::Sha1::new()),
-            "SHA256" => h.sha256 = Some(s3s::crypto::Sha256::new()),
-            "CRC64NVME" => h.crc64nvme = Some(s3s::crypto::Crc64Nvme::new()),
-            _ => any = false,
-        }
-    }
-    any.then_some(h)
 }
 
 /// `obj/<bucket-hash>/<xx>/<name-hash>.<generation>`.

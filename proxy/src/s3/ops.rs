@@ -238,7 +238,7 @@ fn checked_body(
         .map(str::to_owned);
     let check = BodyCheck {
         body,
-        hasher: gristmill_target_free::hasher(algos),
+        hasher: gristmill_core::s3::checksum_hasher(algos),
         md5: content_md5
             .as_ref()
             .map(|_| <md5::Md5 as md5::Digest>::new()),
@@ -364,7 +364,10 @@ impl BodyCheck {
 
     /// Compares what was computed with what the client declared.
     fn verify(&mut self) -> Result<(), S3Error> {
-        let computed = self.hasher.take().map(|h| h.finalize());
+        let computed = self
+            .hasher
+            .take()
+            .map(|h| gristmill_core::s3::checksum_values(h.finalize()));
         let mut expected = std::mem::take(&mut self.declared);
         match &self.trailers {
             TrailerSource::None => {}
@@ -380,24 +383,14 @@ impl BodyCheck {
             TrailerSource::Decoded(t) => expected.extend(t.lock().expect("trailers lock").clone()),
         }
         expected.retain(|(k, _)| k.starts_with("x-amz-checksum-"));
-        if let Some(c) = &computed {
-            for (name, want) in &expected {
-                let have = match name.as_str() {
-                    "x-amz-checksum-crc32" => &c.checksum_crc32,
-                    "x-amz-checksum-crc32c" => &c.checksum_crc32c,
-                    "x-amz-checksum-sha1" => &c.checksum_sha1,
-                    "x-amz-checksum-sha256" => &c.checksum_sha256,
-                    "x-amz-checksum-crc64nvme" => &c.checksum_crc64nvme,
-                    _ => &None,
-                };
-                if let Some(have) = have
-                    && have != want
-                {
-                    return Err(S3Error::with_message(
-                        S3ErrorCode::BadDigest,
-                        format!("{name}: computed {have}, declared {want}"),
-                    ));
-                }
+        for (name, have) in computed.iter().flatten() {
+            if let Some((_, want)) = expected.iter().find(|(n, _)| n == name)
+                && have != want
+            {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::BadDigest,
+                    format!("{name}: computed {have}, declared {want}"),
+                ));
             }
         }
         if let (Some(m), Some(want)) = (self.md5.take(), self.content_md5.as_ref()) {
@@ -432,29 +425,6 @@ fn client_body_error(e: s3s::StdError) -> S3Error {
             S3ErrorCode::IncompleteBody,
             format!("reading the request body: {e}"),
         ),
-    }
-}
-
-/// S3 checksum hashing without depending on the target crate.
-mod gristmill_target_free {
-    use s3s::checksum::ChecksumHasher;
-    use s3s::crypto::Checksum as _;
-
-    pub fn hasher(algos: &[String]) -> Option<ChecksumHasher> {
-        let mut h = ChecksumHasher::default();
-        let mut any = false;
-        for a in algos {
-            any = true;
-            match a.as_str() {
-                "CRC32" => h.crc32 = Some(s3s::crypto::Crc32::new()),
-                "CRC32C" => h.crc32c = Some(s3s::crypto::Crc32c::new()),
-                "SHA1" => h.sha1 = Some(s3s::crypto::Sha1::new()),
-                "SHA256" => h.sha256 = Some(s3s::crypto::Sha256::new()),
-                "CRC64NVME" => h.crc64nvme = Some(s3s::crypto::Crc64Nvme::new()),
-                _ => any = false,
-            }
-        }
-        any.then_some(h)
     }
 }
 
