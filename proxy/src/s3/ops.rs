@@ -615,6 +615,28 @@ impl GristS3 {
     }
 }
 
+/// Conditional-request headers, evaluated by the target that holds the object.
+const CONDITIONALS: [&str; 4] = [
+    "if-match",
+    "if-none-match",
+    "if-modified-since",
+    "if-unmodified-since",
+];
+
+/// Copies the named client headers onto a request to a target.
+fn forward(
+    mut r: reqwest::RequestBuilder,
+    headers: &http::HeaderMap,
+    names: &[&str],
+) -> reqwest::RequestBuilder {
+    for name in names {
+        if let Some(v) = headers.get(*name) {
+            r = r.header(*name, v.as_bytes());
+        }
+    }
+    r
+}
+
 fn url_encode_if(encode: bool, s: &str) -> String {
     if encode {
         percent_encoding::utf8_percent_encode(s, PATH).to_string()
@@ -811,18 +833,8 @@ impl S3 for GristS3 {
         let input = &req.input;
         let bck = self.existing(&input.bucket)?;
         let url = self.owner_url("objects", &bck, &input.key)?;
-        let mut r = self.proxy.http.get(url);
-        for name in [
-            "range",
-            "if-match",
-            "if-none-match",
-            "if-modified-since",
-            "if-unmodified-since",
-        ] {
-            if let Some(v) = req.headers.get(name) {
-                r = r.header(name, v.as_bytes());
-            }
-        }
+        let r = forward(self.proxy.http.get(url), &req.headers, &["range"]);
+        let r = forward(r, &req.headers, &CONDITIONALS);
         let resp = self.send(r).await?;
         if !resp.status().is_success() {
             return Err(node_error(resp, true).await);
@@ -896,17 +908,7 @@ impl S3 for GristS3 {
         let input = &req.input;
         let bck = self.existing(&input.bucket)?;
         let url = self.owner_url("objects", &bck, &input.key)?;
-        let mut r = self.proxy.http.head(url);
-        for name in [
-            "if-match",
-            "if-none-match",
-            "if-modified-since",
-            "if-unmodified-since",
-        ] {
-            if let Some(v) = req.headers.get(name) {
-                r = r.header(name, v.as_bytes());
-            }
-        }
+        let r = forward(self.proxy.http.head(url), &req.headers, &CONDITIONALS);
         let resp = self.send(r).await?;
         if !resp.status().is_success() {
             let status = resp.status();
