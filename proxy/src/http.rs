@@ -50,7 +50,15 @@ pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<S3Service>) -> Router {
         .route("/v1/cluster/keepalive", post(keepalive))
         .route("/v1/metasync", put(metasync))
         .route("/v1/health", get(gristmill_core::server::health))
-        .route("/metrics", get(gristmill_core::server::metrics_endpoint));
+        // Only GET /metrics is ours; other methods on /metrics are S3 requests for a bucket of
+        // that name, answered by the S3 front (which refuses the name with an S3 error).
+        .route(
+            "/metrics",
+            get(gristmill_core::server::metrics_endpoint).fallback({
+                let s3 = s3.clone();
+                move |req: Request| crate::s3::handle(s3.clone(), req)
+            }),
+        );
     // Everything outside the native routes is S3 (path-style at the root).
     let native = gristmill_core::server::with_fallbacks(Router::new());
     router
