@@ -116,6 +116,27 @@ pub const DEFAULT_PAGE_SIZE: u64 = 10_000;
 pub const MAX_PAGE_SIZE: u64 = 100_000;
 
 impl ListObjectsMsg {
+    /// Parses the body of a list-objects request: `{"action":"list","value":LsoMsg}`, where an
+    /// empty body or a missing value means defaults.
+    pub fn from_action_body(body: &[u8]) -> Result<Self, crate::ApiError> {
+        if body.is_empty() {
+            return Ok(Self::default());
+        }
+        let msg: ActionMsg = serde_json::from_slice(body)
+            .map_err(|e| crate::ApiError::bad_request(format!("invalid action message: {e}")))?;
+        if msg.action != action::LIST {
+            return Err(crate::ApiError::bad_request(format!(
+                "unsupported action {:?} for GET bucket",
+                msg.action
+            )));
+        }
+        if msg.value.is_null() {
+            return Ok(Self::default());
+        }
+        serde_json::from_value(msg.value)
+            .map_err(|e| crate::ApiError::bad_request(format!("invalid list-objects message: {e}")))
+    }
+
     pub fn page_size(&self) -> usize {
         match self.pagesize {
             0 => DEFAULT_PAGE_SIZE as usize,
@@ -223,6 +244,25 @@ struct PackedPage {
 }
 
 impl ListObjectsPage {
+    /// A page answering `lso`: same listing uuid (a fresh one when the request had none), and a
+    /// continuation token (the last name) when `more` names may follow.
+    pub fn answering(lso: &ListObjectsMsg, entries: Vec<ListEntry>, more: bool) -> Self {
+        let continuation_token = match entries.last() {
+            Some(last) if more => last.name.clone(),
+            _ => String::new(),
+        };
+        Self {
+            uuid: if lso.uuid.is_empty() {
+                uuid::Uuid::new_v4().to_string()
+            } else {
+                lso.uuid.clone()
+            },
+            continuation_token,
+            flags: 0,
+            entries,
+        }
+    }
+
     /// AIStore's msgpack encoding (field names `UUID`, `ContinuationToken`, `Entries`, `n`, `cs`...).
     pub fn to_msgpack(&self) -> Vec<u8> {
         let packed = PackedPage {

@@ -10,14 +10,12 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, put};
-use gristmill_core::api::{
-    ActionMsg, BucketProps, Keepalive, ListObjectsMsg, action, header as h, query as q,
-};
+use gristmill_core::api::{ActionMsg, Keepalive, ListObjectsMsg, action, header as h, query as q};
 use gristmill_core::server::{encode_page, redirect};
 use gristmill_core::smap::Node;
-use gristmill_core::{ApiError, Bck, BucketRecord, ErrorKind, MetaSync, validate_object_name};
+use gristmill_core::{ApiError, Bck, ErrorKind, MetaSync, validate_object_name};
 
-use crate::meta::{Changed, Proxy, now_ns};
+use crate::meta::{Changed, Proxy};
 use crate::{list, membership};
 use s3s::service::S3Service;
 
@@ -222,30 +220,9 @@ async fn bucket_action(
                     "cannot create {bck}: remote buckets are added on first access, not created"
                 )));
             }
-            let props = BucketProps {
-                provider: bck.provider.as_str().into(),
-                created: now_ns(),
-                ..Default::default()
-            };
-            p.change(|_, bmd| {
-                if bmd.contains(&bck) {
-                    return Err(bck.already_exists());
-                }
-                let mut props = props;
-                props.bid = bmd.version + 1;
-                bmd.buckets.insert(
-                    bck.uname(),
-                    BucketRecord {
-                        bck: bck.clone(),
-                        props,
-                    },
-                );
-                Ok(Changed {
-                    smap: false,
-                    bmd: true,
-                })
-            })
-            .await?;
+            if !p.add_bucket(&bck).await? {
+                return Err(bck.already_exists());
+            }
             tracing::info!(bucket = %bck, "bucket created");
             Ok(StatusCode::OK.into_response())
         }
@@ -281,23 +258,7 @@ async fn list_objects(
     body: Bytes,
 ) -> ApiResult {
     let bck = bucket_from(&bucket, &params)?;
-    let msg = if body.is_empty() {
-        ActionMsg::new(action::LIST)
-    } else {
-        parse_action(&body)?
-    };
-    if msg.action != action::LIST {
-        return Err(ApiError::bad_request(format!(
-            "unsupported action {:?} for GET bucket",
-            msg.action
-        )));
-    }
-    let lso: ListObjectsMsg = if msg.value.is_null() {
-        ListObjectsMsg::default()
-    } else {
-        serde_json::from_value(msg.value)
-            .map_err(|e| ApiError::bad_request(format!("invalid list-objects message: {e}")))?
-    };
+    let lso = ListObjectsMsg::from_action_body(&body)?;
     crate::remote::ensure(&p, &bck).await?;
     // AIStore's `LsCached` flag (bit 0): only what the cluster holds, i.e. the local listing.
     let cached_only = lso.flags & 1 != 0;

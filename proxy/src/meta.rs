@@ -151,6 +151,35 @@ impl Proxy {
         Ok(sync)
     }
 
+    /// Primary only: adds a bucket with fresh properties to the bucket metadata. Returns
+    /// `false` (and changes nothing) when it already exists.
+    pub(crate) async fn add_bucket(&self, bck: &gristmill_core::Bck) -> Result<bool, ApiError> {
+        let mut added = false;
+        self.change(|_, bmd| {
+            if bmd.contains(bck) {
+                return Ok(Changed::default());
+            }
+            let props = gristmill_core::api::BucketProps {
+                provider: bck.provider.as_str().into(),
+                created: now_ns(),
+                bid: bmd.version + 1,
+                ..Default::default()
+            };
+            let record = gristmill_core::BucketRecord {
+                bck: bck.clone(),
+                props,
+            };
+            bmd.buckets.insert(bck.uname(), record);
+            added = true;
+            Ok(Changed {
+                smap: false,
+                bmd: true,
+            })
+        })
+        .await?;
+        Ok(added)
+    }
+
     /// Sends a metadata update to every other node, concurrently; failures are logged (the node
     /// catches up through its next keepalive).
     async fn push(&self, sync: &MetaSync) {

@@ -1,12 +1,10 @@
 //! Remote buckets on the proxy: added to the bucket metadata on first access (after a target
 //! confirms the bucket exists on its backend), and listed through one target.
 
-use gristmill_core::api::{
-    ActionMsg, BucketProps, ListObjectsMsg, ListObjectsPage, action, header as h,
-};
-use gristmill_core::{ApiError, Bck, BucketRecord, ErrorKind};
+use gristmill_core::api::{ActionMsg, ListObjectsMsg, ListObjectsPage, action, header as h};
+use gristmill_core::{ApiError, Bck, ErrorKind};
 
-use crate::meta::{Changed, Proxy};
+use crate::meta::Proxy;
 
 /// Turns a node's error response into an [`ApiError`] with its kind and message.
 pub(crate) async fn node_error(resp: reqwest::Response) -> ApiError {
@@ -79,31 +77,9 @@ pub(crate) async fn add(p: &Proxy, bck: &Bck) -> Result<(), ApiError> {
     if !resp.status().is_success() {
         return Err(node_error(resp).await);
     }
-    let props = BucketProps {
-        provider: bck.provider.as_str().into(),
-        created: crate::meta::now_ns(),
-        ..Default::default()
-    };
-    p.change(|_, bmd| {
-        if bmd.contains(bck) {
-            return Ok(Changed::default());
-        }
-        let mut props = props;
-        props.bid = bmd.version + 1;
-        bmd.buckets.insert(
-            bck.uname(),
-            BucketRecord {
-                bck: bck.clone(),
-                props,
-            },
-        );
-        Ok(Changed {
-            smap: false,
-            bmd: true,
-        })
-    })
-    .await?;
-    tracing::info!(bucket = %bck, "remote bucket added on first access");
+    if p.add_bucket(bck).await? {
+        tracing::info!(bucket = %bck, "remote bucket added on first access");
+    }
     Ok(())
 }
 

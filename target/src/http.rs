@@ -11,8 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, put};
 use gristmill_core::api::{
-    self, ActionMsg, ENTRY_IS_CACHED, ListEntry, ListObjectsMsg, ListObjectsPage, header as h,
-    query as q,
+    self, ENTRY_IS_CACHED, ListEntry, ListObjectsMsg, ListObjectsPage, header as h, query as q,
 };
 use gristmill_core::range::parse_range;
 use gristmill_core::server::{encode_page, redirect};
@@ -69,6 +68,14 @@ fn bucket_from(name: &str, params: &HashMap<String, String>) -> Result<Bck, ApiE
     )
 }
 
+/// Where an object request is served.
+enum Routed {
+    /// By this target, for this bucket.
+    Here(Bck),
+    /// By the owner: the 307 to send.
+    Elsewhere(Response),
+}
+
 impl Target {
     /// Succeeds if the bucket exists; on a miss, refreshes the bucket metadata from the primary
     /// once (a bucket created a moment ago may not have reached us yet).
@@ -99,6 +106,24 @@ impl Target {
         }
     }
 
+    /// The common start of every object request: validates bucket and name, makes sure the
+    /// bucket exists, and finds who serves it.
+    async fn route_object(
+        &self,
+        bucket: &str,
+        name: &str,
+        params: &HashMap<String, String>,
+        uri: &Uri,
+    ) -> Result<Routed, ApiError> {
+        let bck = bucket_from(bucket, params)?;
+        validate_object_name(name)?;
+        self.require_bucket(&bck).await?;
+        Ok(match self.redirect_if_not_owner(&bck, name, uri) {
+            Some(redirect) => Routed::Elsewhere(redirect),
+            None => Routed::Here(bck),
+        })
+    }
+
     /// `Some(redirect)` when another target owns the object.
     fn redirect_if_not_owner(&self, bck: &Bck, name: &str, uri: &Uri) -> Option<Response> {
         let smap = self.smap();
@@ -123,12 +148,10 @@ async fn object(
     Query(params): Params,
     req: Request,
 ) -> ApiResult {
-    let bck = bucket_from(&bucket, &params)?;
-    validate_object_name(&name)?;
-    t.require_bucket(&bck).await?;
-    if let Some(redirect) = t.redirect_if_not_owner(&bck, &name, req.uri()) {
-        return Ok(redirect);
-    }
+    let bck = match t.route_object(&bucket, &name, &params, req.uri()).await? {
+        Routed::Here(bck) => bck,
+        Routed::Elsewhere(redirect) => return Ok(redirect),
+    };
     let remote = bck.provider.is_remote();
     match *req.method() {
         Method::GET => get_object(&t, &bck, &name, &params, req.headers()).await,
@@ -424,40 +447,16 @@ async fn list_objects(
     body: Bytes,
 ) -> ApiResult {
     let bck = bucket_from(&bucket, &params)?;
-    let msg: ActionMsg = if body.is_empty() {
-        ActionMsg::new(api::action::LIST)
-    } else {
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::bad_request(format!("invalid action message: {e}")))?
-    };
-    let lso: ListObjectsMsg = if msg.value.is_null() {
-        ListObjectsMsg::default()
-    } else {
-        serde_json::from_value(msg.value)
-            .map_err(|e| ApiError::bad_request(format!("invalid list-objects message: {e}")))?
-    };
+    let lso = ListObjectsMsg::from_action_body(&body)?;
     t.require_bucket(&bck).await?;
     let limit = lso.page_size();
     if params.get("list").is_some_and(|v| v == "remote") {
         return remote::list_objects(&t, &bck, &lso, &headers).await;
     }
     let metas = t.store.list(&bck, &lso.prefix, lso.after(), limit).await?;
-    let token = if metas.len() >= limit {
-        metas.last().map(|m| m.name.clone()).unwrap_or_default()
-    } else {
-        String::new()
-    };
+    let more = metas.len() >= limit;
     let entries = metas.iter().map(|m| entry(&t, m, &lso)).collect();
-    let page = ListObjectsPage {
-        uuid: if lso.uuid.is_empty() {
-            uuid::Uuid::new_v4().to_string()
-        } else {
-            lso.uuid.clone()
-        },
-        continuation_token: token,
-        flags: 0,
-        entries,
-    };
+    let page = ListObjectsPage::answering(&lso, entries, more);
     Ok(encode_page(&page, &headers))
 }
 
@@ -566,12 +565,10 @@ async fn multipart(
     Query(params): Params,
     req: Request,
 ) -> ApiResult {
-    let bck = bucket_from(&bucket, &params)?;
-    validate_object_name(&name)?;
-    t.require_bucket(&bck).await?;
-    if let Some(redirect) = t.redirect_if_not_owner(&bck, &name, req.uri()) {
-        return Ok(redirect);
-    }
+    let bck = match t.route_object(&bucket, &name, &params, req.uri()).await? {
+        Routed::Here(bck) => bck,
+        Routed::Elsewhere(redirect) => return Ok(redirect),
+    };
     let upload_id = params.get("upload_id").cloned().unwrap_or_default();
     let op = params.get("op").map(String::as_str).unwrap_or("");
     let json_body = |bytes: &[u8]| -> Result<serde_json::Value, ApiError> {

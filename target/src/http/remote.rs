@@ -337,20 +337,6 @@ pub(super) async fn list_objects(
             ..Default::default()
         })
         .collect::<Vec<_>>();
-    let token = if page.truncated {
-        entries.last().map(|e| e.name.clone()).unwrap_or_default()
-    } else {
-        String::new()
-    };
-    let out = ListObjectsPage {
-        uuid: if lso.uuid.is_empty() {
-            uuid::Uuid::new_v4().to_string()
-        } else {
-            lso.uuid.clone()
-        },
-        continuation_token: token,
-        flags: 0,
-        entries,
-    };
+    let out = ListObjectsPage::answering(lso, entries, page.truncated);
     Ok(encode_page(&out, headers))
 }
