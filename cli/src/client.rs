@@ -8,18 +8,12 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use futures::StreamExt;
 use gristmill_core::api::{ActionMsg, ListObjectsMsg, ListObjectsPage, action};
+use gristmill_core::job::JobStatus;
 use gristmill_core::{Bck, ClusterMap, ErrorBody};
-use reqwest::{Method, RequestBuilder, Response, StatusCode};
+pub use reqwest::Method;
+use reqwest::{RequestBuilder, Response, StatusCode};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::OnceCell;
-
-/// Characters escaped in object names inside URL paths (`/` is kept).
-const PATH: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-    .remove(b'/')
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
 
 /// A bucket as listed by `GET /v1/buckets`.
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
@@ -93,7 +87,7 @@ impl Client {
         format!(
             "/v1/objects/{}/{}",
             bck.name,
-            percent_encoding::utf8_percent_encode(name, PATH)
+            gristmill_core::name::encode_path(name)
         )
     }
 
@@ -245,6 +239,94 @@ impl Client {
         }
         out.flush().await?;
         Ok(n)
+    }
+
+    /// Sends a bucket action (`{"action", "value"}`) and returns the response text (a job id
+    /// for job-starting actions).
+    pub async fn bucket_action(
+        &self,
+        method: Method,
+        bck: &Bck,
+        act: &str,
+        value: serde_json::Value,
+        extra: &[(&str, String)],
+    ) -> anyhow::Result<String> {
+        let msg = ActionMsg {
+            action: act.to_owned(),
+            name: String::new(),
+            value,
+        };
+        let mut q = query(bck);
+        q.extend(extra.iter().map(|(k, v)| (*k, v.clone())));
+        let resp = self
+            .action(method, &format!("/v1/buckets/{}", bck.name), &msg)
+            .query(&q)
+            .send()
+            .await
+            .with_context(|| format!("cannot reach {}", self.endpoint))?;
+        Ok(check(resp).await?.text().await?)
+    }
+
+    /// A bucket's properties (`HEAD`, the `Ais-Bucket-Props` header).
+    pub async fn bucket_props(&self, bck: &Bck) -> anyhow::Result<serde_json::Value> {
+        let resp = self
+            .http
+            .head(self.url(&format!("/v1/buckets/{}", bck.name)))
+            .query(&query(bck))
+            .send()
+            .await?;
+        let resp = check(resp).await?;
+        let props = resp
+            .headers()
+            .get(gristmill_core::api::header::BUCKET_PROPS)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("{}");
+        Ok(serde_json::from_str(props)?)
+    }
+
+    /// One job across the cluster.
+    pub async fn job(&self, id: &str) -> anyhow::Result<JobStatus> {
+        let resp = self
+            .http
+            .get(self.url(&format!("/v1/jobs/{id}")))
+            .send()
+            .await?;
+        Ok(check(resp).await?.json().await?)
+    }
+
+    /// Jobs across the cluster, newest first.
+    pub async fn jobs(&self, kind: Option<&str>, running: bool) -> anyhow::Result<Vec<JobStatus>> {
+        let mut q = vec![("running", running.to_string())];
+        if let Some(k) = kind {
+            q.push(("kind", k.to_owned()));
+        }
+        let resp = self.http.get(self.url("/v1/jobs")).query(&q).send().await?;
+        Ok(check(resp).await?.json().await?)
+    }
+
+    pub async fn stop_job(&self, id: &str) -> anyhow::Result<()> {
+        let resp = self
+            .http
+            .delete(self.url(&format!("/v1/jobs/{id}")))
+            .send()
+            .await?;
+        check(resp).await?;
+        Ok(())
+    }
+
+    /// Starts a node-wide job by kind (`lru`); returns its id.
+    pub async fn start_job(&self, kind: &str, value: serde_json::Value) -> anyhow::Result<String> {
+        let mut value = value;
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("kind".into(), kind.into());
+        }
+        let msg = ActionMsg {
+            action: action::START.into(),
+            name: String::new(),
+            value,
+        };
+        let resp = self.action(Method::PUT, "/v1/cluster", &msg).send().await?;
+        Ok(check(resp).await?.text().await?)
     }
 
     pub async fn delete_object(&self, bck: &Bck, name: &str) -> anyhow::Result<()> {

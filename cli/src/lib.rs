@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod config;
+pub mod jobs;
 pub mod playground;
 
 /// Sets up `tracing` from `RUST_LOG` (default `info`), logging to stderr.

@@ -29,6 +29,15 @@ pub mod action {
     pub const LIST: &str = "list";
     /// Primary proxy: add a remote bucket (verified on its backend) to the bucket metadata.
     pub const ADD_REMOTE_BUCKET: &str = "add-remote-bck";
+    pub const SET_BPROPS: &str = "set-bprops";
+    pub const PREFETCH: &str = "prefetch-listrange";
+    pub const EVICT_OBJECTS: &str = "evict-listrange";
+    pub const EVICT_REMOTE_BUCKET: &str = "evict-remote-bck";
+    pub const COPY_BUCKET: &str = "copy-bck";
+    pub const COPY_OBJECTS: &str = "copy-listrange";
+    /// `PUT /v1/cluster`: start a job by kind (`{"kind":"lru"}`), or stop one by id.
+    pub const START: &str = "start";
+    pub const STOP: &str = "stop";
 }
 
 /// Query parameter names.
@@ -42,6 +51,15 @@ pub mod query {
     /// GET of a cached remote object: check the remote's ETag/size first and re-fetch when they
     /// differ (AIStore's `latest-ver`).
     pub const LATEST: &str = "latest";
+    /// AIStore's spelling of [`LATEST`].
+    pub const LATEST_VER: &str = "latest-ver";
+    /// GET of a cached remote object: like `latest`, and a remote deletion drops the cached
+    /// copy (404).
+    pub const SYNC: &str = "sync";
+    /// Destination bucket of a copy (AIStore's `bck_to`: `provider/@uuid#ns/name/`).
+    pub const BCK_TO: &str = "bck_to";
+    /// Evict of a whole remote bucket: keep its bucket-metadata entry.
+    pub const KEEP_MD: &str = "keep_md";
 }
 
 /// Header names.
@@ -327,6 +345,97 @@ pub struct BucketProps {
     pub bid: u64,
     #[serde(default)]
     pub checksum: ChecksumProps,
+    #[serde(default)]
+    pub versioning: VersioningProps,
+    #[serde(default)]
+    pub lru: LruProps,
+}
+
+impl BucketProps {
+    /// Applies a `set-bprops` patch: a JSON object whose fields replace the matching fields
+    /// (nested objects merge). Read-only fields (`provider`, `created`, `bid`) cannot change.
+    pub fn patched(&self, patch: &serde_json::Value) -> Result<Self, crate::ApiError> {
+        let bad =
+            |why: String| crate::ApiError::bad_request(format!("invalid bucket props: {why}"));
+        if !patch.is_object() {
+            return Err(bad("expected a JSON object".into()));
+        }
+        for read_only in ["provider", "created", "bid"] {
+            if patch.get(read_only).is_some() {
+                return Err(bad(format!("{read_only:?} cannot be changed")));
+            }
+        }
+        let mut current = serde_json::to_value(self).map_err(|e| bad(e.to_string()))?;
+        merge_json(&mut current, patch);
+        let props: Self = serde_json::from_value(current).map_err(|e| bad(e.to_string()))?;
+        props.lru.dont_evict().map_err(|e| bad(e.message))?;
+        Ok(props)
+    }
+}
+
+fn merge_json(into: &mut serde_json::Value, patch: &serde_json::Value) {
+    match (into, patch) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge_json(a.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v.clone(),
+    }
+}
+
+/// How cached copies of a remote bucket follow the remote (AIStore's `versioning`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersioningProps {
+    /// Every GET compares the cached copy with the remote (ETag/version/size) and re-fetches
+    /// a changed object (per request: `?latest=true`).
+    #[serde(default)]
+    pub validate_warm_get: bool,
+    /// Also drop the cached copy when the remote object is gone (GET → 404; per request:
+    /// `?sync=true`).
+    #[serde(default)]
+    pub synchronize: bool,
+}
+
+/// LRU eviction of a bucket's cached objects.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LruProps {
+    /// Whether LRU may evict this bucket's objects; native `ais://` buckets are never evicted,
+    /// whatever this says (they hold the only copy).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Objects read more recently than this are not evicted (`"2h"`, `"30m"`, `"0s"`); empty
+    /// = the node's default.
+    #[serde(default)]
+    pub dont_evict_time: String,
+    /// Most bytes this bucket may keep cached on each target; 0 = no quota (only the
+    /// watermarks apply). AIStore has percentages only.
+    #[serde(default)]
+    pub quota: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for LruProps {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            dont_evict_time: String::new(),
+            quota: 0,
+        }
+    }
+}
+
+impl LruProps {
+    /// The bucket's own `dont_evict_time`, if set.
+    pub fn dont_evict(&self) -> Result<Option<std::time::Duration>, crate::ApiError> {
+        if self.dont_evict_time.is_empty() {
+            return Ok(None);
+        }
+        crate::time::parse_duration(&self.dont_evict_time).map(Some)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

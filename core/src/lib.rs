@@ -9,6 +9,7 @@ pub mod bmd;
 pub mod bucket;
 pub mod error;
 pub mod hrw;
+pub mod job;
 pub mod name;
 pub mod persist;
 pub mod range;
@@ -17,6 +18,7 @@ pub mod s3;
 #[cfg(feature = "server")]
 pub mod server;
 pub mod smap;
+pub mod template;
 pub mod time;
 
 pub use bmd::{BucketMetadata, BucketRecord, MetaSync};

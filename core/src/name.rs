@@ -8,6 +8,19 @@ pub const MAX_OBJECT_NAME: usize = 1024;
 /// Rejects names that are empty, too long, carry NUL or other control bytes, or have `.`/`..`
 /// path segments. Names never reach the filesystem (data files are named by hash), but
 /// clients that mirror objects to disk must not be handed an escaping path either.
+/// Characters escaped in object names inside URL paths (`/` is kept).
+const PATH: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'/')
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// An object name as it goes into a URL path (`/v1/objects/b/<here>`).
+pub fn encode_path(name: &str) -> String {
+    percent_encoding::utf8_percent_encode(name, PATH).to_string()
+}
+
 pub fn validate_object_name(name: &str) -> Result<(), ApiError> {
     let bad = |why: &str| -> Result<(), ApiError> {
         Err(ApiError::bad_request(format!("invalid object name: {why}")))

@@ -40,9 +40,15 @@ pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<S3Service>) -> Router {
             get(list_objects)
                 .post(bucket_action)
                 .delete(bucket_action)
+                .patch(bucket_action)
                 .head(head_bucket),
         )
-        .route("/v1/cluster", get(query))
+        .route("/v1/cluster", get(query).put(cluster_action))
+        .route("/v1/jobs", get(crate::job_api::list_jobs))
+        .route(
+            "/v1/jobs/{id}",
+            get(crate::job_api::show_job).delete(crate::job_api::stop_job),
+        )
         .route("/v1/daemon", get(query))
         .route("/v1/cluster/join", post(join))
         .route("/v1/cluster/keepalive", post(keepalive))
@@ -213,6 +219,11 @@ async fn bucket_action(
         .await
         .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?;
     let msg = parse_action(&body)?;
+    if let Some(result) =
+        crate::job_api::bucket_job_action(&p, method.as_str(), &bck, &msg, &params).await
+    {
+        return result;
+    }
     match (method.as_str(), msg.action.as_str()) {
         ("POST", action::CREATE_BUCKET) => {
             if bck.provider.is_remote() {
@@ -244,6 +255,23 @@ async fn bucket_action(
             tracing::info!(bucket = %bck, "bucket destroyed");
             Ok(StatusCode::OK.into_response())
         }
+        ("PATCH", action::SET_BPROPS) => {
+            crate::remote::ensure(&p, &bck).await?;
+            p.change(|_, bmd| {
+                let rec = bmd
+                    .buckets
+                    .get_mut(&bck.uname())
+                    .ok_or_else(|| bck.not_found())?;
+                rec.props = rec.props.patched(&msg.value)?;
+                Ok(Changed {
+                    smap: false,
+                    bmd: true,
+                })
+            })
+            .await?;
+            tracing::info!(bucket = %bck, props = %msg.value, "bucket properties changed");
+            Ok(StatusCode::OK.into_response())
+        }
         (m, a) => Err(ApiError::bad_request(format!(
             "unsupported bucket action {a:?} for {m}"
         ))),
@@ -270,16 +298,30 @@ async fn list_objects(
     Ok(encode_page(&page, &headers))
 }
 
+/// `PUT /v1/cluster`: start or stop a job (AIStore's xaction control).
+async fn cluster_action(State(p): State<Arc<Proxy>>, req: Request) -> ApiResult {
+    if !p.is_primary() {
+        return Ok(redirect(&format!("{}/v1/cluster", p.primary_url())));
+    }
+    let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?;
+    crate::job_api::cluster_action(&p, &parse_action(&body)?).await
+}
+
 /// `GET /v1/cluster?what=` and `GET /v1/daemon?what=`.
-async fn query(State(p): State<Arc<Proxy>>, Query(params): Params) -> ApiResult {
+async fn query(State(p): State<Arc<Proxy>>, Query(params): Params, body: Bytes) -> ApiResult {
     match params.get(q::WHAT).map(String::as_str) {
+        Some(what @ ("status" | "qryxstats")) => {
+            crate::job_api::status_query(&p, what, &params, &body).await
+        }
         Some("smap") => Ok(axum::Json(p.smap().as_ref().clone()).into_response()),
         Some("bmd") => Ok(axum::Json(p.bmd().as_ref().clone()).into_response()),
         Some("snode") => {
             Ok(axum::Json(Node::new(&p.id, gristmill_core::smap::PROXY, &p.url)).into_response())
         }
         Some(other) => Err(ApiError::bad_request(format!(
-            "unknown ?what={other} (expected smap, bmd, snode)"
+            "unknown ?what={other} (expected smap, bmd, snode, status, qryxstats)"
         ))),
         None => Err(ApiError::bad_request("missing ?what= (smap, bmd, snode)")),
     }

@@ -7,6 +7,8 @@
 //! register with it and send keepalives ([`membership`]).
 
 mod http;
+mod job_api;
+mod jobs;
 mod list;
 mod membership;
 mod meta;

@@ -11,15 +11,15 @@
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use gristmill_core::{ApiError, Bck};
 use tokio::sync::{OnceCell, watch};
 
+use crate::Target;
 use crate::backend::{Backend, RemoteAttrs};
-use crate::store::{ETAG_KEY, PutOptions, Store};
+use crate::store::{ETAG_KEY, PutOptions};
 
 /// Custom-metadata keys of a cached remote object.
 pub(crate) const REMOTE_VERSION_KEY: &str = "remote-version";
@@ -73,13 +73,13 @@ impl Fills {
     /// copy does not stop a new download (it is replaced when the new one commits).
     pub(crate) async fn join(
         &self,
-        store: &Arc<Store>,
+        t: &Target,
         backend: Arc<dyn Backend>,
-        idle_timeout: Duration,
         bck: &Bck,
         name: &str,
         refetch: bool,
     ) -> Result<Arc<Fill>, Start> {
+        let store = &t.store;
         let key = bck.object_uname(name);
         let slot = {
             let mut map = self.inflight.lock().expect("fills lock");
@@ -91,17 +91,7 @@ impl Fills {
                 if !refetch && store.head(bck, name).is_ok() {
                     return Err(Start::Cached);
                 }
-                start(
-                    &self.inflight,
-                    store,
-                    backend,
-                    idle_timeout,
-                    bck,
-                    name,
-                    &key,
-                    &slot,
-                )
-                .await
+                start(&self.inflight, t, backend, bck, name, &key, &slot).await
             })
             .await;
         match started {
@@ -127,19 +117,31 @@ fn unregister(map: &Mutex<HashMap<String, Slot>>, key: &str, slot: &Slot) {
 #[allow(clippy::too_many_arguments)]
 async fn start(
     inflight: &Arc<Mutex<HashMap<String, Slot>>>,
-    store: &Arc<Store>,
+    t: &Target,
     backend: Arc<dyn Backend>,
-    idle_timeout: Duration,
     bck: &Bck,
     name: &str,
     key: &str,
     slot: &Slot,
 ) -> Result<Arc<Fill>, Start> {
+    let store = &t.store;
+    let idle_timeout = t.backends.idle_timeout;
     let fail = |e: ApiError| Start::Failed(e);
     let (attrs, mut body) = backend
         .get(bck, name, None)
         .await
         .map_err(|e| fail(e.into()))?;
+    // Room under the quotas (evicting if needed) and on the disk, before the first byte;
+    // dropping `body` on refusal cancels the download.
+    t.space
+        .admit_cached(&t.bmd(), bck, name, attrs.size)
+        .await
+        .map_err(fail)?;
+    // A plain S3 ETag is the MD5 of the object: check it, so a corrupted transfer is never
+    // cached (multipart ETags, `<md5>-<parts>`, and other origins' tags are opaque).
+    let expected_md5 = (attrs.etag.len() == 32
+        && attrs.etag.bytes().all(|b| b.is_ascii_hexdigit()))
+    .then(|| attrs.etag.to_ascii_lowercase());
     let mut custom = std::collections::BTreeMap::new();
     if !attrs.etag.is_empty() {
         custom.insert(ETAG_KEY.to_owned(), attrs.etag.clone());
@@ -156,6 +158,8 @@ async fn start(
         version: attrs.cache_version(),
         custom,
         expected_size: Some(attrs.size),
+        compute_md5: expected_md5.is_some(),
+        expected_md5,
         ..Default::default()
     };
     let mut pending = store
@@ -249,6 +253,21 @@ async fn start(
 }
 
 impl Fill {
+    /// Waits for the download to end: the cached size, or why it failed.
+    pub(crate) async fn wait(&self) -> Result<u64, String> {
+        let mut progress = self.progress.clone();
+        loop {
+            match &*progress.borrow_and_update() {
+                Progress::Done(n) => return Ok(*n),
+                Progress::Failed(why) => return Err(why.clone()),
+                Progress::Running(_) => {}
+            }
+            if progress.changed().await.is_err() {
+                return Err("download task ended unexpectedly".into());
+            }
+        }
+    }
+
     /// The bytes `[start, start + len)` of the object, read from the growing temp file; fails
     /// the stream if the download breaks.
     pub(crate) fn reader(

@@ -22,6 +22,7 @@ use crate::meta::ObjectMeta;
 
 mod remote;
 use crate::store::{ETAG_KEY, PutOptions};
+pub(crate) use remote::differs as remote_differs;
 
 type Params = Query<HashMap<String, String>>;
 type ApiResult = Result<Response, ApiError>;
@@ -46,6 +47,8 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
         .route("/v1/cached/{bucket}", axum::routing::post(cached_names))
         .route("/v1/mpu/{bucket}/{*object}", any(multipart))
         .route("/v1/mpu/{bucket}", get(list_uploads))
+        .route("/v1/jobs", get(job_snaps).post(start_job))
+        .route("/v1/jobs/{id}", axum::routing::delete(abort_job))
         .route("/v1/metasync", put(metasync))
         .route("/v1/daemon", get(daemon))
         .route("/v1/health", get(gristmill_core::server::health))
@@ -79,7 +82,7 @@ enum Routed {
 impl Target {
     /// Succeeds if the bucket exists; on a miss, refreshes the bucket metadata from the primary
     /// once (a bucket created a moment ago may not have reached us yet).
-    async fn require_bucket(&self, bck: &Bck) -> Result<(), ApiError> {
+    pub(crate) async fn require_bucket(&self, bck: &Bck) -> Result<(), ApiError> {
         if self.bmd().contains(bck) {
             return Ok(());
         }
@@ -323,31 +326,39 @@ const FIRST_CHUNK: u64 = 256 * 1024;
 /// The body for `len` bytes of `file` from `start`, read with positioned reads on the blocking
 /// pool, one chunk at a time.
 async fn file_body(file: std::fs::File, start: u64, len: u64) -> Result<Body, ApiError> {
+    Ok(Body::from_stream(file_stream(file, start, len)))
+}
+
+/// `len` bytes of `file` from `start` as a stream of chunks (positioned reads on the blocking
+/// pool; the first chunk is small so the first byte leaves sooner).
+pub(crate) fn file_stream(
+    file: std::fs::File,
+    start: u64,
+    len: u64,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
     use std::os::unix::fs::FileExt;
     let file = Arc::new(file);
-    let chunks =
-        futures::stream::unfold((file, start, len), move |(file, offset, left)| async move {
-            if left == 0 {
-                return None;
-            }
-            let want = left.min(if offset == start {
-                FIRST_CHUNK
-            } else {
-                STREAM_CHUNK
-            });
-            let f = file.clone();
-            let read = tokio::task::spawn_blocking(move || {
-                let mut buf = vec![0u8; want as usize];
-                f.read_exact_at(&mut buf, offset).map(|()| Bytes::from(buf))
-            })
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
-            match read {
-                Ok(bytes) => Some((Ok(bytes), (file, offset + want, left - want))),
-                Err(e) => Some((Err(e), (file, offset, 0))),
-            }
+    futures::stream::unfold((file, start, len), move |(file, offset, left)| async move {
+        if left == 0 {
+            return None;
+        }
+        let want = left.min(if offset == start {
+            FIRST_CHUNK
+        } else {
+            STREAM_CHUNK
         });
-    Ok(Body::from_stream(chunks))
+        let f = file.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            let mut buf = vec![0u8; want as usize];
+            f.read_exact_at(&mut buf, offset).map(|()| Bytes::from(buf))
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        match read {
+            Ok(bytes) => Some((Ok(bytes), (file, offset + want, left - want))),
+            Err(e) => Some((Err(e), (file, offset, 0))),
+        }
+    })
 }
 
 /// Streams an opened local object (GET of a native or a cached remote object).
@@ -360,6 +371,9 @@ pub(crate) async fn serve_local(
 ) -> ApiResult {
     if let Err(unmet) = check_preconditions(headers, &open.meta) {
         return Ok(unmet.into_response());
+    }
+    if t.store.touch(&open.meta.bucket, &open.meta.name) {
+        t.space.nudge();
     }
     if params
         .get(q::VALIDATE_CHECKSUM)
@@ -414,6 +428,7 @@ async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) -> ApiResul
         Some(v) => api::decode_custom_md(v)?,
         None => Default::default(),
     };
+    t.space.check_room(bck, name, expected_size.unwrap_or(0))?;
     let opts = PutOptions {
         durable: !bck.provider.is_remote(),
         expected_size,
@@ -521,6 +536,37 @@ async fn cached_names(
         .map_err(|e| ApiError::bad_request(format!("invalid names: {e}")))?;
     let names = remote::present_locally(&t, &bck, req.names).await?;
     Ok(axum::Json(remote::Names { names }).into_response())
+}
+
+/// `POST /v1/jobs` (a `JobSpec` from the primary): starts this target's share of a job.
+async fn start_job(State(t): State<Arc<Target>>, body: Bytes) -> ApiResult {
+    let spec: gristmill_core::job::JobSpec = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("invalid job spec: {e}")))?;
+    t.jobs.start(t.clone(), spec)?;
+    Ok(StatusCode::OK.into_response())
+}
+
+/// `GET /v1/jobs?id=&kind=&running=true`: snapshots of this target's jobs.
+async fn job_snaps(State(t): State<Arc<Target>>, Query(params): Params) -> ApiResult {
+    let id = params.get("id").map(String::as_str).unwrap_or("");
+    let kind = match params.get("kind").map(String::as_str) {
+        None | Some("") => None,
+        Some(k) => Some(
+            gristmill_core::job::JobKind::parse(k)
+                .ok_or_else(|| ApiError::bad_request(format!("unknown job kind {k:?}")))?,
+        ),
+    };
+    let running = params.get("running").is_some_and(|v| v == "true");
+    Ok(axum::Json(t.jobs.snaps(id, kind, running)).into_response())
+}
+
+/// `DELETE /v1/jobs/{id}`: aborts this target's share of a job.
+async fn abort_job(State(t): State<Arc<Target>>, Path(id): Path<String>) -> ApiResult {
+    if t.jobs.abort(&id) {
+        Ok(StatusCode::OK.into_response())
+    } else {
+        Err(gristmill_core::job::job_not_found(&id))
+    }
 }
 
 async fn metasync(State(t): State<Arc<Target>>, body: Bytes) -> ApiResult {

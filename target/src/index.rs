@@ -42,6 +42,9 @@ pub enum IndexOp {
     DropBucket {
         bucket: String,
     },
+    /// Record access times (bucket, name, atime ns) of objects that still exist; older times
+    /// than the stored ones are ignored.
+    Touch(Vec<(String, String, i64)>),
 }
 
 /// The outcome of one committed change.
@@ -235,6 +238,21 @@ fn apply_one(table: &mut redb::Table<&[u8], &[u8]>, op: &IndexOp) -> Result<Appl
                 replaced,
                 ..Default::default()
             })
+        }
+        IndexOp::Touch(entries) => {
+            for (bucket, name, atime) in entries {
+                let key = object_key(bucket, name);
+                let current = match table.get(key.as_slice())? {
+                    Some(v) => ObjectMeta::decode(v.value())?,
+                    None => continue,
+                };
+                if current.atime_ns < *atime {
+                    let mut updated = current;
+                    updated.atime_ns = *atime;
+                    table.insert(key.as_slice(), updated.encode().as_slice())?;
+                }
+            }
+            Ok(Applied::default())
         }
         IndexOp::DropBucket { bucket } => {
             let lo = object_key(bucket, "");

@@ -15,9 +15,11 @@ mod cold;
 mod error;
 mod http;
 mod index;
+mod jobs;
 mod membership;
 mod meta;
 pub mod multipart;
+pub mod space;
 pub mod store;
 
 use std::path::PathBuf;
@@ -32,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 pub use backend::BackendConfig;
 pub use error::StoreError;
 pub use meta::ObjectMeta;
+pub use space::SpaceConfig;
 pub use store::Store;
 
 /// Runtime configuration of a target.
@@ -50,6 +53,8 @@ pub struct TargetConfig {
     pub keepalive_interval: Duration,
     /// Remote backends (S3 endpoint and credentials, `ht://` policy, timeouts).
     pub backend: BackendConfig,
+    /// Watermarks, quotas and out-of-space limits.
+    pub space: SpaceConfig,
 }
 
 /// Shared state of a running target.
@@ -71,6 +76,10 @@ pub(crate) struct Target {
     backends: backend::Backends,
     /// Cold-GET downloads in flight.
     fills: cold::Fills,
+    /// Out-of-space checks and LRU eviction.
+    space: Arc<space::Space>,
+    /// Jobs this target runs or ran.
+    jobs: jobs::Jobs,
 }
 
 impl Target {
@@ -138,6 +147,7 @@ pub async fn run(
         config.public_url.trim_end_matches('/').to_owned()
     };
     let store = Store::open(&config.mountpaths).await?;
+    let space = Arc::new(space::Space::new(config.space.clone(), store.clone()));
     let smap: Option<ClusterMap> = persist::load_json(&config.state_dir.join("smap.json"))?;
     let bmd: Option<BucketMetadata> = persist::load_json(&config.state_dir.join("bmd.json"))?;
     let placeholder = ClusterMap::new(Node::new("", smap::PROXY, ""), String::new(), String::new());
@@ -162,6 +172,8 @@ pub async fn run(
         apply_lock: tokio::sync::Mutex::new(()),
         backends: backend::Backends::new(&config.backend)?,
         fills: cold::Fills::default(),
+        space: space.clone(),
+        jobs: jobs::Jobs::default(),
     });
     tracing::info!(node = %id, %url, mountpaths = config.mountpaths.len(), "target starting");
 
@@ -171,6 +183,8 @@ pub async fn run(
         shutdown.clone(),
     ));
     tokio::spawn(report_capacity(target.store.clone(), shutdown.clone()));
+    let bmd_source = target.clone();
+    tokio::spawn(space.run(move || bmd_source.bmd(), shutdown.clone()));
     let app = http::router(target.clone());
     gristmill_core::server::serve(listener, app, shutdown.clone()).await?;
     shutdown.cancel();

@@ -12,11 +12,11 @@
 //! so no key can escape the mountpath or exceed a name-length limit. Every write gets a fresh
 //! generation suffix and becomes visible only when the index commit that references it lands.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -62,6 +62,9 @@ pub struct PutOptions {
     pub expected_size: Option<u64>,
     /// Expected xxhash checksum (hex), when the sender declared one.
     pub expected_xxhash: Option<String>,
+    /// Expected MD5 (hex, lowercase; needs `compute_md5`): a cold GET checks a remote's plain
+    /// S3 ETag with it.
+    pub expected_md5: Option<String>,
     /// Also compute the MD5 of the body and record it as the object's `ETag` (S3 clients
     /// expect ETag = MD5). Off for native PUTs: MD5 runs at ~0.6 GB/s per core.
     pub compute_md5: bool,
@@ -90,7 +93,28 @@ pub const PREFETCH_MAX: u64 = 128 * 1024;
 pub struct Store {
     mountpaths: Vec<Arc<Mountpath>>,
     generation: AtomicU64,
+    /// Bytes stored per bucket uname, across mountpaths; kept current by every commit, delete
+    /// and drop, so quota checks never walk the index.
+    usage: Arc<Usage>,
+    /// Access times not yet written to the index, by (bucket uname, object name). Reads only
+    /// touch this map; [`Store::flush_atimes`] writes them in one transaction per mountpath.
+    atimes: Mutex<HashMap<(String, String), i64>>,
 }
+
+/// Bytes per bucket uname.
+#[derive(Debug, Default)]
+struct Usage(Mutex<HashMap<String, u64>>);
+
+impl Usage {
+    fn account(&self, bucket_uname: &str, added: u64, removed: u64) {
+        let mut usage = self.0.lock().expect("usage lock");
+        let v = usage.entry(bucket_uname.to_owned()).or_default();
+        *v = v.saturating_add(added).saturating_sub(removed);
+    }
+}
+
+/// Pending access times beyond which a flush is due regardless of the timer.
+pub const ATIME_FLUSH_AT: usize = 100_000;
 
 impl Store {
     /// Opens every mountpath (creating its layout), then removes orphans left by a crash.
@@ -117,6 +141,8 @@ impl Store {
         let store = Arc::new(Self {
             mountpaths,
             generation: AtomicU64::new(now_ns() as u64),
+            usage: Arc::default(),
+            atimes: Mutex::new(HashMap::new()),
         });
         for mp in store.mountpaths.clone() {
             let removed = tokio::task::spawn_blocking(move || remove_orphans(&mp))
@@ -129,7 +155,68 @@ impl Store {
                 );
             }
         }
+        let indexes: Vec<ObjectIndex> = store.mountpaths.iter().map(|m| m.index.clone()).collect();
+        let usage = tokio::task::spawn_blocking(move || -> Result<_, StoreError> {
+            let mut usage: HashMap<String, u64> = HashMap::new();
+            for index in &indexes {
+                index.for_each(|m| *usage.entry(m.bucket).or_default() += m.size)?;
+            }
+            Ok(usage)
+        })
+        .await
+        .map_err(|e| StoreError::Index(e.to_string()))??;
+        *store.usage.0.lock().expect("usage lock") = usage;
         Ok(store)
+    }
+
+    /// Bytes stored for one bucket (by uname) on this target.
+    pub fn bucket_usage(&self, bucket_uname: &str) -> u64 {
+        let usage = self.usage.0.lock().expect("usage lock");
+        usage.get(bucket_uname).copied().unwrap_or(0)
+    }
+
+    /// Bytes stored per bucket uname on this target.
+    pub fn usage(&self) -> HashMap<String, u64> {
+        self.usage.0.lock().expect("usage lock").clone()
+    }
+
+    /// Records a read of an object (for LRU); written to the index by [`Self::flush_atimes`].
+    /// Returns true when enough times are pending that a flush is due.
+    pub fn touch(&self, bucket_uname: &str, name: &str) -> bool {
+        let mut atimes = self.atimes.lock().expect("atimes lock");
+        atimes.insert((bucket_uname.to_owned(), name.to_owned()), now_ns());
+        atimes.len() >= ATIME_FLUSH_AT
+    }
+
+    /// The latest access time of an object: a pending read, else the stored atime.
+    pub fn atime(&self, meta: &ObjectMeta) -> i64 {
+        let atimes = self.atimes.lock().expect("atimes lock");
+        atimes
+            .get(&(meta.bucket.clone(), meta.name.clone()))
+            .copied()
+            .unwrap_or(0)
+            .max(meta.atime_ns)
+    }
+
+    /// Writes pending access times to the indexes (one transaction per mountpath).
+    pub async fn flush_atimes(&self) -> Result<usize, StoreError> {
+        let pending: Vec<((String, String), i64)> = {
+            let mut atimes = self.atimes.lock().expect("atimes lock");
+            atimes.drain().collect()
+        };
+        let n = pending.len();
+        let mut by_mp: HashMap<usize, Vec<(String, String, i64)>> = HashMap::new();
+        for ((bucket, name), t) in pending {
+            let i = self.mountpath_index(&bucket, &name);
+            by_mp.entry(i).or_default().push((bucket, name, t));
+        }
+        for (i, entries) in by_mp {
+            self.mountpaths[i]
+                .index
+                .apply(IndexOp::Touch(entries))
+                .await?;
+        }
+        Ok(n)
     }
 
     pub fn mountpaths(&self) -> &[Arc<Mountpath>] {
@@ -138,9 +225,21 @@ impl Store {
 
     /// The mountpath that owns an object, by HRW over mountpath digests.
     pub fn mountpath_for(&self, bck: &Bck, name: &str) -> &Arc<Mountpath> {
-        let d = hrw::digest(&bck.object_uname(name));
-        let i = hrw::pick(d, self.mountpaths.iter().map(|m| m.digest)).unwrap_or(0);
-        &self.mountpaths[i]
+        &self.mountpaths[self.mountpath_index(&bck.uname(), name)]
+    }
+
+    fn mountpath_index(&self, bucket_uname: &str, name: &str) -> usize {
+        let d = hrw::digest(&format!("{bucket_uname}/{name}"));
+        hrw::pick(d, self.mountpaths.iter().map(|m| m.digest)).unwrap_or(0)
+    }
+
+    /// Every object record of every mountpath, with the mountpath's position (blocking; for
+    /// LRU scans and rebuilds).
+    pub fn for_each_object(&self, mut f: impl FnMut(usize, ObjectMeta)) -> Result<(), StoreError> {
+        for (i, mp) in self.mountpaths.iter().enumerate() {
+            mp.index.for_each(|m| f(i, m))?;
+        }
+        Ok(())
     }
 
     /// Starts writing an object: a temp file on the owning mountpath that fills chunk by chunk
@@ -158,6 +257,7 @@ impl Store {
         let file = tokio::fs::File::create(&tmp).await?;
         Ok(PendingWrite {
             mp,
+            usage: self.usage.clone(),
             bucket: bck.uname(),
             name: name.to_owned(),
             generation,
@@ -246,6 +346,7 @@ impl Store {
             .replaced
             .ok_or_else(|| StoreError::not_found(format!("object {bck}/{name}")))?;
         remove_data_file(&mp, &old.file).await;
+        self.usage.account(&old.bucket, 0, old.size);
         Ok(old)
     }
 
@@ -279,6 +380,7 @@ impl Store {
     /// move to the trash and are deleted in the background.
     pub async fn drop_bucket(&self, bck: &Bck) -> Result<u64, StoreError> {
         let bucket = bck.uname();
+        self.usage.0.lock().expect("usage lock").remove(&bucket);
         let mut dropped = 0;
         for mp in &self.mountpaths {
             dropped += mp
@@ -334,6 +436,7 @@ impl Store {
 /// object; [`abort`](Self::abort) or dropping it leaves nothing behind.
 pub struct PendingWrite {
     mp: Arc<Mountpath>,
+    usage: Arc<Usage>,
     bucket: String,
     name: String,
     generation: u64,
@@ -446,13 +549,27 @@ impl PendingWrite {
             self.remove_tmp().await;
             return Err(ApiError::bad_request(why).into());
         }
+        let md5 = self
+            .md5
+            .take()
+            .map(|m| hex::encode(md5::Digest::finalize(m)));
+        if let (Some(want), Some(got)) = (self.opts.expected_md5.clone(), md5.as_deref())
+            && want != got
+        {
+            self.remove_tmp().await;
+            return Err(ApiError::new(
+                gristmill_core::ErrorKind::BadGateway,
+                format!("checksum mismatch: received MD5 {got}, the remote's ETag says {want}"),
+            )
+            .into());
+        }
 
         let mp = self.mp.clone();
         let rel = data_file_name(&self.bucket, &self.name, self.generation);
         let now = now_ns();
         let mut custom = self.opts.custom.clone();
-        if let Some(md5) = self.md5.take() {
-            custom.insert(ETAG_KEY.into(), hex::encode(md5::Digest::finalize(md5)));
+        if let Some(md5) = md5 {
+            custom.insert(ETAG_KEY.into(), md5);
         }
         if let Some(h) = self.s3.take() {
             for (name, v) in gristmill_core::s3::checksum_values(h.finalize()) {
@@ -503,6 +620,8 @@ impl PendingWrite {
                 return Err(e);
             }
         };
+        let replaced_size = applied.replaced.as_ref().map_or(0, |m| m.size);
+        self.usage.account(&self.bucket, size, replaced_size);
         if let Some(old) = applied.replaced {
             remove_data_file(&mp, &old.file).await;
         }

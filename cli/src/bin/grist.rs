@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use comfy_table::{Table, presets::NOTHING};
-use gristmill_cli::client::Client;
+use gristmill_cli::client::{Client, Method};
+use gristmill_cli::jobs::{self, FollowArgs, SelectionArgs};
 use gristmill_core::Bck;
-use gristmill_core::api::ListObjectsMsg;
+use gristmill_core::api::{ListObjectsMsg, action};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser)]
@@ -49,6 +50,12 @@ enum Command {
         /// Stop after this many objects (0 = all).
         #[arg(long, default_value_t = 0)]
         limit: usize,
+        /// Remote buckets: only objects cached in the cluster.
+        #[arg(long, conflicts_with = "not_cached")]
+        cached: bool,
+        /// Remote buckets: only objects not cached in the cluster.
+        #[arg(long)]
+        not_cached: bool,
     },
     /// Upload a file, a directory (with -r) or stdin (`-`).
     Put {
@@ -75,6 +82,92 @@ enum Command {
     /// Show cluster information.
     #[command(subcommand)]
     Show(ShowCmd),
+    /// Cache objects of a remote bucket in the cluster (a job).
+    Prefetch {
+        bucket: String,
+        #[command(flatten)]
+        select: SelectionArgs,
+        /// Re-validate cached copies against the remote and re-fetch changed ones.
+        #[arg(long)]
+        latest: bool,
+        /// Objects fetched at once per target (0 = default).
+        #[arg(long, default_value_t = 0)]
+        num_workers: usize,
+        #[command(flatten)]
+        follow: FollowArgs,
+    },
+    /// Drop cached copies of remote objects (the remote keeps them). Without a selection,
+    /// evicts the whole bucket and forgets it (unless --keep-md).
+    Evict {
+        bucket: String,
+        #[command(flatten)]
+        select: SelectionArgs,
+        /// Whole-bucket evict: keep the bucket in the cluster's metadata.
+        #[arg(long)]
+        keep_md: bool,
+        #[command(flatten)]
+        follow: FollowArgs,
+    },
+    /// Copy a bucket, or selected objects, to another bucket (any providers; a job).
+    Cp {
+        source: String,
+        destination: String,
+        #[command(flatten)]
+        select: SelectionArgs,
+        /// Prepend this to every destination name.
+        #[arg(long, default_value = "")]
+        prepend: String,
+        /// With --prefix or --template: replace the source prefix with this.
+        #[arg(long)]
+        to_prefix: Option<String>,
+        /// Only count what would be copied.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long, default_value_t = 0)]
+        num_workers: usize,
+        #[command(flatten)]
+        follow: FollowArgs,
+    },
+    /// Jobs: show, wait for, stop.
+    #[command(subcommand)]
+    Job(JobCmd),
+    /// Disk space: start an LRU eviction pass.
+    #[command(subcommand)]
+    Space(SpaceCmd),
+}
+
+#[derive(Subcommand)]
+enum JobCmd {
+    /// All jobs (optionally of one kind), or one job by id with per-target progress.
+    Show {
+        /// Job id or kind (prefetch, evict, copy, lru).
+        what: Option<String>,
+        /// Only running jobs.
+        #[arg(long)]
+        running: bool,
+    },
+    /// Wait for a job to end; fails if it was aborted or any object failed.
+    Wait {
+        id: String,
+        #[arg(long)]
+        progress: bool,
+        #[arg(long, default_value = "24h")]
+        timeout: String,
+    },
+    /// Abort a job on every target.
+    Stop { id: String },
+}
+
+#[derive(Subcommand)]
+enum SpaceCmd {
+    /// Evict least-recently-used cached objects down to the low watermark/quotas.
+    Evict {
+        /// Evict down to the low marks even when under the high ones.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        follow: FollowArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -83,6 +176,22 @@ enum BucketCmd {
     Create { buckets: Vec<String> },
     /// Remove buckets and all their objects.
     Rm { buckets: Vec<String> },
+    /// Show or set bucket properties.
+    #[command(subcommand)]
+    Props(PropsCmd),
+}
+
+#[derive(Subcommand)]
+enum PropsCmd {
+    /// Print a bucket's properties as JSON.
+    Show { bucket: String },
+    /// Set properties: `lru.quota=10GiB`, `lru.dont_evict_time=30m`, `lru.enabled=false`,
+    /// `versioning.validate_warm_get=true`, `versioning.synchronize=true`.
+    Set {
+        bucket: String,
+        #[arg(required = true)]
+        settings: Vec<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -115,20 +224,7 @@ fn object(uri: &str) -> anyhow::Result<(Bck, String)> {
     Ok((bck, name))
 }
 
-fn human(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n}B")
-    } else {
-        format!("{v:.2}{}", UNITS[u])
-    }
-}
+use gristmill_cli::jobs::human;
 
 #[tokio::main]
 async fn main() {
@@ -181,7 +277,140 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             props,
             page_size,
             limit,
-        } => list(&client, &b, prefix, props, page_size, limit, cli.json).await?,
+            cached,
+            not_cached,
+        } => {
+            // AIStore's list flags: LsCached (bit 0), LsNotCached (bit 9).
+            let flags = if cached { 1 } else { 0 } | if not_cached { 1 << 9 } else { 0 };
+            let lso = ListObjectsMsg {
+                prefix,
+                pagesize: page_size,
+                props,
+                flags,
+                ..Default::default()
+            };
+            list(&client, &b, lso, limit, cli.json).await?
+        }
+        Command::Bucket(BucketCmd::Props(PropsCmd::Show { bucket: b })) => {
+            let props = client.bucket_props(&bucket(&b)?).await?;
+            println!("{}", serde_json::to_string_pretty(&props)?);
+        }
+        Command::Bucket(BucketCmd::Props(PropsCmd::Set {
+            bucket: b,
+            settings,
+        })) => {
+            let bck = bucket(&b)?;
+            let patch = props_patch(&settings)?;
+            client
+                .bucket_action(Method::PATCH, &bck, action::SET_BPROPS, patch, &[])
+                .await?;
+            println!("\"{bck}\" properties updated");
+        }
+        Command::Prefetch {
+            bucket: b,
+            select,
+            latest,
+            num_workers,
+            follow,
+        } => {
+            let bck = bucket(&b)?;
+            let mut v = select.to_value();
+            v["latest-ver"] = latest.into();
+            v["num-workers"] = num_workers.into();
+            let id = client
+                .bucket_action(Method::POST, &bck, action::PREFETCH, v, &[])
+                .await?;
+            jobs::started(&client, &id, &format!("prefetch {bck}"), &follow, cli.json).await?;
+        }
+        Command::Evict {
+            bucket: b,
+            select,
+            keep_md,
+            follow,
+        } => {
+            let bck = bucket(&b)?;
+            if select.is_empty() {
+                client
+                    .bucket_action(
+                        Method::DELETE,
+                        &bck,
+                        action::EVICT_REMOTE_BUCKET,
+                        serde_json::Value::Null,
+                        &[("keep_md", keep_md.to_string())],
+                    )
+                    .await?;
+                println!("\"{bck}\" evicted");
+            } else {
+                let id = client
+                    .bucket_action(
+                        Method::DELETE,
+                        &bck,
+                        action::EVICT_OBJECTS,
+                        select.to_value(),
+                        &[],
+                    )
+                    .await?;
+                jobs::started(&client, &id, &format!("evict {bck}"), &follow, cli.json).await?;
+            }
+        }
+        Command::Cp {
+            source,
+            destination,
+            select,
+            prepend,
+            to_prefix,
+            dry_run,
+            num_workers,
+            follow,
+        } => {
+            let (src, dst) = (bucket(&source)?, bucket(&destination)?);
+            let mut v = select.to_value();
+            v["prepend"] = prepend.into();
+            if let Some(tp) = to_prefix {
+                v["to_prefix"] = tp.into();
+            }
+            v["dry_run"] = dry_run.into();
+            v["num-workers"] = num_workers.into();
+            let id = client
+                .bucket_action(
+                    Method::POST,
+                    &src,
+                    action::COPY_BUCKET,
+                    v,
+                    &[("bck_to", dst.to_string())],
+                )
+                .await?;
+            jobs::started(
+                &client,
+                &id,
+                &format!("copy {src} => {dst}"),
+                &follow,
+                cli.json,
+            )
+            .await?;
+        }
+        Command::Job(JobCmd::Show { what, running }) => {
+            jobs::show(&client, what.as_deref(), running, cli.json).await?
+        }
+        Command::Job(JobCmd::Wait {
+            id,
+            progress,
+            timeout,
+        }) => {
+            let timeout = gristmill_core::time::parse_duration(&timeout)?;
+            let s = jobs::wait(&client, &id, progress, timeout).await?;
+            jobs::finish(&s, cli.json)?;
+        }
+        Command::Job(JobCmd::Stop { id }) => {
+            client.stop_job(&id).await?;
+            println!("job {id} stopped");
+        }
+        Command::Space(SpaceCmd::Evict { force, follow }) => {
+            let id = client
+                .start_job("lru", serde_json::json!({ "force": force }))
+                .await?;
+            jobs::started(&client, &id, "LRU eviction", &follow, cli.json).await?;
+        }
         Command::Put {
             source,
             destination,
@@ -309,22 +538,43 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `key=value` settings as a nested JSON patch: `lru.quota=1GiB` → `{"lru":{"quota":N}}`.
+fn props_patch(settings: &[String]) -> anyhow::Result<serde_json::Value> {
+    let mut patch = serde_json::json!({});
+    for s in settings {
+        let Some((key, value)) = s.split_once('=') else {
+            bail!("{s}: expected key=value");
+        };
+        let v: serde_json::Value = match (key, value) {
+            (_, "true" | "false") => (value == "true").into(),
+            ("lru.quota", v) => gristmill_core::time::parse_size(v)?.into(),
+            (_, v) => v.parse::<u64>().map_or_else(|_| v.into(), Into::into),
+        };
+        let mut slot = &mut patch;
+        let parts: Vec<&str> = key.split('.').collect();
+        for (i, part) in parts.iter().enumerate() {
+            if i + 1 == parts.len() {
+                slot[*part] = v.clone();
+            } else {
+                if !slot[*part].is_object() {
+                    slot[*part] = serde_json::json!({});
+                }
+                slot = &mut slot[*part];
+            }
+        }
+    }
+    Ok(patch)
+}
+
 async fn list(
     client: &Client,
     uri: &str,
-    prefix: String,
-    props: String,
-    page_size: u64,
+    mut lso: ListObjectsMsg,
     limit: usize,
     json: bool,
 ) -> anyhow::Result<()> {
     let bck = bucket(uri)?;
-    let mut lso = ListObjectsMsg {
-        prefix,
-        pagesize: page_size,
-        props: props.clone(),
-        ..Default::default()
-    };
+    let props = lso.props.clone();
     let cols: Vec<String> = if props == "all" {
         [
             "name", "size", "checksum", "atime", "version", "location", "copies",

@@ -165,6 +165,7 @@ async fn main() -> anyhow::Result<()> {
                 join_url: c.node.join.clone(),
                 keepalive_interval: c.keepalive_interval(),
                 backend: gristmill_target::BackendConfig::from_env(),
+                space: gristmill_target::SpaceConfig::from_env()?,
             };
             gristmill_target::run(config, listener, shutdown_on_signals()).await
         }

@@ -20,14 +20,6 @@ pub(super) struct GristS3 {
     pub(super) proxy: Arc<Proxy>,
 }
 
-/// Characters escaped in object names inside native URL paths (`/` is kept).
-const PATH: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
-    .remove(b'/')
-    .remove(b'-')
-    .remove(b'_')
-    .remove(b'.')
-    .remove(b'~');
-
 /// Metadata keys (in the object's custom metadata) for the S3 headers we store and return.
 const CONTENT_TYPE: &str = "content-type";
 const CONTENT_ENCODING: &str = "content-encoding";
@@ -449,7 +441,7 @@ impl GristS3 {
             "{}/v1/{area}/{}/{}?provider=ais",
             owner.url(),
             bck.name,
-            percent_encoding::utf8_percent_encode(key, PATH)
+            gristmill_core::name::encode_path(key)
         ))
     }
 
@@ -639,7 +631,7 @@ fn forward(
 
 fn url_encode_if(encode: bool, s: &str) -> String {
     if encode {
-        percent_encoding::utf8_percent_encode(s, PATH).to_string()
+        gristmill_core::name::encode_path(s)
     } else {
         s.to_owned()
     }

@@ -22,6 +22,9 @@ use crate::cold::{REMOTE_MTIME_KEY, REMOTE_VERSION_KEY, SOURCE_KEY, Start};
 use crate::meta::ObjectMeta;
 use crate::store::{ETAG_KEY, PutOptions};
 
+/// List-objects flag: only objects *not* cached in the cluster (AIStore's `LsNotCached`).
+const LS_NOT_CACHED: u64 = 1 << 9;
+
 /// Body of `POST /v1/cached/{bucket}` and its answer.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Names {
@@ -34,7 +37,7 @@ fn is_not_found(e: &StoreError) -> bool {
 
 /// Whether the cached copy differs from the remote object (ETag, or size, or — when the
 /// origin gives no ETag — its modification time).
-fn differs(meta: &ObjectMeta, remote: &RemoteAttrs) -> bool {
+pub(crate) fn differs(meta: &ObjectMeta, remote: &RemoteAttrs) -> bool {
     if remote.size != meta.size {
         return true;
     }
@@ -58,9 +61,14 @@ pub(super) async fn get_object(
     headers: &HeaderMap,
 ) -> ApiResult {
     let backend = t.backends.for_bucket(bck)?;
-    let latest = params
-        .get(q::LATEST)
-        .is_some_and(|v| v == "true" || v == "1");
+    let versioning = t
+        .bmd()
+        .get(bck)
+        .map(|r| r.props.versioning.clone())
+        .unwrap_or_default();
+    let flag = |k: &str| params.get(k).is_some_and(|v| v == "true" || v == "1");
+    let sync = flag(q::SYNC) || versioning.synchronize;
+    let latest = sync || flag(q::LATEST) || flag(q::LATEST_VER) || versioning.validate_warm_get;
     let open = match t.store.open_object(bck, name).await {
         Ok(open) => Some(open),
         Err(e) if is_not_found(&e) => None,
@@ -71,7 +79,18 @@ pub(super) async fn get_object(
         if latest {
             match backend.head(bck, name).await {
                 Ok(attrs) => refetch = differs(&open.meta, &attrs),
-                // Deleted remotely: without `sync`, the cached copy is still served.
+                // Deleted remotely: with `sync` the cached copy goes too; without, it is
+                // still served.
+                Err(e) if e.is_not_found() && sync => {
+                    match t.store.delete(bck, name).await {
+                        Ok(_) => {}
+                        Err(e) if is_not_found(&e) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    return Err(ApiError::not_found(format!(
+                        "{bck}/{name} was deleted from the remote; its cached copy was removed"
+                    )));
+                }
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e.into()),
             }
@@ -80,18 +99,7 @@ pub(super) async fn get_object(
             return serve_local(t, bck, open, params, headers).await;
         }
     }
-    match t
-        .fills
-        .join(
-            &t.store,
-            backend,
-            t.backends.idle_timeout,
-            bck,
-            name,
-            refetch,
-        )
-        .await
-    {
+    match t.fills.join(t, backend, bck, name, refetch).await {
         Ok(fill) => serve_fill(t, fill, headers),
         Err(Start::Cached) => {
             let open = t.store.open_object(bck, name).await?;
@@ -190,6 +198,7 @@ pub(super) async fn put_object(
             Some(v) => gristmill_core::api::decode_custom_md(v)?,
             None => Default::default(),
         };
+    t.space.check_room(bck, name, expected_size.unwrap_or(0))?;
     let opts = PutOptions {
         durable: false,
         expected_size,
@@ -322,9 +331,11 @@ pub(super) async fn list_objects(
     let names: Vec<String> = page.entries.iter().map(|e| e.name.clone()).collect();
     let cached = cached_in_cluster(t, bck, &names).await?;
     let want_version = lso.wants("version") || lso.wants("all");
+    let not_cached_only = lso.flags & LS_NOT_CACHED != 0;
     let entries = page
         .entries
         .into_iter()
+        .filter(|e| !not_cached_only || !cached.contains(&e.name))
         .map(|e| ListEntry {
             flags: if cached.contains(&e.name) {
                 ENTRY_IS_CACHED

@@ -1,0 +1,377 @@
+//! Jobs: long operations over many objects (prefetch, evict, copy, LRU eviction, ...) that run
+//! on every target, each target working only on the objects it owns.
+//!
+//! The primary proxy gives a job its cluster-wide id and sends the same [`JobSpec`] to every
+//! target; each target keeps its own [`JobSnap`] (progress, errors, state). Status is always
+//! aggregated fresh from the targets ([`JobStatus::aggregate`]), so any proxy — including one
+//! that restarted after the job began — answers for any job.
+
+use serde::{Deserialize, Serialize};
+
+use crate::bucket::Bck;
+use crate::template::Template;
+use crate::{ApiError, ErrorKind};
+
+/// What a job does. The wire names are AIStore's job kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum JobKind {
+    /// Cold-GET the selected objects of a remote bucket into the cluster.
+    #[serde(rename = "prefetch-listrange")]
+    Prefetch,
+    /// Remove cached copies of the selected remote objects (the remote keeps them).
+    #[serde(rename = "evict-listrange")]
+    Evict,
+    /// Copy the selected objects (or a whole bucket) to another bucket.
+    #[serde(rename = "copy-bck")]
+    Copy,
+    /// Evict least-recently-used cached objects until usage is under the watermarks/quotas.
+    #[serde(rename = "lru-eviction")]
+    Lru,
+}
+
+/// Every kind, for parsing and help texts.
+pub const JOB_KINDS: &[JobKind] = &[
+    JobKind::Prefetch,
+    JobKind::Evict,
+    JobKind::Copy,
+    JobKind::Lru,
+];
+
+impl JobKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Prefetch => "prefetch-listrange",
+            JobKind::Evict => "evict-listrange",
+            JobKind::Copy => "copy-bck",
+            JobKind::Lru => "lru-eviction",
+        }
+    }
+
+    /// Parses a kind by its wire name or a short alias (`prefetch`, `evict`, `copy`, `lru`).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "prefetch" | "prefetch-listrange" | "prefetch-objects" => Some(JobKind::Prefetch),
+            "evict" | "evict-listrange" | "evict-objects" | "evict-remote-bck" => {
+                Some(JobKind::Evict)
+            }
+            "copy" | "copy-bck" | "copy-listrange" | "copy-objects" => Some(JobKind::Copy),
+            "lru" | "lru-eviction" => Some(JobKind::Lru),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for JobKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which objects of the source bucket a job works on: explicit names, a brace template, or a
+/// prefix (all three empty = the whole bucket). AIStore's `ListRange` (`objnames`, `template`);
+/// a template without braces is a prefix, as in AIStore.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Selection {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objnames: Vec<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub template: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prefix: String,
+}
+
+/// A selection resolved to what a target iterates.
+#[derive(Debug, Clone)]
+pub enum Resolved {
+    Names(Vec<String>),
+    Template(Template),
+    /// Every object whose name starts with this (empty = all).
+    Prefix(String),
+}
+
+impl Selection {
+    /// Checks the selection and says how to enumerate it.
+    pub fn resolve(&self) -> Result<Resolved, ApiError> {
+        let given = [
+            !self.objnames.is_empty(),
+            !self.template.is_empty(),
+            !self.prefix.is_empty(),
+        ];
+        if given.iter().filter(|g| **g).count() > 1 {
+            return Err(ApiError::bad_request(
+                "give one of object names, a template or a prefix, not several",
+            ));
+        }
+        if !self.objnames.is_empty() {
+            for n in &self.objnames {
+                crate::validate_object_name(n)?;
+            }
+            return Ok(Resolved::Names(self.objnames.clone()));
+        }
+        if !self.template.is_empty() {
+            let t = Template::parse(&self.template)?;
+            return Ok(if t.has_ranges() {
+                Resolved::Template(t)
+            } else {
+                Resolved::Prefix(self.template.clone())
+            });
+        }
+        Ok(Resolved::Prefix(self.prefix.clone()))
+    }
+
+    pub fn is_all(&self) -> bool {
+        self.objnames.is_empty() && self.template.is_empty() && self.prefix.is_empty()
+    }
+}
+
+/// Options of a job; each kind reads the ones that apply to it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobOptions {
+    /// Prefetch/copy: re-validate cached copies against the remote and re-fetch changed ones.
+    #[serde(default)]
+    pub latest: bool,
+    /// Copy: only report what would be copied.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Copy: prepended to every destination name (AIStore's `prepend`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prepend: String,
+    /// Copy: with a prefix selection, replace that prefix with this in destination names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_prefix: Option<String>,
+    /// Objects worked on at once per target; 0 = the default.
+    #[serde(default)]
+    pub num_workers: usize,
+    /// Keep going after a per-object error (always true in Gristmill: errors are recorded
+    /// and the job goes on; kept for AIStore's `coer`).
+    #[serde(default)]
+    pub continue_on_err: bool,
+    /// LRU: evict even when usage is under the high watermark (`grist space evict --force`).
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// What the primary sends to every target to start a job.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub id: String,
+    pub kind: JobKind,
+    /// Source bucket (none for node-wide jobs such as LRU over all buckets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bck: Option<Bck>,
+    /// Destination bucket of a copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_bck: Option<Bck>,
+    #[serde(default)]
+    pub selection: Selection,
+    #[serde(default)]
+    pub opts: JobOptions,
+}
+
+/// Where a job is on one target (or, aggregated, on all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    Running,
+    /// Done; per-object errors, if any, are in the counters.
+    Finished,
+    Aborted,
+}
+
+/// One failed object of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectError {
+    pub name: String,
+    pub error: String,
+}
+
+/// Error samples kept per target per job (the count is exact; the list is bounded).
+pub const MAX_ERROR_SAMPLES: usize = 100;
+
+/// One target's view of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSnap {
+    pub id: String,
+    pub kind: JobKind,
+    pub node: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bck: Option<Bck>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_bck: Option<Bck>,
+    pub state: JobState,
+    /// Unix nanoseconds; `end_ns` is 0 while running.
+    pub start_ns: i64,
+    pub end_ns: i64,
+    /// Objects this target will work on, once known (after enumerating the selection).
+    #[serde(default)]
+    pub total_objects: Option<u64>,
+    /// Objects done (including skipped ones) and the bytes they moved.
+    pub objects: u64,
+    pub bytes: u64,
+    /// Objects that needed no work (already cached, not present, ...).
+    pub skipped: u64,
+    pub errors: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub error_samples: Vec<ObjectError>,
+    /// Why the job stopped early (abort request, enumeration failure).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub abort_reason: String,
+}
+
+/// A job across the cluster: totals and each target's snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStatus {
+    pub id: String,
+    pub kind: JobKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bck: Option<Bck>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to_bck: Option<Bck>,
+    /// Running while any target runs it; aborted if any target aborted; else finished.
+    pub state: JobState,
+    pub start_ns: i64,
+    /// 0 while running.
+    pub end_ns: i64,
+    /// Sum over targets, once every target knows its share.
+    pub total_objects: Option<u64>,
+    pub objects: u64,
+    pub bytes: u64,
+    pub skipped: u64,
+    pub errors: u64,
+    pub targets: Vec<JobSnap>,
+}
+
+impl JobStatus {
+    /// Folds the targets' snapshots of one job; `None` if there are none.
+    pub fn aggregate(mut snaps: Vec<JobSnap>) -> Option<Self> {
+        snaps.sort_by(|a, b| a.node.cmp(&b.node));
+        let first = snaps.first()?.clone();
+        let running = snaps.iter().any(|s| s.state == JobState::Running);
+        let aborted = snaps.iter().any(|s| s.state == JobState::Aborted);
+        let state = if running {
+            JobState::Running
+        } else if aborted {
+            JobState::Aborted
+        } else {
+            JobState::Finished
+        };
+        let total_objects = snaps
+            .iter()
+            .map(|s| s.total_objects)
+            .try_fold(0u64, |acc, t| t.map(|t| acc + t));
+        Some(Self {
+            id: first.id,
+            kind: first.kind,
+            bck: first.bck,
+            to_bck: first.to_bck,
+            state,
+            start_ns: snaps.iter().map(|s| s.start_ns).min().unwrap_or(0),
+            end_ns: if running {
+                0
+            } else {
+                snaps.iter().map(|s| s.end_ns).max().unwrap_or(0)
+            },
+            total_objects,
+            objects: snaps.iter().map(|s| s.objects).sum(),
+            bytes: snaps.iter().map(|s| s.bytes).sum(),
+            skipped: snaps.iter().map(|s| s.skipped).sum(),
+            errors: snaps.iter().map(|s| s.errors).sum(),
+            targets: snaps,
+        })
+    }
+
+    /// Every target's error samples, in node order.
+    pub fn error_samples(&self) -> impl Iterator<Item = &ObjectError> {
+        self.targets.iter().flat_map(|t| t.error_samples.iter())
+    }
+
+    /// The first abort reason any target gave.
+    pub fn abort_reason(&self) -> &str {
+        self.targets
+            .iter()
+            .map(|t| t.abort_reason.as_str())
+            .find(|r| !r.is_empty())
+            .unwrap_or("")
+    }
+}
+
+/// A new job id: short, unique enough for a cluster's lifetime, safe in URLs (AIStore's ids
+/// look alike).
+pub fn new_job_id() -> String {
+    let u = uuid::Uuid::new_v4().simple().to_string();
+    format!("j{}", &u[..11])
+}
+
+/// 404 for an unknown job id.
+pub fn job_not_found(id: &str) -> ApiError {
+    ApiError::new(ErrorKind::NotFound, format!("job {id:?} not found"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(node: &str, state: JobState, total: Option<u64>, objects: u64) -> JobSnap {
+        JobSnap {
+            id: "j1".into(),
+            kind: JobKind::Prefetch,
+            node: node.into(),
+            bck: None,
+            to_bck: None,
+            state,
+            start_ns: 10,
+            end_ns: if state == JobState::Running { 0 } else { 20 },
+            total_objects: total,
+            objects,
+            bytes: objects * 2,
+            skipped: 0,
+            errors: 0,
+            error_samples: vec![],
+            abort_reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn aggregate_is_running_until_all_targets_end() {
+        let s = JobStatus::aggregate(vec![
+            snap("b", JobState::Finished, Some(3), 3),
+            snap("a", JobState::Running, None, 1),
+        ])
+        .unwrap();
+        assert_eq!(s.state, JobState::Running);
+        assert_eq!((s.end_ns, s.total_objects, s.objects), (0, None, 4));
+        let s = JobStatus::aggregate(vec![
+            snap("b", JobState::Finished, Some(3), 3),
+            snap("a", JobState::Aborted, Some(5), 1),
+        ])
+        .unwrap();
+        assert_eq!(s.state, JobState::Aborted);
+        assert_eq!((s.end_ns, s.total_objects), (20, Some(8)));
+        assert!(JobStatus::aggregate(vec![]).is_none());
+    }
+
+    #[test]
+    fn selections_resolve() {
+        let sel = Selection {
+            template: "s-{0..9}".into(),
+            ..Default::default()
+        };
+        assert!(matches!(sel.resolve().unwrap(), Resolved::Template(t) if t.len() == 10));
+        let sel = Selection {
+            template: "plain/".into(),
+            ..Default::default()
+        };
+        assert!(matches!(sel.resolve().unwrap(), Resolved::Prefix(p) if p == "plain/"));
+        let both = Selection {
+            template: "a".into(),
+            prefix: "b".into(),
+            ..Default::default()
+        };
+        assert!(both.resolve().is_err());
+        assert!(JobKind::parse("prefetch") == Some(JobKind::Prefetch));
+        assert_eq!(
+            serde_json::to_string(&JobKind::Copy).unwrap(),
+            "\"copy-bck\""
+        );
+    }
+}

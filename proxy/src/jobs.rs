@@ -1,0 +1,148 @@
+//! Jobs on the proxy: the primary starts a job on every target with one [`JobSpec`]; any proxy
+//! answers status by asking the targets (nothing is kept here, so a restarted proxy still knows
+//! every job) and aborts by telling them all.
+
+use std::time::Duration;
+
+use gristmill_core::job::{JobKind, JobSnap, JobSpec, JobState, JobStatus, job_not_found};
+use gristmill_core::{ApiError, ErrorKind};
+
+use crate::meta::Proxy;
+use crate::remote::node_error;
+
+/// Sends the job to every active target. If any target refuses, the others are told to abort
+/// and the error is returned: a job runs everywhere or nowhere.
+pub(crate) async fn start(p: &Proxy, spec: JobSpec) -> Result<String, ApiError> {
+    let smap = p.smap();
+    let targets: Vec<_> = smap.active_targets().cloned().collect();
+    if targets.is_empty() {
+        return Err(ApiError::unavailable("no targets in the cluster yet"));
+    }
+    let sends = targets.iter().map(|t| {
+        let req = p
+            .http
+            .post(format!("{}/v1/jobs", t.url()))
+            .json(&spec)
+            .send();
+        async move {
+            let resp = req
+                .await
+                .map_err(|e| ApiError::unavailable(format!("target {}: {e}", t.daemon_id)))?;
+            if !resp.status().is_success() {
+                return Err(node_error(resp).await);
+            }
+            Ok(())
+        }
+    });
+    let results = futures::future::join_all(sends).await;
+    if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
+        let _ = abort(p, &spec.id).await;
+        return Err(e);
+    }
+    tracing::info!(job = %spec.id, kind = %spec.kind, targets = targets.len(), "job started");
+    Ok(spec.id)
+}
+
+/// Every target's snapshots matching the filters. A target that cannot be reached is
+/// skipped (its share shows up again when it answers).
+pub(crate) async fn snaps(
+    p: &Proxy,
+    id: &str,
+    kind: Option<JobKind>,
+    running_only: bool,
+) -> Vec<JobSnap> {
+    let smap = p.smap();
+    let mut query = vec![("id", id.to_owned())];
+    if let Some(k) = kind {
+        query.push(("kind", k.as_str().to_owned()));
+    }
+    if running_only {
+        query.push(("running", "true".into()));
+    }
+    let asks = smap.active_targets().map(|t| {
+        let req = p
+            .http
+            .get(format!("{}/v1/jobs", t.url()))
+            .query(&query)
+            .send();
+        let tid = t.daemon_id.clone();
+        async move {
+            match req.await {
+                Ok(resp) if resp.status().is_success() => {
+                    resp.json::<Vec<JobSnap>>().await.unwrap_or_default()
+                }
+                Ok(resp) => {
+                    tracing::warn!(target = %tid, status = %resp.status(), "job status query failed");
+                    Vec::new()
+                }
+                Err(e) => {
+                    tracing::warn!(target = %tid, error = %e, "job status query failed");
+                    Vec::new()
+                }
+            }
+        }
+    });
+    futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// One job across the cluster; 404 if no target knows it.
+pub(crate) async fn status(p: &Proxy, id: &str) -> Result<JobStatus, ApiError> {
+    JobStatus::aggregate(snaps(p, id, None, false).await).ok_or_else(|| job_not_found(id))
+}
+
+/// Jobs across the cluster, newest first.
+pub(crate) async fn list(p: &Proxy, kind: Option<JobKind>, running_only: bool) -> Vec<JobStatus> {
+    let mut by_id: std::collections::BTreeMap<String, Vec<JobSnap>> = Default::default();
+    for s in snaps(p, "", kind, false).await {
+        by_id.entry(s.id.clone()).or_default().push(s);
+    }
+    let mut jobs: Vec<JobStatus> = by_id
+        .into_values()
+        .filter_map(JobStatus::aggregate)
+        .filter(|j| !running_only || j.state == JobState::Running)
+        .collect();
+    jobs.sort_by(|a, b| b.start_ns.cmp(&a.start_ns));
+    jobs
+}
+
+/// Tells every target to abort the job; 404 if none knew it.
+pub(crate) async fn abort(p: &Proxy, id: &str) -> Result<(), ApiError> {
+    let smap = p.smap();
+    let asks = smap
+        .active_targets()
+        .map(|t| p.http.delete(format!("{}/v1/jobs/{}", t.url(), id)).send());
+    let known = futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .filter(|r| r.as_ref().is_ok_and(|resp| resp.status().is_success()))
+        .count();
+    if known == 0 {
+        return Err(job_not_found(id));
+    }
+    tracing::info!(job = %id, targets = known, "job aborted");
+    Ok(())
+}
+
+/// Polls until the job ends or `timeout` passes (for synchronous operations built on jobs).
+pub(crate) async fn wait(p: &Proxy, id: &str, timeout: Duration) -> Result<JobStatus, ApiError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let s = status(p, id).await?;
+        if s.state != JobState::Running {
+            return Ok(s);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ApiError::new(
+                ErrorKind::GatewayTimeout,
+                format!("job {id} still running after {timeout:?}"),
+            ));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+}
