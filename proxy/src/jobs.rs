@@ -105,7 +105,7 @@ pub(crate) async fn list(p: &Proxy, kind: Option<JobKind>, running_only: bool) -
         .filter_map(JobStatus::aggregate)
         .filter(|j| !running_only || j.state == JobState::Running)
         .collect();
-    jobs.sort_by(|a, b| b.start_ns.cmp(&a.start_ns));
+    jobs.sort_by_key(|j| std::cmp::Reverse(j.start_ns));
     jobs
 }
 

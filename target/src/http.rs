@@ -590,8 +590,9 @@ async fn daemon(State(t): State<Arc<Target>>, Query(params): Params) -> ApiResul
                 .collect();
             Ok(axum::Json(serde_json::json!({ "available": mps })).into_response())
         }
+        Some("space") => Ok(axum::Json(t.space.report(&t.bmd())).into_response()),
         Some(other) => Err(ApiError::bad_request(format!(
-            "unknown ?what={other} (expected smap, bmd, snode, mountpaths)"
+            "unknown ?what={other} (expected smap, bmd, snode, mountpaths, space)"
         ))),
     }
 }

@@ -239,7 +239,9 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
     }
     let bck = spec.bck.clone().expect("validated");
     t.require_bucket(&bck).await?;
-    if let Some(to) = &spec.to_bck {
+    if let Some(to) = &spec.to_bck
+        && !spec.opts.dry_run
+    {
         t.require_bucket(to).await?;
     }
     let names = tokio::select! {

@@ -124,6 +124,14 @@ fn evictable(bmd: &BucketMetadata, bucket_uname: &str) -> Option<(Bck, Duration,
     ))
 }
 
+/// An object about to be cached, whose room an eviction pass should make too.
+#[derive(Debug, Clone, Copy)]
+pub struct Incoming<'a> {
+    pub bucket: &'a str,
+    pub mountpath: usize,
+    pub size: u64,
+}
+
 /// What one eviction pass did.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Evicted {
@@ -201,10 +209,22 @@ impl Space {
         if max_cache > 0 && size > max_cache {
             return Err(too_big(max_cache, "node's cache limit"));
         }
-        let over_quota = quota > 0 && self.store.bucket_usage(&uname) + size > quota;
-        let over_cache = max_cache > 0 && self.cached_bytes(bmd) + size > max_cache;
-        if over_quota || over_cache {
-            self.evict(bmd, false, Some((&uname, size))).await;
+        let c = &self.config;
+        let mp = self.store.mountpath_index(&uname, name);
+        let over_quota =
+            quota > 0 && self.store.bucket_usage(&uname) + size > c.mark(quota, c.high_wm);
+        let over_cache =
+            max_cache > 0 && self.cached_bytes(bmd) + size > c.mark(max_cache, c.high_wm);
+        let over_fs = capacity(&self.store.mountpaths()[mp].path).is_some_and(|(total, avail)| {
+            total.saturating_sub(avail) + size > c.mark(total, c.high_wm)
+        });
+        if over_quota || over_cache || over_fs {
+            let incoming = Incoming {
+                bucket: &uname,
+                mountpath: mp,
+                size,
+            };
+            self.evict(bmd, false, Some(incoming)).await;
         }
         self.check_room(bck, name, size)?;
         if self.over_high_mark(bmd) {
@@ -245,14 +265,15 @@ impl Space {
         &self,
         bmd: &BucketMetadata,
         force: bool,
-        incoming: Option<(&str, u64)>,
+        incoming: Option<Incoming<'_>>,
     ) -> Evicted {
         let _one = self.evicting.lock().await;
         if let Err(e) = self.store.flush_atimes().await {
             tracing::warn!(error = %e, "could not flush access times before eviction");
         }
         let c = self.config.clone();
-        let (in_bucket, in_size) = incoming.map_or(("", 0), |(b, n)| (b, n));
+        let (in_bucket, in_mp, in_size) =
+            incoming.map_or(("", usize::MAX, 0), |i| (i.bucket, i.mountpath, i.size));
         let needed = |used: u64, limit: u64| -> i128 {
             let high = c.mark(limit, c.high_wm);
             if force || used > high {
@@ -267,8 +288,12 @@ impl Space {
             .store
             .mountpaths()
             .iter()
-            .map(|mp| match capacity(&mp.path) {
-                Some((total, avail)) => needed(total.saturating_sub(avail), total),
+            .enumerate()
+            .map(|(i, mp)| match capacity(&mp.path) {
+                Some((total, avail)) => {
+                    let extra = if i == in_mp { in_size } else { 0 };
+                    needed(total.saturating_sub(avail) + extra, total)
+                }
                 None => 0,
             })
             .collect();
@@ -408,6 +433,29 @@ impl Space {
                 self.evict(&bmd, false, None).await;
             }
         }
+    }
+
+    /// Usage report (`GET /v1/daemon?what=space`): per mountpath and per bucket.
+    pub fn report(&self, bmd: &BucketMetadata) -> serde_json::Value {
+        let mountpaths: Vec<serde_json::Value> = self
+            .store
+            .mountpaths()
+            .iter()
+            .map(|mp| {
+                let (total, avail) = capacity(&mp.path).unwrap_or((0, 0));
+                serde_json::json!({"path": mp.path, "total": total, "available": avail,
+                    "used": total.saturating_sub(avail)})
+            })
+            .collect();
+        let c = &self.config;
+        serde_json::json!({
+            "mountpaths": mountpaths,
+            "buckets": self.store.usage(),
+            "cached_bytes": self.cached_bytes(bmd),
+            "config": {"high_wm": c.high_wm, "low_wm": c.low_wm, "out_of_space": c.out_of_space,
+                "max_cache_bytes": c.max_cache_bytes,
+                "dont_evict_time_secs": c.dont_evict_time.as_secs()},
+        })
     }
 
     /// Wakes the worker (e.g. many pending access times to flush).

@@ -228,7 +228,8 @@ impl Store {
         &self.mountpaths[self.mountpath_index(&bck.uname(), name)]
     }
 
-    fn mountpath_index(&self, bucket_uname: &str, name: &str) -> usize {
+    /// Position of the mountpath that owns an object (by bucket uname and name).
+    pub fn mountpath_index(&self, bucket_uname: &str, name: &str) -> usize {
         let d = hrw::digest(&format!("{bucket_uname}/{name}"));
         hrw::pick(d, self.mountpaths.iter().map(|m| m.digest)).unwrap_or(0)
     }

@@ -38,8 +38,9 @@ pub fn free_port() -> u16 {
 pub struct NodeProcess {
     pub name: String,
     args: Vec<String>,
-    /// Extra environment for the process (e.g. backend endpoint and credentials).
-    env: Vec<(String, String)>,
+    /// Extra environment for the process (e.g. backend endpoint and credentials); changes
+    /// apply at the next start.
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
     log: PathBuf,
 }
@@ -285,6 +286,28 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Runs the `grist` CLI against this cluster (blocking); the caller checks the outcome.
+    pub fn grist(&self, args: &[&str]) -> std::process::Output {
+        let bin = gristd_bin().with_file_name("grist");
+        std::process::Command::new(&bin)
+            .args(args)
+            .env("GRIST_ENDPOINT", &self.endpoint)
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()))
+    }
+
+    /// Runs `grist` and returns its stdout, panicking with its stderr if it failed.
+    pub fn grist_ok(&self, args: &[&str]) -> String {
+        let out = self.grist(args);
+        assert!(
+            out.status.success(),
+            "grist {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -10,6 +10,10 @@ use gristmill_tests::{Cluster, content};
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+#[path = "cluster/backend.rs"]
+mod backend;
+#[path = "cluster/jobs.rs"]
+mod jobs;
 #[path = "cluster/remote.rs"]
 mod remote;
 #[path = "cluster/s3.rs"]
@@ -741,18 +745,7 @@ async fn metrics_on_every_node() {
 
 /// Runs the `grist` CLI against the cluster; returns stdout, asserting success.
 fn grist(c: &Cluster, args: &[&str]) -> String {
-    let bin = gristmill_tests::gristd_bin().with_file_name("grist");
-    let out = std::process::Command::new(&bin)
-        .args(args)
-        .env("GRIST_ENDPOINT", &c.endpoint)
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
-    assert!(
-        out.status.success(),
-        "grist {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    c.grist_ok(args)
 }
 
 /// The `grist` CLI: buckets, put (file, directory, stdin), ls with props/prefix/page size and

