@@ -349,6 +349,31 @@ pub struct BucketProps {
     pub versioning: VersioningProps,
     #[serde(default)]
     pub lru: LruProps,
+    /// Backend settings of a remote bucket (AIStore's `extra`).
+    #[serde(default)]
+    pub extra: ExtraProps,
+}
+
+/// Backend settings of a remote bucket.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtraProps {
+    #[serde(default)]
+    pub aws: AwsProps,
+}
+
+/// How to reach an `s3://` bucket, overriding the target's defaults (AIStore's
+/// `extra.aws.*`). Empty fields keep the defaults; a bucket in a namespace (`s3://#acct/b`)
+/// uses the profile named like the namespace unless `profile` says otherwise.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AwsProps {
+    /// S3 endpoint URL (any S3-compatible server).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub endpoint: String,
+    /// Profile in the AWS shared credentials/config files.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub profile: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cloud_region: String,
 }
 
 impl BucketProps {

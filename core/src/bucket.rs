@@ -168,6 +168,17 @@ impl Bck {
         )
     }
 
+    /// Whether the bucket's objects live elsewhere (a cloud bucket, an HTTP origin, or a bucket
+    /// of another cluster: `ais://@alias/name`), so the cluster holds a cache of them.
+    pub fn is_remote(&self) -> bool {
+        self.provider.is_remote() || self.is_remote_ais()
+    }
+
+    /// `ais://@alias/name`: a bucket of the attached cluster `alias`.
+    pub fn is_remote_ais(&self) -> bool {
+        self.provider == Provider::Ais && !self.namespace.uuid.is_empty()
+    }
+
     /// `provider/@uuid#ns/name`: the bucket part of every object uname, and its index key.
     pub fn uname(&self) -> String {
         format!(

@@ -226,10 +226,13 @@ async fn bucket_action(
     }
     match (method.as_str(), msg.action.as_str()) {
         ("POST", action::CREATE_BUCKET) => {
-            if bck.provider.is_remote() {
-                return Err(ApiError::bad_request(format!(
-                    "cannot create {bck}: remote buckets are added on first access, not created"
-                )));
+            if bck.is_remote() {
+                // A remote bucket is added (after checking it exists on its backend), with
+                // properties such as its endpoint or profile in the value.
+                if !crate::remote::add_with(&p, &bck, &msg.value).await? {
+                    return Err(bck.already_exists());
+                }
+                return Ok(StatusCode::OK.into_response());
             }
             if !p.add_bucket(&bck).await? {
                 return Err(bck.already_exists());
@@ -290,7 +293,8 @@ async fn list_objects(
     crate::remote::ensure(&p, &bck).await?;
     // AIStore's `LsCached` flag (bit 0): only what the cluster holds, i.e. the local listing.
     let cached_only = lso.flags & 1 != 0;
-    let page = if bck.provider == gristmill_core::Provider::Aws && !cached_only {
+    let listable_remote = bck.provider == gristmill_core::Provider::Aws || bck.is_remote_ais();
+    let page = if listable_remote && !cached_only {
         crate::remote::list(&p, &bck, lso).await?
     } else {
         list::list_objects(&p, &bck, lso).await?

@@ -105,7 +105,7 @@ fn tobck(value: &Value) -> Result<Option<Bck>, ApiError> {
 }
 
 fn remote_only(bck: &Bck, what: &str) -> Result<(), ApiError> {
-    if bck.provider.is_remote() {
+    if bck.is_remote() {
         Ok(())
     } else {
         Err(ApiError::bad_request(format!(
@@ -171,7 +171,7 @@ pub(crate) async fn bucket_job_action(
                 }
                 crate::remote::ensure(p, bck).await?;
                 let job = spec(JobKind::Copy, Some(to.clone()))?;
-                if to.provider.is_remote() {
+                if to.is_remote() {
                     crate::remote::ensure(p, &to).await?;
                 } else if !job.opts.dry_run && p.add_bucket(&to).await? {
                     tracing::info!(bucket = %to, "copy destination created");

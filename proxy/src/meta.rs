@@ -154,6 +154,16 @@ impl Proxy {
     /// Primary only: adds a bucket with fresh properties to the bucket metadata. Returns
     /// `false` (and changes nothing) when it already exists.
     pub(crate) async fn add_bucket(&self, bck: &gristmill_core::Bck) -> Result<bool, ApiError> {
+        self.add_bucket_with(bck, Default::default()).await
+    }
+
+    /// Like [`Self::add_bucket`], with initial properties (provider, creation time and id are
+    /// filled in here).
+    pub(crate) async fn add_bucket_with(
+        &self,
+        bck: &gristmill_core::Bck,
+        base: gristmill_core::api::BucketProps,
+    ) -> Result<bool, ApiError> {
         let mut added = false;
         self.change(|_, bmd| {
             if bmd.contains(bck) {
@@ -163,7 +173,7 @@ impl Proxy {
                 provider: bck.provider.as_str().into(),
                 created: now_ns(),
                 bid: bmd.version + 1,
-                ..Default::default()
+                ..base
             };
             let record = gristmill_core::BucketRecord {
                 bck: bck.clone(),

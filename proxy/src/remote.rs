@@ -26,7 +26,7 @@ pub(crate) async fn ensure(p: &Proxy, bck: &Bck) -> Result<(), ApiError> {
     if p.bmd().contains(bck) {
         return Ok(());
     }
-    if !bck.provider.is_remote() {
+    if !bck.is_remote() {
         return Err(bck.not_found());
     }
     if p.is_primary() {
@@ -51,14 +51,30 @@ pub(crate) async fn ensure(p: &Proxy, bck: &Bck) -> Result<(), ApiError> {
 
 /// Primary: verifies the bucket on its backend through a target, then adds it.
 pub(crate) async fn add(p: &Proxy, bck: &Bck) -> Result<(), ApiError> {
-    if !bck.provider.is_remote() {
+    add_with(p, bck, &serde_json::Value::Null).await.map(|_| ())
+}
+
+/// Primary: adds a remote bucket with properties (`patch`: a `set-bprops`-style JSON object,
+/// e.g. `{"extra":{"aws":{"endpoint":...}}}`, or null), after a target verified the bucket on
+/// its backend *with those properties*. Returns whether it was added (false: already there).
+pub(crate) async fn add_with(
+    p: &Proxy,
+    bck: &Bck,
+    patch: &serde_json::Value,
+) -> Result<bool, ApiError> {
+    if !bck.is_remote() {
         return Err(ApiError::bad_request(format!(
             "{bck} is not a remote bucket"
         )));
     }
     if p.bmd().contains(bck) {
-        return Ok(());
+        return Ok(false);
     }
+    let props = if patch.is_null() {
+        gristmill_core::api::BucketProps::default()
+    } else {
+        gristmill_core::api::BucketProps::default().patched(patch)?
+    };
     let smap = p.smap();
     let target = smap
         .owner(&bck.uname())
@@ -66,21 +82,23 @@ pub(crate) async fn add(p: &Proxy, bck: &Bck) -> Result<(), ApiError> {
         .clone();
     let resp = p
         .http
-        .get(format!("{}/v1/remote/{}", target.url(), bck.name))
+        .post(format!("{}/v1/remote/{}", target.url(), bck.name))
         .query(&[
             ("provider", bck.provider.as_str()),
             ("namespace", bck.namespace.uname().as_str()),
         ])
+        .json(&props)
         .send()
         .await
         .map_err(|e| ApiError::unavailable(format!("checking {bck} through a target: {e}")))?;
     if !resp.status().is_success() {
         return Err(node_error(resp).await);
     }
-    if p.add_bucket(bck).await? {
-        tracing::info!(bucket = %bck, "remote bucket added on first access");
+    let added = p.add_bucket_with(bck, props).await?;
+    if added {
+        tracing::info!(bucket = %bck, "remote bucket added");
     }
-    Ok(())
+    Ok(added)
 }
 
 /// A page of a remote bucket's listing: the backend's names, through one target, each flagged

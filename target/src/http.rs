@@ -43,7 +43,10 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
             any(gristmill_core::server::empty_object_name),
         )
         .route("/v1/buckets/{bucket}", get(list_objects))
-        .route("/v1/remote/{bucket}", get(remote_bucket))
+        .route(
+            "/v1/remote/{bucket}",
+            get(remote_bucket).post(remote_bucket),
+        )
         .route("/v1/cached/{bucket}", axum::routing::post(cached_names))
         .route("/v1/mpu/{bucket}/{*object}", any(multipart))
         .route("/v1/mpu/{bucket}", get(list_uploads))
@@ -155,7 +158,7 @@ async fn object(
         Routed::Here(bck) => bck,
         Routed::Elsewhere(redirect) => return Ok(redirect),
     };
-    let remote = bck.provider.is_remote();
+    let remote = bck.is_remote();
     match *req.method() {
         Method::GET => get_object(&t, &bck, &name, &params, req.headers()).await,
         Method::HEAD if remote => remote::head_object(&t, &bck, &name, req.headers()).await,
@@ -289,7 +292,7 @@ async fn get_object(
     params: &HashMap<String, String>,
     headers: &HeaderMap,
 ) -> ApiResult {
-    if bck.provider.is_remote() {
+    if bck.is_remote() {
         return remote::get_object(t, bck, name, params, headers).await;
     }
     let open = t.store.open_object(bck, name).await?;
@@ -430,7 +433,7 @@ async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) -> ApiResul
     };
     t.space.check_room(bck, name, expected_size.unwrap_or(0))?;
     let opts = PutOptions {
-        durable: !bck.provider.is_remote(),
+        durable: !bck.is_remote(),
         expected_size,
         expected_xxhash,
         compute_md5: headers
@@ -508,15 +511,27 @@ pub(crate) fn entry(t: &Target, m: &ObjectMeta, lso: &ListObjectsMsg) -> ListEnt
     }
 }
 
-/// `GET|HEAD /v1/remote/{bucket}?provider=`: 200 if the bucket exists on its backend (the
-/// primary asks this before adding a remote bucket on first access).
+/// `GET|POST /v1/remote/{bucket}?provider=` (POST body: the bucket properties to use): 200
+/// if the bucket exists on its backend (the primary asks this before adding a remote bucket).
 async fn remote_bucket(
     State(t): State<Arc<Target>>,
     Path(bucket): Path<String>,
     Query(params): Params,
+    body: Bytes,
 ) -> ApiResult {
     let bck = bucket_from(&bucket, &params)?;
-    let backend = t.backends.for_bucket(&bck)?;
+    let props: Option<gristmill_core::api::BucketProps> = if body.is_empty() {
+        None
+    } else {
+        Some(
+            serde_json::from_slice(&body)
+                .map_err(|e| ApiError::bad_request(format!("invalid bucket props: {e}")))?,
+        )
+    };
+    let backend = match &props {
+        Some(p) => t.backends.for_bucket(&bck, Some(p))?,
+        None => t.backend(&bck)?,
+    };
     match backend.head_bucket(&bck).await {
         Ok(()) => Ok(StatusCode::OK.into_response()),
         Err(e) if e.is_not_found() => Err(bck.not_found()),
@@ -671,13 +686,7 @@ async fn multipart(
                 .map_err(|e| ApiError::bad_request(format!("invalid parts list: {e}")))?;
             let meta = t
                 .store
-                .mpu_complete(
-                    &bck,
-                    &name,
-                    &upload_id,
-                    &parts.parts,
-                    !bck.provider.is_remote(),
-                )
+                .mpu_complete(&bck, &name, &upload_id, &parts.parts, !bck.is_remote())
                 .await?;
             let mut resp = StatusCode::OK.into_response();
             object_headers(&t, &bck, &meta, resp.headers_mut());

@@ -293,7 +293,7 @@ async fn enumerate(t: &Arc<Target>, spec: &JobSpec, bck: &Bck) -> Result<Vec<Str
         Resolved::Prefix(prefix) => {
             // Evicting, or reading a native bucket: what is stored here. Prefetching or copying
             // a remote bucket: the remote's listing, each target keeping the names it owns.
-            let local = spec.kind == JobKind::Evict || !bck.provider.is_remote();
+            let local = spec.kind == JobKind::Evict || !bck.is_remote();
             let mut out = Vec::new();
             let mut after = String::new();
             loop {
@@ -302,7 +302,7 @@ async fn enumerate(t: &Arc<Target>, spec: &JobSpec, bck: &Bck) -> Result<Vec<Str
                     let more = page.len() >= LIST_PAGE;
                     (page.into_iter().map(|m| m.name).collect(), more)
                 } else {
-                    let backend = t.backends.for_bucket(bck)?;
+                    let backend = t.backend(bck)?;
                     let page = backend.list(bck, &prefix, &after, LIST_PAGE).await?;
                     let names = page.entries.into_iter().map(|e| e.name).collect();
                     (names, page.truncated)
@@ -332,7 +332,7 @@ async fn prefetch_one(
     name: &str,
     latest: bool,
 ) -> Result<Outcome, ApiError> {
-    let backend = t.backends.for_bucket(bck)?;
+    let backend = t.backend(bck)?;
     let mut refetch = false;
     match t.store.head(bck, name) {
         Ok(meta) if latest => {
@@ -398,8 +398,8 @@ async fn copy_one(t: &Target, spec: &JobSpec, bck: &Bck, name: &str) -> Result<O
             };
             (size, body)
         }
-        Err(e) if is_not_found(&e) && bck.provider.is_remote() => {
-            let backend = t.backends.for_bucket(bck)?;
+        Err(e) if is_not_found(&e) && bck.is_remote() => {
+            let backend = t.backend(bck)?;
             if spec.opts.dry_run {
                 return Ok(Outcome::Done(backend.head(bck, name).await?.size));
             }

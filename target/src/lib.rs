@@ -91,6 +91,16 @@ impl Target {
         self.bmd.read().expect("bmd lock").clone()
     }
 
+    /// The backend of a remote bucket, configured by its properties.
+    pub(crate) fn backend(
+        &self,
+        bck: &gristmill_core::Bck,
+    ) -> Result<Arc<dyn backend::Backend>, gristmill_core::ApiError> {
+        let bmd = self.bmd();
+        self.backends
+            .for_bucket(bck, bmd.get(bck).map(|r| &r.props))
+    }
+
     pub(crate) fn node(&self) -> Node {
         Node::new(&self.id, smap::TARGET, &self.url)
     }

@@ -113,7 +113,7 @@ fn capacity(path: &std::path::Path) -> Option<(u64, u64)> {
 /// Whether a bucket's objects are a cache that LRU may evict.
 fn evictable(bmd: &BucketMetadata, bucket_uname: &str) -> Option<(Bck, Duration, u64)> {
     let rec = bmd.buckets.get(bucket_uname)?;
-    if !rec.bck.provider.is_remote() || !rec.props.lru.enabled {
+    if !rec.bck.is_remote() || !rec.props.lru.enabled {
         return None;
     }
     let dont_evict = rec.props.lru.dont_evict().ok().flatten();

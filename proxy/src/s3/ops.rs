@@ -716,7 +716,7 @@ impl S3 for GristS3 {
         let buckets = bmd
             .buckets
             .values()
-            .filter(|r| r.bck.provider == Provider::Ais)
+            .filter(|r| r.bck.provider == Provider::Ais && r.bck.namespace.is_global())
             .map(|r| Bucket {
                 name: Some(r.bck.name.clone()),
                 creation_date: Some(timestamp(r.props.created)),

@@ -94,36 +94,7 @@ impl HtBackend {
         what: &str,
         req: reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, BackendError> {
-        let resp = match tokio::time::timeout(self.timeout, req.send()).await {
-            Err(_) => {
-                return Err(BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("{what}: no answer within {:?}", self.timeout),
-                ));
-            }
-            Ok(Err(e)) if e.is_timeout() => {
-                return Err(BackendError::new(
-                    BackendErrorKind::Timeout,
-                    format!("{what}: {e}"),
-                ));
-            }
-            Ok(Err(e)) => {
-                return Err(BackendError::new(
-                    BackendErrorKind::Failed,
-                    format!("{what}: {e}"),
-                ));
-            }
-            Ok(Ok(r)) => r,
-        };
-        let status = resp.status();
-        if status.is_success() {
-            return Ok(resp);
-        }
-        let reason = status.canonical_reason().unwrap_or("");
-        Err(BackendError::from_status(
-            status.as_u16(),
-            format!("{what}: {} {reason}", status.as_u16()),
-        ))
+        super::send_timed(self.timeout, what, req).await
     }
 }
 

@@ -5,8 +5,10 @@
 //! Errors carry the backend's status and reason and classify themselves: 404 → not found,
 //! 403 → forbidden, unreachable or 5xx → 502, no answer in time → 504.
 
+mod ais;
 mod aws;
 mod ht;
+mod profile;
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -15,6 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::Stream;
+use gristmill_core::api::BucketProps;
 use gristmill_core::{ApiError, Bck, ErrorKind, Provider};
 
 /// What a backend knows about one remote object.
@@ -185,6 +188,9 @@ pub struct BackendConfig {
     /// Connect timeout, time limit of metadata calls, and the longest a download may stall
     /// between two chunks (`GRISTD_BACKEND_TIMEOUT_SECS`, default 30).
     pub timeout: Duration,
+    /// Attached clusters for `ais://@alias/...` buckets: (alias, proxy URL)
+    /// (`GRISTD_REMOTE_AIS=alias=http://host:port,...`).
+    pub remote_ais: Vec<(String, String)>,
 }
 
 impl Default for BackendConfig {
@@ -198,6 +204,7 @@ impl Default for BackendConfig {
             s3_session_token: None,
             ht_allow_private: false,
             timeout: Duration::from_secs(30),
+            remote_ais: Vec::new(),
         }
     }
 }
@@ -223,35 +230,174 @@ impl BackendConfig {
                 .and_then(|v| v.parse::<u64>().ok())
                 .map(Duration::from_secs)
                 .unwrap_or(d.timeout),
+            remote_ais: var("GRISTD_REMOTE_AIS")
+                .map(|v| {
+                    v.split(',')
+                        .filter_map(|kv| kv.split_once('='))
+                        .map(|(a, u)| (a.trim().to_owned(), u.trim().to_owned()))
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 }
 
-/// The table of backends, one per remote provider.
+/// Which `s3://` client a bucket uses: (profile, endpoint, region) from its properties.
+type AwsKey = (String, String, String);
+
+/// The table of backends: per provider, and for `s3://` per endpoint/account settings.
 pub struct Backends {
-    aws: Arc<dyn Backend>,
+    config: BackendConfig,
+    /// `s3://` clients by (profile, endpoint, region): one per account and server.
+    aws: std::sync::Mutex<std::collections::HashMap<AwsKey, Arc<dyn Backend>>>,
     ht: Arc<dyn Backend>,
+    /// Attached clusters (`ais://@alias/...`), by alias.
+    ais: std::collections::HashMap<String, Arc<dyn Backend>>,
     /// Longest a download may stall between two chunks.
     pub(crate) idle_timeout: Duration,
 }
 
 impl Backends {
     pub fn new(config: &BackendConfig) -> Result<Self, ApiError> {
+        let ais = config
+            .remote_ais
+            .iter()
+            .map(|(alias, url)| {
+                let b: Arc<dyn Backend> =
+                    Arc::new(ais::AisBackend::new(alias, url, config.timeout));
+                (alias.clone(), b)
+            })
+            .collect();
         Ok(Self {
-            aws: Arc::new(aws::AwsBackend::new(config)),
+            config: config.clone(),
+            aws: Default::default(),
             ht: Arc::new(ht::HtBackend::new(config)?),
+            ais,
             idle_timeout: config.timeout,
         })
     }
 
-    /// The backend of a remote bucket.
-    pub fn for_bucket(&self, bck: &Bck) -> Result<Arc<dyn Backend>, ApiError> {
+    /// The backend of a remote bucket, with its properties (endpoint, profile, region).
+    pub fn for_bucket(
+        &self,
+        bck: &Bck,
+        props: Option<&BucketProps>,
+    ) -> Result<Arc<dyn Backend>, ApiError> {
+        if bck.is_remote_ais() {
+            let alias = &bck.namespace.uuid;
+            return self.ais.get(alias).cloned().ok_or_else(|| {
+                ApiError::not_found(format!(
+                    "no remote cluster {alias:?} is attached (GRISTD_REMOTE_AIS=alias=url,...)"
+                ))
+            });
+        }
         match bck.provider {
-            Provider::Aws => Ok(self.aws.clone()),
+            Provider::Aws => self.aws_for(bck, props),
             Provider::Ht => Ok(self.ht.clone()),
             Provider::Ais => Err(ApiError::bad_request(format!(
                 "{bck} is a native bucket, not a remote one"
             ))),
         }
     }
+
+    fn aws_for(
+        &self,
+        bck: &Bck,
+        props: Option<&BucketProps>,
+    ) -> Result<Arc<dyn Backend>, ApiError> {
+        let extra = props.map(|p| p.extra.aws.clone()).unwrap_or_default();
+        // A namespace is an account: `s3://#acct/b` uses profile `acct`.
+        let profile = if extra.profile.is_empty() {
+            bck.namespace.name.clone()
+        } else {
+            extra.profile.clone()
+        };
+        let key = (
+            profile.clone(),
+            extra.endpoint.clone(),
+            extra.cloud_region.clone(),
+        );
+        if let Some(b) = self.aws.lock().expect("backends lock").get(&key) {
+            return Ok(b.clone());
+        }
+        let mut c = self.config.clone();
+        if !profile.is_empty() {
+            let p = profile::load(&profile).ok_or_else(|| {
+                ApiError::new(
+                    ErrorKind::Forbidden,
+                    format!(
+                        "no AWS profile {profile:?} for {bck} in the shared credentials/config files \
+                         (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE, ~/.aws)"
+                    ),
+                )
+            })?;
+            c.s3_access_key = p.access_key;
+            c.s3_secret_key = p.secret_key;
+            c.s3_session_token = p.session_token;
+            if !p.region.is_empty() {
+                c.s3_region = p.region;
+            }
+            if !p.endpoint.is_empty() {
+                c.s3_endpoint = p.endpoint;
+                c.s3_path_style = true;
+            }
+        }
+        if !extra.endpoint.is_empty() {
+            c.s3_endpoint = extra.endpoint.clone();
+            c.s3_path_style = true;
+        }
+        if !extra.cloud_region.is_empty() {
+            c.s3_region = extra.cloud_region.clone();
+        }
+        let b: Arc<dyn Backend> = Arc::new(aws::AwsBackend::new(&c));
+        self.aws
+            .lock()
+            .expect("backends lock")
+            .insert(key, b.clone());
+        Ok(b)
+    }
+}
+
+/// Sends an HTTP request to a backend under `timeout` (for the response head); maps failures
+/// and non-2xx answers to [`BackendError`]s that name the request.
+pub(crate) async fn send_timed(
+    timeout: Duration,
+    what: &str,
+    req: reqwest::RequestBuilder,
+) -> Result<reqwest::Response, BackendError> {
+    let resp = match tokio::time::timeout(timeout, req.send()).await {
+        Err(_) => {
+            return Err(BackendError::new(
+                BackendErrorKind::Timeout,
+                format!("{what}: no answer within {timeout:?}"),
+            ));
+        }
+        Ok(Err(e)) if e.is_timeout() => {
+            return Err(BackendError::new(
+                BackendErrorKind::Timeout,
+                format!("{what}: {e}"),
+            ));
+        }
+        Ok(Err(e)) => {
+            return Err(BackendError::new(
+                BackendErrorKind::Failed,
+                format!("{what}: {e}"),
+            ));
+        }
+        Ok(Ok(r)) => r,
+    };
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let reason = status.canonical_reason().unwrap_or("").to_owned();
+    // A Gristmill/AIStore peer explains itself in a JSON body; keep its message.
+    let body = resp.text().await.unwrap_or_default();
+    let detail = serde_json::from_str::<gristmill_core::ErrorBody>(&body)
+        .map(|b| format!(": {}", b.message))
+        .unwrap_or_default();
+    Err(BackendError::from_status(
+        status.as_u16(),
+        format!("{what}: {} {reason}{detail}", status.as_u16()),
+    ))
 }

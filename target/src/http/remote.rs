@@ -60,7 +60,7 @@ pub(super) async fn get_object(
     params: &HashMap<String, String>,
     headers: &HeaderMap,
 ) -> ApiResult {
-    let backend = t.backends.for_bucket(bck)?;
+    let backend = t.backend(bck)?;
     let versioning = t
         .bmd()
         .get(bck)
@@ -167,7 +167,7 @@ pub(super) async fn head_object(
     match t.store.head(bck, name) {
         Ok(_) => super::head_object(t, bck, name, headers),
         Err(e) if is_not_found(&e) => {
-            let attrs = t.backends.for_bucket(bck)?.head(bck, name).await?;
+            let attrs = t.backend(bck)?.head(bck, name).await?;
             let mut resp = StatusCode::OK.into_response();
             remote_headers(t, &attrs, false, resp.headers_mut());
             resp.headers_mut()
@@ -187,7 +187,7 @@ pub(super) async fn put_object(
     name: &str,
     req: axum::extract::Request,
 ) -> ApiResult {
-    let backend = t.backends.for_bucket(bck)?;
+    let backend = t.backend(bck)?;
     let headers = req.headers();
     let expected_size = headers
         .get(header::CONTENT_LENGTH)
@@ -241,7 +241,7 @@ pub(super) async fn put_object(
 
 /// Write-through DELETE: the backend first; the cached copy goes only if that succeeded.
 pub(super) async fn delete_object(t: &Target, bck: &Bck, name: &str) -> ApiResult {
-    let backend = t.backends.for_bucket(bck)?;
+    let backend = t.backend(bck)?;
     backend.delete(bck, name).await?;
     match t.store.delete(bck, name).await {
         Ok(_) => {}
@@ -325,7 +325,7 @@ pub(super) async fn list_objects(
     lso: &ListObjectsMsg,
     headers: &HeaderMap,
 ) -> ApiResult {
-    let backend = t.backends.for_bucket(bck)?;
+    let backend = t.backend(bck)?;
     let limit = lso.page_size();
     let page = backend.list(bck, &lso.prefix, lso.after(), limit).await?;
     let names: Vec<String> = page.entries.iter().map(|e| e.name.clone()).collect();

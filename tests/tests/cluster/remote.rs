@@ -450,3 +450,230 @@ async fn out_of_space_refuses_puts_and_cold_gets_with_507() {
     let cached = c.grist_ok(&["ls", "s3://gm-oos", "--cached", "--json"]);
     assert!(!cached.contains("cold.bin"), "nothing cached: {cached}");
 }
+
+/// A moto S3 server on a free port (a second S3 implementation); any credentials work.
+struct Moto {
+    child: std::process::Child,
+    endpoint: String,
+}
+
+impl Moto {
+    async fn start() -> Moto {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("workspace root")
+            .to_owned();
+        let bin = std::env::var_os("MOTO_SERVER_BIN")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| root.join(".venv/bin/moto_server"));
+        assert!(
+            bin.exists(),
+            "moto not installed: `.venv/bin/python -m pip install 'moto[server]'`"
+        );
+        let port = free_port();
+        let child = Command::new(bin)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting moto_server");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            assert!(Instant::now() < deadline, "moto did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Moto {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        }
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn get_bytes(c: &Cluster, bucket: &str, obj: &str, provider: &str, ns: &str) -> Vec<u8> {
+    let r = c
+        .http
+        .get(c.url(&format!("/v1/objects/{bucket}/{obj}")))
+        .query(&[("provider", provider), ("namespace", ns)])
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        r.status().is_success(),
+        "{}: {}",
+        r.status(),
+        r.text().await.unwrap()
+    );
+    r.bytes().await.unwrap().to_vec()
+}
+
+/// Two S3 implementations side by side: the default account on SeaweedFS, an account
+/// (namespace `#moto`, AWS profile `moto` with its own endpoint) on moto, and a bucket whose
+/// endpoint is a bucket property; plus another Gristmill cluster attached as `ais://@rem/...`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accounts_bucket_endpoints_moto_and_a_remote_cluster() {
+    let weed = Weed::start().await;
+    let moto = Moto::start().await;
+    let sw = weed.client();
+    let mo = s3_client(&moto.endpoint);
+    for s3 in [&sw, &mo] {
+        s3.create_bucket().bucket("gm-same").send().await.unwrap();
+    }
+    put_direct(&sw, "gm-same", "who.txt", b"seaweedfs".to_vec()).await;
+    put_direct(&mo, "gm-same", "who.txt", b"moto".to_vec()).await;
+    mo.create_bucket()
+        .bucket("gm-motoonly")
+        .send()
+        .await
+        .unwrap();
+    put_direct(&mo, "gm-motoonly", "x.txt", b"only in moto".to_vec()).await;
+
+    // Another cluster to attach.
+    let other = Cluster::start(1, 1).await.unwrap();
+    other.create_bucket("src").await.unwrap();
+    for i in 0..20 {
+        let r = other
+            .http
+            .put(other.url(&format!("/v1/objects/src/o{i:02}")))
+            .body(content(500 + i, 10_000))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+    }
+
+    let aws = tempfile::tempdir().unwrap();
+    let creds = aws.path().join("credentials");
+    let config = aws.path().join("config");
+    std::fs::write(
+        &creds,
+        "[moto]\naws_access_key_id = testing\naws_secret_access_key = testing\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "[profile moto]\nregion = us-east-1\nendpoint_url = {}\n",
+            moto.endpoint
+        ),
+    )
+    .unwrap();
+    let relay = Relay::start(&weed.endpoint).await;
+    let remote_ais = format!("rem={}", other.endpoint);
+    let c = remote_cluster_with(
+        &relay,
+        2,
+        &[
+            ("AWS_SHARED_CREDENTIALS_FILE", creds.to_str().unwrap()),
+            ("AWS_CONFIG_FILE", config.to_str().unwrap()),
+            ("GRISTD_REMOTE_AIS", remote_ais.as_str()),
+        ],
+    )
+    .await;
+
+    // Same bucket name, two accounts on two servers: two separate caches.
+    assert_eq!(
+        get_bytes(&c, "gm-same", "who.txt", "aws", "").await,
+        b"seaweedfs"
+    );
+    assert_eq!(
+        get_bytes(&c, "gm-same", "who.txt", "aws", "#moto").await,
+        b"moto"
+    );
+    assert_eq!(
+        get_bytes(&c, "gm-same", "who.txt", "aws", "").await,
+        b"seaweedfs"
+    );
+    let buckets: Vec<serde_json::Value> = c
+        .http
+        .get(c.url("/v1/buckets?provider=aws"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(buckets.len(), 2, "{buckets:?}");
+    // Write-through into the moto account.
+    let r = c
+        .http
+        .put(c.url("/v1/objects/gm-same/new.txt"))
+        .query(&[("provider", "aws"), ("namespace", "#moto")])
+        .body("written through")
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let got = mo
+        .get_object()
+        .bucket("gm-same")
+        .key("new.txt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        &got.body.collect().await.unwrap().into_bytes()[..],
+        b"written through"
+    );
+    // An unknown account is refused with the reason.
+    let r = c
+        .http
+        .get(c.url("/v1/objects/gm-same/who.txt"))
+        .query(&[("provider", "aws"), ("namespace", "#nobody")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.text().await.unwrap().contains("no AWS profile"));
+
+    // A remote bucket added with its endpoint as a property.
+    let endpoint_props = serde_json::json!({"action": "create-bck", "value": {"extra": {"aws": {"endpoint": moto.endpoint}}}});
+    let r = c
+        .http
+        .post(c.url("/v1/buckets/gm-motoonly?provider=aws"))
+        .json(&endpoint_props)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    assert_eq!(
+        get_bytes(&c, "gm-motoonly", "x.txt", "aws", "").await,
+        b"only in moto"
+    );
+
+    // Another cluster's bucket: cold GET, listing with cached flags, prefetch, write-through.
+    assert!(get_bytes(&c, "src", "o03", "ais", "@rem").await == content(503, 10_000));
+    let names = c.grist_ok(&["ls", "ais://@rem/src", "--json"]);
+    let entries: Vec<serde_json::Value> = serde_json::from_str(&names).unwrap();
+    assert_eq!(entries.len(), 20);
+    let cached = c.grist_ok(&["ls", "ais://@rem/src", "--cached", "--json"]);
+    assert!(
+        cached.contains("o03") && !cached.contains("o04"),
+        "{cached}"
+    );
+    let out = c.grist_ok(&["prefetch", "ais://@rem/src", "--wait", "--json"]);
+    let job: gristmill_core::job::JobStatus = serde_json::from_str(&out).unwrap();
+    assert_eq!((job.objects, job.skipped, job.errors), (20, 1, 0), "{out}");
+    let r = c
+        .http
+        .put(c.url("/v1/objects/src/from-c1"))
+        .query(&[("provider", "ais"), ("namespace", "@rem")])
+        .body(content(9, 70_000))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let back = other
+        .http
+        .get(other.url("/v1/objects/src/from-c1"))
+        .send()
+        .await
+        .unwrap();
+    assert!(back.bytes().await.unwrap() == content(9, 70_000));
+}
