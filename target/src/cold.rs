@@ -13,12 +13,14 @@ use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use gristmill_core::{ApiError, Bck};
 use tokio::sync::{OnceCell, watch};
 
 use crate::Target;
-use crate::backend::{Backend, RemoteAttrs};
+use crate::backend::{
+    Backend, BackendError, BackendErrorKind, ByteStream, ParallelDownload, RemoteAttrs,
+};
 use crate::store::{ETAG_KEY, PutOptions};
 
 /// Custom-metadata keys of a cached remote object.
@@ -127,10 +129,16 @@ async fn start(
     let store = &t.store;
     let idle_timeout = t.backends.idle_timeout;
     let fail = |e: ApiError| Start::Failed(e);
-    let (attrs, mut body) = backend
+    let (attrs, body) = backend
         .get(bck, name, None)
         .await
         .map_err(|e| fail(e.into()))?;
+    let parallel = &t.backends.parallel;
+    let mut body = if attrs.size > parallel.threshold && backend.supports_ranges() {
+        ranged_body(backend.clone(), bck, name, &attrs, body, parallel)
+    } else {
+        body
+    };
     // Room under the quotas (evicting if needed) and on the disk, before the first byte;
     // dropping `body` on refusal cancels the download.
     t.space
@@ -324,4 +332,96 @@ impl Fill {
             },
         )
     }
+}
+
+/// The body of a large object fetched with parallel range requests: the first chunk streams
+/// from the GET that is already open (so the first byte is not delayed), while up to
+/// `workers` later chunks download at once, each into memory (bounded: `workers × chunk`
+/// bytes), and are handed on in order. A chunk that fails, comes back short, or shows that
+/// the object changed (another ETag) fails the whole download.
+fn ranged_body(
+    backend: Arc<dyn Backend>,
+    bck: &Bck,
+    name: &str,
+    attrs: &RemoteAttrs,
+    first: ByteStream,
+    p: &ParallelDownload,
+) -> ByteStream {
+    let chunk = p.chunk.max(1);
+    let size = attrs.size;
+    let ranges: std::collections::VecDeque<(u64, u64)> = (1..size.div_ceil(chunk))
+        .map(|i| (i * chunk, chunk.min(size - i * chunk)))
+        .collect();
+    tracing::debug!(object = %name, size, chunks = ranges.len() + 1, "parallel cold GET");
+    let fetch = {
+        let (bck, name, etag) = (bck.clone(), name.to_owned(), attrs.etag.clone());
+        move |(start, len): (u64, u64)| {
+            let (backend, bck, name, etag) =
+                (backend.clone(), bck.clone(), name.clone(), etag.clone());
+            tokio::spawn(async move {
+                let (a, stream) = backend.get(&bck, &name, Some((start, len))).await?;
+                if !etag.is_empty() && !a.etag.is_empty() && a.etag != etag {
+                    return Err(BackendError::new(
+                        BackendErrorKind::Failed,
+                        format!(
+                            "{bck}/{name} changed during the download (ETag {etag} → {})",
+                            a.etag
+                        ),
+                    ));
+                }
+                let parts: Vec<Bytes> = stream.try_collect().await?;
+                let mut buf = bytes::BytesMut::with_capacity(len as usize);
+                for part in parts {
+                    buf.extend_from_slice(&part);
+                }
+                if buf.len() as u64 != len {
+                    return Err(BackendError::new(
+                        BackendErrorKind::Failed,
+                        format!(
+                            "range {start}+{len} of {bck}/{name} returned {} bytes",
+                            buf.len()
+                        ),
+                    ));
+                }
+                Ok(buf.freeze())
+            })
+        }
+    };
+    let mut pending = ranges;
+    let mut running = std::collections::VecDeque::new();
+    for _ in 0..p.workers.max(1) {
+        if let Some(r) = pending.pop_front() {
+            running.push_back(fetch(r));
+        }
+    }
+    let head = first.scan(0u64, move |taken, item| {
+        let out = match item {
+            Ok(mut b) => {
+                let left = chunk.saturating_sub(*taken);
+                if left == 0 {
+                    return futures::future::ready(None);
+                }
+                b.truncate(left.min(b.len() as u64) as usize);
+                *taken += b.len() as u64;
+                Ok(b)
+            }
+            Err(e) => Err(e),
+        };
+        futures::future::ready(Some(out))
+    });
+    let tail = futures::stream::unfold(
+        (running, pending, fetch),
+        |(mut running, mut pending, fetch)| async move {
+            let next = running.pop_front()?;
+            if let Some(r) = pending.pop_front() {
+                running.push_back(fetch(r));
+            }
+            let item = match next.await {
+                Ok(r) => r,
+                Err(e) => Err(BackendError::new(BackendErrorKind::Failed, e.to_string())),
+            };
+            Some((item, (running, pending, fetch)))
+        },
+    );
+    Box::pin(head.chain(tail))
 }

@@ -215,6 +215,11 @@ impl Backend for HtBackend {
         Err(read_only(bck))
     }
 
+    /// Many origins ignore `Range`; objects are fetched in one piece.
+    fn supports_ranges(&self) -> bool {
+        false
+    }
+
     async fn list(
         &self,
         bck: &Bck,

@@ -159,6 +159,10 @@ pub trait Backend: Send + Sync {
     ) -> Result<(RemoteAttrs, ByteStream), BackendError>;
     async fn put(&self, bck: &Bck, obj: &str, src: PutSource) -> Result<RemoteAttrs, BackendError>;
     async fn delete(&self, bck: &Bck, obj: &str) -> Result<(), BackendError>;
+    /// Whether range GETs are honoured (so large objects may be fetched in parallel parts).
+    fn supports_ranges(&self) -> bool {
+        true
+    }
     /// Up to `limit` names starting with `prefix`, strictly after `after`, in name order.
     async fn list(
         &self,
@@ -167,6 +171,28 @@ pub trait Backend: Send + Sync {
         after: &str,
         limit: usize,
     ) -> Result<RemotePage, BackendError>;
+}
+
+/// How cold GETs of large objects are split into parallel range requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParallelDownload {
+    /// Objects larger than this are fetched in parts (`GRISTD_COLD_GET_PARALLEL_ABOVE`,
+    /// default 128 MiB).
+    pub threshold: u64,
+    /// Part size (`GRISTD_COLD_GET_CHUNK`, default 16 MiB).
+    pub chunk: u64,
+    /// Parts in flight at once (`GRISTD_COLD_GET_WORKERS`, default 4).
+    pub workers: usize,
+}
+
+impl Default for ParallelDownload {
+    fn default() -> Self {
+        Self {
+            threshold: 128 << 20,
+            chunk: 16 << 20,
+            workers: 4,
+        }
+    }
 }
 
 /// Backend settings of a target. Environment: see `docs/operations.md`.
@@ -188,6 +214,8 @@ pub struct BackendConfig {
     /// Connect timeout, time limit of metadata calls, and the longest a download may stall
     /// between two chunks (`GRISTD_BACKEND_TIMEOUT_SECS`, default 30).
     pub timeout: Duration,
+    /// Cold GETs of objects above a size are fetched with parallel range requests.
+    pub parallel: ParallelDownload,
     /// Attached clusters for `ais://@alias/...` buckets: (alias, proxy URL)
     /// (`GRISTD_REMOTE_AIS=alias=http://host:port,...`).
     pub remote_ais: Vec<(String, String)>,
@@ -204,6 +232,7 @@ impl Default for BackendConfig {
             s3_session_token: None,
             ht_allow_private: false,
             timeout: Duration::from_secs(30),
+            parallel: ParallelDownload::default(),
             remote_ais: Vec::new(),
         }
     }
@@ -230,6 +259,19 @@ impl BackendConfig {
                 .and_then(|v| v.parse::<u64>().ok())
                 .map(Duration::from_secs)
                 .unwrap_or(d.timeout),
+            parallel: ParallelDownload {
+                threshold: var("GRISTD_COLD_GET_PARALLEL_ABOVE")
+                    .and_then(|v| gristmill_core::time::parse_size(&v).ok())
+                    .unwrap_or(d.parallel.threshold),
+                chunk: var("GRISTD_COLD_GET_CHUNK")
+                    .and_then(|v| gristmill_core::time::parse_size(&v).ok())
+                    .filter(|c| *c > 0)
+                    .unwrap_or(d.parallel.chunk),
+                workers: var("GRISTD_COLD_GET_WORKERS")
+                    .and_then(|v| v.parse().ok())
+                    .filter(|w| *w > 0)
+                    .unwrap_or(d.parallel.workers),
+            },
             remote_ais: var("GRISTD_REMOTE_AIS")
                 .map(|v| {
                     v.split(',')
@@ -255,6 +297,7 @@ pub struct Backends {
     ais: std::collections::HashMap<String, Arc<dyn Backend>>,
     /// Longest a download may stall between two chunks.
     pub(crate) idle_timeout: Duration,
+    pub(crate) parallel: ParallelDownload,
 }
 
 impl Backends {
@@ -274,6 +317,7 @@ impl Backends {
             ht: Arc::new(ht::HtBackend::new(config)?),
             ais,
             idle_timeout: config.timeout,
+            parallel: config.parallel,
         })
     }
 

@@ -21,7 +21,8 @@ async fn cold_get_one_download_streamed_to_all_and_broken_download_caches_nothin
     let want = xxhash_rust::xxh3::xxh3_64(&data);
     put_direct(&s3, "gm-cold", "big.bin", data).await;
     let relay = Relay::start(&weed.endpoint).await;
-    let c = remote_cluster(&relay).await;
+    // One backend GET: parallel range download (tested below) off for this object size.
+    let c = remote_cluster_with(&relay, 3, &[("GRISTD_COLD_GET_PARALLEL_ABOVE", "1GiB")]).await;
 
     // ~4 s of download: long enough to see clients streaming before it ends.
     relay.throttle.store(64 << 20, Ordering::SeqCst);
@@ -676,4 +677,73 @@ async fn accounts_bucket_endpoints_moto_and_a_remote_cluster() {
         .await
         .unwrap();
     assert!(back.bytes().await.unwrap() == content(9, 70_000));
+}
+
+/// Above the threshold a cold GET splits into parallel range requests — one per part, however
+/// many clients read at once — while clients still get their first bytes early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_cold_get_downloads_parts_in_parallel() {
+    let weed = Weed::start().await;
+    let s3 = weed.client();
+    s3.create_bucket().bucket("gm-par").send().await.unwrap();
+    const SIZE: usize = (64 << 20) + 123;
+    let data = content(21, SIZE);
+    put_direct(&s3, "gm-par", "big.bin", data.clone()).await;
+    let relay = Relay::start(&weed.endpoint).await;
+    let c = remote_cluster_with(
+        &relay,
+        1,
+        &[
+            ("GRISTD_COLD_GET_PARALLEL_ABOVE", "8MiB"),
+            ("GRISTD_COLD_GET_CHUNK", "4MiB"),
+            ("GRISTD_COLD_GET_WORKERS", "4"),
+        ],
+    )
+    .await;
+    relay.throttle.store(64 << 20, Ordering::SeqCst);
+    let url = obj_url(&c, "gm-par", "big.bin");
+    let clients = (0..5).map(|_| {
+        let (http, url, forwarded) = (c.http.clone(), url.clone(), relay.forwarded.clone());
+        tokio::spawn(async move {
+            let resp = http.get(&url).send().await.unwrap();
+            assert!(resp.status().is_success(), "{}", resp.status());
+            let mut body = resp.bytes_stream();
+            let mut got = Vec::with_capacity(SIZE);
+            let mut at_first = None;
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.unwrap();
+                if at_first.is_none() && !chunk.is_empty() {
+                    at_first = Some(forwarded.load(Ordering::SeqCst));
+                }
+                got.extend_from_slice(&chunk);
+            }
+            (got, at_first.unwrap_or(u64::MAX))
+        })
+    });
+    for r in futures::future::join_all(clients).await {
+        let (got, at_first) = r.unwrap();
+        assert!(got == data, "different bytes ({} of {SIZE})", got.len());
+        assert!(
+            at_first < SIZE as u64,
+            "first byte only after the whole download"
+        );
+    }
+    // 17 parts of 4 MiB (the last holds 123 bytes): the first from the opening GET, 16 ranges.
+    assert_eq!(relay.object_gets.load(Ordering::SeqCst), 17);
+    relay.throttle.store(0, Ordering::SeqCst);
+    let warm = c
+        .http
+        .get(&url)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert!(warm == data);
+    assert_eq!(
+        relay.object_gets.load(Ordering::SeqCst),
+        17,
+        "served from the cache"
+    );
 }
