@@ -35,6 +35,8 @@ pub mod action {
     pub const EVICT_REMOTE_BUCKET: &str = "evict-remote-bck";
     pub const COPY_BUCKET: &str = "copy-bck";
     pub const COPY_OBJECTS: &str = "copy-listrange";
+    pub const ETL_BUCKET: &str = "etl-bck";
+    pub const ETL_OBJECTS: &str = "etl-listrange";
     /// `PUT /v1/cluster`: start a job by kind (`{"kind":"lru"}`), or stop one by id.
     pub const START: &str = "start";
     pub const STOP: &str = "stop";

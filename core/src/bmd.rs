@@ -23,6 +23,9 @@ pub struct BucketMetadata {
     pub uuid: String,
     #[serde(default)]
     pub buckets: BTreeMap<String, BucketRecord>,
+    /// ETL definitions, by name (versioned and pushed with the buckets).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub etls: BTreeMap<String, crate::etl::EtlSpec>,
 }
 
 impl BucketMetadata {

@@ -27,6 +27,9 @@ pub enum JobKind {
     /// Evict least-recently-used cached objects until usage is under the watermarks/quotas.
     #[serde(rename = "lru-eviction")]
     Lru,
+    /// Transform the selected objects (or a whole bucket) into another bucket.
+    #[serde(rename = "etl-bck")]
+    Etl,
 }
 
 /// Every kind, for parsing and help texts.
@@ -44,6 +47,7 @@ impl JobKind {
             JobKind::Evict => "evict-listrange",
             JobKind::Copy => "copy-bck",
             JobKind::Lru => "lru-eviction",
+            JobKind::Etl => "etl-bck",
         }
     }
 
@@ -56,6 +60,7 @@ impl JobKind {
             }
             "copy" | "copy-bck" | "copy-listrange" | "copy-objects" => Some(JobKind::Copy),
             "lru" | "lru-eviction" => Some(JobKind::Lru),
+            "etl" | "etl-bck" | "etl-listrange" | "etl-objects" => Some(JobKind::Etl),
             _ => None,
         }
     }
@@ -149,6 +154,15 @@ pub struct JobOptions {
     /// LRU: evict even when usage is under the high watermark (`grist space evict --force`).
     #[serde(default)]
     pub force: bool,
+    /// ETL: the transforms to apply, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub etl: Vec<String>,
+    /// ETL: the `args` string passed to each transform.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub etl_args: String,
+    /// ETL: extension map for destination names (`{"jpg": "npy"}`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub ext: std::collections::BTreeMap<String, String>,
 }
 
 /// What the primary sends to every target to start a job.

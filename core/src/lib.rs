@@ -8,6 +8,7 @@ pub mod api;
 pub mod bmd;
 pub mod bucket;
 pub mod error;
+pub mod etl;
 pub mod hrw;
 pub mod job;
 pub mod name;

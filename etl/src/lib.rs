@@ -1,1 +1,430 @@
-//! `gristmill-etl`: ETL specs and runtimes. Nothing is implemented yet; see `README.md`.
+//! `gristmill-etl`: the runtimes that transform objects next to the data.
+//!
+//! A target keeps one [`Etls`] and hands it every ETL definition it learns from the cluster
+//! metadata ([`Etls::apply`]); [`Etls::transform`] then runs an object through a named ETL:
+//!
+//! - `python`: a pool of `gristmill.etl_worker` processes (the file is embedded in this crate,
+//!   so workers need only a Python with the standard library — plus whatever the user's code
+//!   imports), each loaded with the user's module and fed one object at a time over a framed
+//!   pipe protocol (see `python/gristmill/etl_worker.py`);
+//! - `command`: any program, per object (stdin → stdout) or long-lived on the same protocol;
+//! - `http`: an external service (e.g. a pod next to the target) that gets a POST per object.
+//!
+//! Workers run confined ([`sandbox`]): no network, an unprivileged user, an address-space
+//! limit, a per-object timeout. A worker that fails an object by raising keeps serving; one that
+//! hangs, crashes or runs out of memory is killed and replaced, and only that object fails.
+
+pub mod sandbox;
+mod worker;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use gristmill_core::etl::{EtlSpec, Runtime};
+use gristmill_core::{ApiError, ErrorKind};
+use tokio::io::AsyncWriteExt;
+
+use crate::sandbox::Sandbox;
+use crate::worker::Worker;
+
+/// The worker program, run with `python -c`.
+pub const WORKER_SOURCE: &str = include_str!("../../python/gristmill/etl_worker.py");
+
+/// Lines of worker stderr kept per ETL (`grist etl logs`).
+const LOG_LINES: usize = 500;
+
+/// Why an object could not be transformed.
+#[derive(Debug, thiserror::Error)]
+pub enum EtlError {
+    #[error("ETL {0:?} does not exist or is not running on this target")]
+    Unknown(String),
+    #[error("ETL {etl:?} failed on {path:?}: {message}")]
+    Failed {
+        etl: String,
+        path: String,
+        message: String,
+    },
+    #[error("ETL {etl:?} timed out on {path:?} after {after:?}")]
+    Timeout {
+        etl: String,
+        path: String,
+        after: Duration,
+    },
+}
+
+impl From<EtlError> for ApiError {
+    fn from(e: EtlError) -> Self {
+        let kind = match e {
+            EtlError::Unknown(_) => ErrorKind::NotFound,
+            EtlError::Failed { .. } => ErrorKind::BadGateway,
+            EtlError::Timeout { .. } => ErrorKind::GatewayTimeout,
+        };
+        ApiError::new(kind, e.to_string())
+    }
+}
+
+/// Counters and recent log lines of one ETL on this target.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct EtlStats {
+    pub name: String,
+    pub runtime: String,
+    pub objects: u64,
+    pub errors: u64,
+    /// Workers replaced after a crash, timeout or memory exhaustion.
+    pub restarts: u64,
+}
+
+/// Shared between an ETL's workers: its log ring.
+#[derive(Default)]
+pub(crate) struct Log(Mutex<VecDeque<String>>);
+
+impl Log {
+    pub(crate) fn push(&self, line: String) {
+        let mut l = self.0.lock().expect("etl log lock");
+        if l.len() >= LOG_LINES {
+            l.pop_front();
+        }
+        l.push_back(line);
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .expect("etl log lock")
+            .iter()
+            .cloned()
+            .collect()
+    }
+}
+
+/// One running ETL.
+struct EtlRun {
+    spec: EtlSpec,
+    /// Idle workers (python and framed command); a worker is taken for one object and put
+    /// back if it is still healthy.
+    idle: Mutex<Vec<Worker>>,
+    /// Bounds concurrent objects to the pool size.
+    slots: tokio::sync::Semaphore,
+    log: Arc<Log>,
+    objects: AtomicU64,
+    errors: AtomicU64,
+    restarts: AtomicU64,
+    http: reqwest::Client,
+}
+
+/// The ETLs of one target.
+pub struct Etls {
+    sandbox: Sandbox,
+    python: String,
+    runs: Mutex<HashMap<String, Arc<EtlRun>>>,
+}
+
+impl Default for Etls {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Etls {
+    /// Probes the sandbox; `GRISTD_ETL_PYTHON` picks the interpreter of python ETLs (default
+    /// `/usr/bin/python3` when present: it must be usable by the sandbox's user).
+    pub fn new() -> Self {
+        let python = std::env::var("GRISTD_ETL_PYTHON")
+            .ok()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| {
+                if std::path::Path::new("/usr/bin/python3").exists() {
+                    "/usr/bin/python3".into()
+                } else {
+                    "python3".into()
+                }
+            });
+        Self {
+            sandbox: Sandbox::probe(),
+            python,
+            runs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Makes the running set match the definitions: new or changed ETLs (re)start, removed or
+    /// stopped ones stop (their workers are killed).
+    pub fn apply(&self, specs: &BTreeMap<String, EtlSpec>) {
+        let mut runs = self.runs.lock().expect("etls lock");
+        runs.retain(|name, run| {
+            let keep = specs.get(name).is_some_and(|s| s.running && *s == run.spec);
+            if !keep {
+                tracing::info!(etl = %name, "ETL stopped");
+            }
+            keep
+        });
+        for (name, spec) in specs {
+            if spec.running && !runs.contains_key(name) {
+                tracing::info!(etl = %name, runtime = ?spec.runtime, "ETL started");
+                runs.insert(
+                    name.clone(),
+                    Arc::new(EtlRun {
+                        slots: tokio::sync::Semaphore::new(spec.workers()),
+                        spec: spec.clone(),
+                        idle: Mutex::new(Vec::new()),
+                        log: Arc::default(),
+                        objects: AtomicU64::new(0),
+                        errors: AtomicU64::new(0),
+                        restarts: AtomicU64::new(0),
+                        http: reqwest::Client::builder()
+                            .tcp_nodelay(true)
+                            .build()
+                            .unwrap_or_default(),
+                    }),
+                );
+            }
+        }
+    }
+
+    fn run(&self, name: &str) -> Result<Arc<EtlRun>, EtlError> {
+        self.runs
+            .lock()
+            .expect("etls lock")
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EtlError::Unknown(name.to_owned()))
+    }
+
+    /// Runs `data` (the object `path`) through the ETLs named in order.
+    pub async fn pipeline(
+        &self,
+        names: &[String],
+        mut data: Bytes,
+        path: &str,
+        args: &str,
+    ) -> Result<Bytes, EtlError> {
+        for name in names {
+            data = self.transform(name, data, path, args).await?;
+        }
+        Ok(data)
+    }
+
+    /// Runs one object through one ETL.
+    pub async fn transform(
+        &self,
+        name: &str,
+        data: Bytes,
+        path: &str,
+        args: &str,
+    ) -> Result<Bytes, EtlError> {
+        let run = self.run(name)?;
+        let _slot = run
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| EtlError::Unknown(name.into()))?;
+        let result = match run.spec.runtime {
+            Runtime::Python => self.framed(&run, data, path, args).await,
+            Runtime::Command if run.spec.framed => self.framed(&run, data, path, args).await,
+            Runtime::Command => self.per_object(&run, data, path, args).await,
+            Runtime::Http => http(&run, data, path, args).await,
+        };
+        run.objects.fetch_add(1, Ordering::Relaxed);
+        if result.is_err() {
+            run.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// Python or a framed command: an idle worker (or a new one) does the object.
+    async fn framed(
+        &self,
+        run: &Arc<EtlRun>,
+        data: Bytes,
+        path: &str,
+        args: &str,
+    ) -> Result<Bytes, EtlError> {
+        let spec = &run.spec;
+        let idle = run.idle.lock().expect("etl idle lock").pop();
+        let mut worker = match idle {
+            Some(w) => w,
+            None => self.spawn_worker(run).await?,
+        };
+        match tokio::time::timeout(spec.timeout(), worker.call(path, args, &data)).await {
+            Ok(Ok(Ok(out))) => {
+                run.idle.lock().expect("etl idle lock").push(worker);
+                Ok(out)
+            }
+            // The transform raised: the worker is fine, the object failed.
+            Ok(Ok(Err(message))) => {
+                run.idle.lock().expect("etl idle lock").push(worker);
+                Err(failed(spec, path, message))
+            }
+            // Crashed, killed (memory), or broke the protocol: replace it.
+            Ok(Err(e)) => {
+                run.restarts.fetch_add(1, Ordering::Relaxed);
+                let status = worker.kill().await;
+                Err(failed(spec, path, format!("worker died ({status}): {e}")))
+            }
+            Err(_) => {
+                run.restarts.fetch_add(1, Ordering::Relaxed);
+                worker.kill().await;
+                Err(EtlError::Timeout {
+                    etl: spec.name.clone(),
+                    path: path.into(),
+                    after: spec.timeout(),
+                })
+            }
+        }
+    }
+
+    async fn spawn_worker(&self, run: &Arc<EtlRun>) -> Result<Worker, EtlError> {
+        let spec = &run.spec;
+        let (program, args, code) = match spec.runtime {
+            Runtime::Python => (
+                self.python.clone(),
+                vec!["-c".into(), WORKER_SOURCE.into()],
+                Some(spec.code.as_str()),
+            ),
+            _ => (spec.command[0].clone(), spec.command[1..].to_vec(), None),
+        };
+        let cmd = self
+            .sandbox
+            .command(&program, &args, spec.memory_limit(), &spec.env);
+        Worker::start(cmd, code, run.log.clone(), spec.timeout())
+            .await
+            .map_err(|message| failed(spec, "", format!("starting a worker: {message}")))
+    }
+
+    /// A command per object: the object on stdin, the result on stdout.
+    async fn per_object(
+        &self,
+        run: &Arc<EtlRun>,
+        data: Bytes,
+        path: &str,
+        args: &str,
+    ) -> Result<Bytes, EtlError> {
+        let spec = &run.spec;
+        let mut env = spec.env.clone();
+        env.insert("GRIST_OBJECT".into(), path.into());
+        env.insert("GRIST_ETL_ARGS".into(), args.into());
+        let mut cmd = self.sandbox.command(
+            &spec.command[0],
+            &spec.command[1..],
+            spec.memory_limit(),
+            &env,
+        );
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| failed(spec, path, format!("starting {:?}: {e}", spec.command[0])))?;
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let feed = tokio::spawn(async move {
+            let _ = stdin.write_all(&data).await;
+        });
+        let out = tokio::time::timeout(spec.timeout(), child.wait_with_output()).await;
+        feed.abort();
+        let out = match out {
+            Err(_) => {
+                return Err(EtlError::Timeout {
+                    etl: spec.name.clone(),
+                    path: path.into(),
+                    after: spec.timeout(),
+                });
+            }
+            Ok(Err(e)) => return Err(failed(spec, path, e.to_string())),
+            Ok(Ok(o)) => o,
+        };
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for line in stderr
+            .lines()
+            .rev()
+            .take(20)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            run.log.push(line.to_owned());
+        }
+        if !out.status.success() {
+            let last = stderr.lines().last().unwrap_or("").to_owned();
+            return Err(failed(
+                spec,
+                path,
+                format!("exited with {}: {last}", out.status),
+            ));
+        }
+        Ok(Bytes::from(out.stdout))
+    }
+
+    /// Counters of one ETL (or all) on this target.
+    pub fn stats(&self) -> Vec<EtlStats> {
+        let runs = self.runs.lock().expect("etls lock");
+        let mut out: Vec<EtlStats> = runs
+            .values()
+            .map(|r| EtlStats {
+                name: r.spec.name.clone(),
+                runtime: format!("{:?}", r.spec.runtime).to_lowercase(),
+                objects: r.objects.load(Ordering::Relaxed),
+                errors: r.errors.load(Ordering::Relaxed),
+                restarts: r.restarts.load(Ordering::Relaxed),
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// Recent worker output of an ETL.
+    pub fn logs(&self, name: &str) -> Result<Vec<String>, EtlError> {
+        Ok(self.run(name)?.log.lines())
+    }
+}
+
+fn failed(spec: &EtlSpec, path: &str, message: String) -> EtlError {
+    EtlError::Failed {
+        etl: spec.name.clone(),
+        path: path.to_owned(),
+        message,
+    }
+}
+
+/// An external service: `POST <url>/<object>?etl_args=...` with the object as the body.
+async fn http(run: &Arc<EtlRun>, data: Bytes, path: &str, args: &str) -> Result<Bytes, EtlError> {
+    let spec = &run.spec;
+    let url = format!(
+        "{}/{}",
+        spec.url.trim_end_matches('/'),
+        gristmill_core::name::encode_path(path)
+    );
+    let send = run
+        .http
+        .post(&url)
+        .query(&[("etl_args", args)])
+        .body(data)
+        .send();
+    let resp = match tokio::time::timeout(spec.timeout(), send).await {
+        Err(_) => {
+            return Err(EtlError::Timeout {
+                etl: spec.name.clone(),
+                path: path.into(),
+                after: spec.timeout(),
+            });
+        }
+        Ok(Err(e)) => return Err(failed(spec, path, format!("{url}: {e}"))),
+        Ok(Ok(r)) => r,
+    };
+    let status = resp.status();
+    let body = tokio::time::timeout(spec.timeout(), resp.bytes())
+        .await
+        .map_err(|_| EtlError::Timeout {
+            etl: spec.name.clone(),
+            path: path.into(),
+            after: spec.timeout(),
+        })?
+        .map_err(|e| failed(spec, path, format!("{url}: {e}")))?;
+    if !status.is_success() {
+        let text = String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned();
+        return Err(failed(
+            spec,
+            path,
+            format!("{url} answered {status}: {text}"),
+        ));
+    }
+    Ok(body)
+}

@@ -44,6 +44,16 @@ pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<S3Service>) -> Router {
                 .head(head_bucket),
         )
         .route("/v1/cluster", get(query).put(cluster_action))
+        .route(
+            "/v1/etl",
+            get(crate::etl_api::list).put(crate::etl_api::init),
+        )
+        .route(
+            "/v1/etl/{name}",
+            get(crate::etl_api::show).delete(crate::etl_api::remove),
+        )
+        .route("/v1/etl/{name}/logs", get(crate::etl_api::logs))
+        .route("/v1/etl/{name}/{op}", post(crate::etl_api::control))
         .route("/v1/jobs", get(crate::job_api::list_jobs))
         .route(
             "/v1/jobs/{id}",

@@ -70,6 +70,7 @@ fn options(value: &Value) -> JobOptions {
             .unwrap_or(0) as usize,
         continue_on_err: bool_field(value, &["coer", "continue_on_err"]),
         force: bool_field(value, &["force"]),
+        ..Default::default()
     }
 }
 
@@ -161,28 +162,86 @@ pub(crate) async fn bucket_job_action(
         }
         ("DELETE", action::EVICT_REMOTE_BUCKET) => evict_bucket(p, bck, params).await,
         ("POST", action::COPY_BUCKET | action::COPY_OBJECTS) => {
-            async {
-                let to = match tobck(value)? {
-                    Some(b) => b,
-                    None => parse_bck_to(params.get(q::BCK_TO).map(String::as_str).unwrap_or(""))?,
-                };
-                if &to == bck {
-                    return Err(ApiError::bad_request("cannot copy a bucket onto itself"));
+            copy_job(p, bck, value, params, JobKind::Copy, |_| {}).await
+        }
+        ("POST", action::ETL_BUCKET | action::ETL_OBJECTS) => {
+            let etl = etl_names(value);
+            let bmd = p.bmd();
+            match etl.iter().find(|n| !bmd.etls.contains_key(*n)) {
+                _ if etl.is_empty() => Err(ApiError::bad_request(
+                    "name the ETL: \"id\" (AIStore) or \"etl_name\"",
+                )),
+                Some(missing) => Err(ApiError::not_found(format!(
+                    "ETL {missing:?} does not exist"
+                ))),
+                None => {
+                    copy_job(p, bck, value, params, JobKind::Etl, |opts| {
+                        opts.etl = etl.clone();
+                        opts.etl_args = str_field(value, &["etl_args", "args"]);
+                        opts.ext = value
+                            .get("ext")
+                            .and_then(|v| serde_json::from_value(v.clone()).ok())
+                            .unwrap_or_default();
+                    })
+                    .await
                 }
-                crate::remote::ensure(p, bck).await?;
-                let job = spec(JobKind::Copy, Some(to.clone()))?;
-                if to.is_remote() {
-                    crate::remote::ensure(p, &to).await?;
-                } else if !job.opts.dry_run && p.add_bucket(&to).await? {
-                    tracing::info!(bucket = %to, "copy destination created");
-                }
-                Ok(job_id_response(jobs::start(p, job).await?))
             }
-            .await
         }
         _ => return None,
     };
     Some(result)
+}
+
+/// The ETLs of an etl-bck value: AIStore's `id` (or `transform_msg.id`), or our `etl_name`
+/// (a comma list is a pipeline).
+fn etl_names(value: &Value) -> Vec<String> {
+    let direct = str_field(value, &["id", "etl_name"]);
+    let names = if direct.is_empty() {
+        value
+            .get("transform_msg")
+            .map(|t| str_field(t, &["id", "etl_name"]))
+            .unwrap_or_default()
+    } else {
+        direct
+    };
+    gristmill_core::etl::pipeline(&names)
+}
+
+/// Starts a copy-like job (copy, ETL) to the destination named by `tobck` or `bck_to`; an
+/// `ais://` destination is created.
+async fn copy_job(
+    p: &Arc<Proxy>,
+    bck: &Bck,
+    value: &Value,
+    params: &HashMap<String, String>,
+    kind: JobKind,
+    tune: impl FnOnce(&mut JobOptions),
+) -> ApiResult {
+    let to = match tobck(value)? {
+        Some(b) => b,
+        None => parse_bck_to(params.get(q::BCK_TO).map(String::as_str).unwrap_or(""))?,
+    };
+    if &to == bck {
+        return Err(ApiError::bad_request(format!(
+            "{kind}: source and destination are the same bucket"
+        )));
+    }
+    crate::remote::ensure(p, bck).await?;
+    let mut job = JobSpec {
+        id: new_job_id(),
+        kind,
+        bck: Some(bck.clone()),
+        to_bck: Some(to.clone()),
+        selection: selection(value)?,
+        opts: options(value),
+    };
+    tune(&mut job.opts);
+    if to.is_remote() {
+        crate::remote::ensure(p, &to).await?;
+    } else if !job.opts.dry_run && p.add_bucket(&to).await? {
+        tracing::info!(bucket = %to, "destination bucket created");
+    }
+    Ok(job_id_response(jobs::start(p, job).await?))
 }
 
 /// `DELETE {"action":"evict-remote-bck"}`: drops every cached object of a remote bucket

@@ -6,6 +6,7 @@
 //! persists each new version and pushes it to every node before answering ([`meta`]). Nodes
 //! register with it and send keepalives ([`membership`]).
 
+mod etl_api;
 mod http;
 mod job_api;
 mod jobs;

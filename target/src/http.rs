@@ -51,6 +51,8 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
         .route("/v1/mpu/{bucket}/{*object}", any(multipart))
         .route("/v1/mpu/{bucket}", get(list_uploads))
         .route("/v1/jobs", get(job_snaps).post(start_job))
+        .route("/v1/etl", get(etl_stats))
+        .route("/v1/etl/{name}/logs", get(etl_logs))
         .route("/v1/jobs/{id}", axum::routing::delete(abort_job))
         .route("/v1/metasync", put(metasync))
         .route("/v1/daemon", get(daemon))
@@ -292,11 +294,103 @@ async fn get_object(
     params: &HashMap<String, String>,
     headers: &HeaderMap,
 ) -> ApiResult {
+    if let Some(etls) = params
+        .get("etl_name")
+        .or_else(|| params.get("etl_pipeline"))
+        .filter(|v| !v.is_empty())
+    {
+        return get_transformed(t, bck, name, etls, params).await;
+    }
     if bck.is_remote() {
         return remote::get_object(t, bck, name, params, headers).await;
     }
     let open = t.store.open_object(bck, name).await?;
     serve_local(t, bck, open, params, headers).await
+}
+
+/// `GET ...?etl_name=a,b&etl_args=...`: the object run through the ETLs, in order.
+async fn get_transformed(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    etls: &str,
+    params: &HashMap<String, String>,
+) -> ApiResult {
+    let mut names = gristmill_core::etl::pipeline(etls);
+    if let Some(more) = params
+        .get("etl_pipeline")
+        .filter(|_| params.contains_key("etl_name"))
+    {
+        names.extend(gristmill_core::etl::pipeline(more));
+    }
+    let args = params.get("etl_args").map(String::as_str).unwrap_or("");
+    let data = object_bytes(t, bck, name).await?;
+    let out = t.etls.pipeline(&names, data, name, args).await?;
+    let mut resp = Response::new(Body::from(out.clone()));
+    resp.headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(out.len()));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    Ok(resp)
+}
+
+/// A whole object in memory, for transforms (bounded by [`gristmill_core::etl::MAX_ETL_OBJECT`]);
+/// an uncached remote object is cold-fetched (and cached) first.
+pub(crate) async fn object_bytes(t: &Target, bck: &Bck, name: &str) -> Result<Bytes, ApiError> {
+    let open = match t.store.open_object(bck, name).await {
+        Ok(o) => o,
+        Err(crate::StoreError::Api(e))
+            if e.kind == gristmill_core::ErrorKind::NotFound && bck.is_remote() =>
+        {
+            let backend = t.backend(bck)?;
+            match t.fills.join(t, backend, bck, name, false).await {
+                Ok(fill) => {
+                    fill.wait()
+                        .await
+                        .map_err(|why| ApiError::new(gristmill_core::ErrorKind::BadGateway, why))?;
+                }
+                Err(crate::cold::Start::Cached) => {}
+                Err(crate::cold::Start::Failed(e)) => return Err(e),
+            }
+            t.store.open_object(bck, name).await?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let size = open.meta.size;
+    if size > gristmill_core::etl::MAX_ETL_OBJECT {
+        return Err(ApiError::new(
+            gristmill_core::ErrorKind::PayloadTooLarge,
+            format!(
+                "{bck}/{name} is {size} bytes; ETLs take objects up to {} bytes",
+                gristmill_core::etl::MAX_ETL_OBJECT
+            ),
+        ));
+    }
+    if let Some(data) = open.data {
+        return Ok(data);
+    }
+    let file = open.file;
+    tokio::task::spawn_blocking(move || {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; size as usize];
+        file.read_exact_at(&mut buf, 0).map(|_| Bytes::from(buf))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::internal(format!("reading {bck}/{name}: {e}")))
+}
+
+/// `GET /v1/etl`: counters of this target's ETLs.
+async fn etl_stats(State(t): State<Arc<Target>>) -> ApiResult {
+    Ok(axum::Json(t.etls.stats()).into_response())
+}
+
+/// `GET /v1/etl/{name}/logs`: recent output of this target's workers of an ETL.
+async fn etl_logs(State(t): State<Arc<Target>>, Path(name): Path<String>) -> ApiResult {
+    let lines = t.etls.logs(&name).map_err(ApiError::from)?;
+    Ok(axum::Json(lines).into_response())
 }
 
 /// Parses a `Range` header against an object size: `Ok(None)` = whole object, `Err(response)`

@@ -222,8 +222,14 @@ fn validate(spec: &JobSpec) -> Result<(), ApiError> {
             spec.kind
         )));
     }
-    if spec.kind == JobKind::Copy && spec.to_bck.is_none() {
-        return Err(ApiError::bad_request("copy needs a destination bucket"));
+    if matches!(spec.kind, JobKind::Copy | JobKind::Etl) && spec.to_bck.is_none() {
+        return Err(ApiError::bad_request(format!(
+            "{} needs a destination bucket",
+            spec.kind
+        )));
+    }
+    if spec.kind == JobKind::Etl && spec.opts.etl.is_empty() {
+        return Err(ApiError::bad_request("etl-bck needs an ETL name"));
     }
     Ok(())
 }
@@ -263,7 +269,7 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
                 let result = match run.spec.kind {
                     JobKind::Prefetch => prefetch_one(&t, &bck, &name, run.spec.opts.latest).await,
                     JobKind::Evict => evict_one(&t, &bck, &name).await,
-                    JobKind::Copy => copy_one(&t, &run.spec, &bck, &name).await,
+                    JobKind::Copy | JobKind::Etl => copy_one(&t, &run.spec, &bck, &name).await,
                     JobKind::Lru => Ok(Outcome::Skipped),
                 };
                 run.record(&name, result);
@@ -366,8 +372,8 @@ async fn evict_one(t: &Target, bck: &Bck, name: &str) -> Result<Outcome, ApiErro
     }
 }
 
-/// The destination name of a copied object: `to_prefix` replaces the selection's prefix, then
-/// `prepend` goes in front.
+/// The destination name of a copied object: `to_prefix` replaces the selection's prefix, the
+/// extension map applies, then `prepend` goes in front.
 fn destination_name(spec: &JobSpec, name: &str) -> String {
     let base = match &spec.opts.to_prefix {
         Some(to) => {
@@ -380,6 +386,7 @@ fn destination_name(spec: &JobSpec, name: &str) -> String {
         }
         None => name.to_owned(),
     };
+    let base = gristmill_core::etl::map_extension(&base, &spec.opts.ext);
     format!("{}{base}", spec.opts.prepend)
 }
 
@@ -389,25 +396,40 @@ async fn copy_one(t: &Target, spec: &JobSpec, bck: &Bck, name: &str) -> Result<O
     let to = spec.to_bck.as_ref().expect("validated");
     let dest = destination_name(spec, name);
     gristmill_core::validate_object_name(&dest)?;
-    let (size, body): (u64, reqwest::Body) = match t.store.open_object(bck, name).await {
-        Ok(open) => {
-            let size = open.meta.size;
-            let body = match open.data {
-                Some(data) => reqwest::Body::from(data),
-                None => reqwest::Body::wrap_stream(crate::http::file_stream(open.file, 0, size)),
-            };
-            (size, body)
+    let (size, body): (u64, reqwest::Body) = if spec.kind == JobKind::Etl {
+        // Transforms take whole objects: read (bounded), transform, send the result.
+        let data = crate::http::object_bytes(t, bck, name).await?;
+        let out = t
+            .etls
+            .pipeline(&spec.opts.etl, data, name, &spec.opts.etl_args)
+            .await?;
+        if spec.opts.dry_run {
+            return Ok(Outcome::Done(out.len() as u64));
         }
-        Err(e) if is_not_found(&e) && bck.is_remote() => {
-            let backend = t.backend(bck)?;
-            if spec.opts.dry_run {
-                return Ok(Outcome::Done(backend.head(bck, name).await?.size));
+        (out.len() as u64, reqwest::Body::from(out))
+    } else {
+        match t.store.open_object(bck, name).await {
+            Ok(open) => {
+                let size = open.meta.size;
+                let body = match open.data {
+                    Some(data) => reqwest::Body::from(data),
+                    None => {
+                        reqwest::Body::wrap_stream(crate::http::file_stream(open.file, 0, size))
+                    }
+                };
+                (size, body)
             }
-            let (attrs, stream) = backend.get(bck, name, None).await?;
-            let stream = stream.map_err(|e| std::io::Error::other(e.message));
-            (attrs.size, reqwest::Body::wrap_stream(stream))
+            Err(e) if is_not_found(&e) && bck.is_remote() => {
+                let backend = t.backend(bck)?;
+                if spec.opts.dry_run {
+                    return Ok(Outcome::Done(backend.head(bck, name).await?.size));
+                }
+                let (attrs, stream) = backend.get(bck, name, None).await?;
+                let stream = stream.map_err(|e| std::io::Error::other(e.message));
+                (attrs.size, reqwest::Body::wrap_stream(stream))
+            }
+            Err(e) => return Err(e.into()),
         }
-        Err(e) => return Err(e.into()),
     };
     if spec.opts.dry_run {
         return Ok(Outcome::Done(size));

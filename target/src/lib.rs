@@ -80,6 +80,8 @@ pub(crate) struct Target {
     space: Arc<space::Space>,
     /// Jobs this target runs or ran.
     jobs: jobs::Jobs,
+    /// ETL runtimes (started from the ETL definitions in the bucket metadata).
+    etls: gristmill_etl::Etls,
 }
 
 impl Target {
@@ -129,6 +131,7 @@ impl Target {
                     "new bucket metadata"
                 );
                 *self.bmd.write().expect("bmd lock") = Arc::new(new.clone());
+                self.etls.apply(&new.etls);
                 for (uname, rec) in &old.buckets {
                     if !new.buckets.contains_key(uname) {
                         let dropped = self.store.drop_bucket(&rec.bck).await?;
@@ -184,7 +187,9 @@ pub async fn run(
         fills: cold::Fills::default(),
         space: space.clone(),
         jobs: jobs::Jobs::default(),
+        etls: gristmill_etl::Etls::new(),
     });
+    target.etls.apply(&target.bmd().etls);
     tracing::info!(node = %id, %url, mountpaths = config.mountpaths.len(), "target starting");
 
     let members = tokio::spawn(membership::run(

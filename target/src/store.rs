@@ -126,6 +126,9 @@ impl Store {
         for p in paths {
             std::fs::create_dir_all(p)?;
             let path = std::fs::canonicalize(p)?;
+            // Only the target's user may enter: ETL workers (another user) and others never
+            // read object files directly.
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
             for sub in ["obj", "tmp", "trash", "mpu"] {
                 std::fs::create_dir_all(path.join(sub))?;
             }
