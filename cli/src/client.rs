@@ -329,6 +329,73 @@ impl Client {
         Ok(check(resp).await?.text().await?)
     }
 
+    /// Defines an ETL; returns its name.
+    pub async fn etl_init(&self, spec: &gristmill_core::etl::EtlSpec) -> anyhow::Result<String> {
+        let resp = self.http.put(self.url("/v1/etl")).json(spec).send().await?;
+        Ok(check(resp).await?.text().await?)
+    }
+
+    /// All ETLs (`name` = None) or one.
+    pub async fn etl_show(&self, name: Option<&str>) -> anyhow::Result<serde_json::Value> {
+        let path = match name {
+            Some(n) => format!("/v1/etl/{n}"),
+            None => "/v1/etl".into(),
+        };
+        let resp = self.http.get(self.url(&path)).send().await?;
+        Ok(check(resp).await?.json().await?)
+    }
+
+    pub async fn etl_control(&self, name: &str, op: &str) -> anyhow::Result<()> {
+        let resp = self
+            .http
+            .post(self.url(&format!("/v1/etl/{name}/{op}")))
+            .send()
+            .await?;
+        check(resp).await?;
+        Ok(())
+    }
+
+    pub async fn etl_remove(&self, name: &str) -> anyhow::Result<()> {
+        let resp = self
+            .http
+            .delete(self.url(&format!("/v1/etl/{name}")))
+            .send()
+            .await?;
+        check(resp).await?;
+        Ok(())
+    }
+
+    pub async fn etl_logs(&self, name: &str) -> anyhow::Result<serde_json::Value> {
+        let resp = self
+            .http
+            .get(self.url(&format!("/v1/etl/{name}/logs")))
+            .send()
+            .await?;
+        Ok(check(resp).await?.json().await?)
+    }
+
+    /// An object run through an ETL (or a comma-separated pipeline).
+    pub async fn get_transformed(
+        &self,
+        bck: &Bck,
+        name: &str,
+        etl: &str,
+        args: &str,
+    ) -> anyhow::Result<Bytes> {
+        let mut q = query(bck);
+        q.push(("etl_name", etl.to_owned()));
+        if !args.is_empty() {
+            q.push(("etl_args", args.to_owned()));
+        }
+        let resp = self
+            .http
+            .get(self.url(&Self::object_path(bck, name)))
+            .query(&q)
+            .send()
+            .await?;
+        Ok(check(resp).await?.bytes().await?)
+    }
+
     pub async fn delete_object(&self, bck: &Bck, name: &str) -> anyhow::Result<()> {
         let resp = self
             .http

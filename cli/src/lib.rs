@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod config;
+pub mod etl;
 pub mod jobs;
 pub mod playground;
 

@@ -12,6 +12,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[path = "cluster/backend.rs"]
 mod backend;
+#[path = "cluster/etl.rs"]
+mod etl;
 #[path = "cluster/jobs.rs"]
 mod jobs;
 #[path = "cluster/remote.rs"]

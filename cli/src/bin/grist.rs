@@ -134,6 +134,9 @@ enum Command {
     /// Disk space: start an LRU eviction pass.
     #[command(subcommand)]
     Space(SpaceCmd),
+    /// ETL: transforms that run on the targets, next to the data.
+    #[command(subcommand)]
+    Etl(gristmill_cli::etl::EtlCmd),
 }
 
 #[derive(Subcommand)]
@@ -405,6 +408,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             client.stop_job(&id).await?;
             println!("job {id} stopped");
         }
+        Command::Etl(cmd) => gristmill_cli::etl::run(&client, cmd, cli.json).await?,
         Command::Space(SpaceCmd::Evict { force, follow }) => {
             let id = client
                 .start_job("lru", serde_json::json!({ "force": force }))

@@ -1,0 +1,508 @@
+//! ETL on real clusters: a Python ETL (numpy) and a command ETL (`gzip`) inline and composed,
+//! an offline bucket transform with an extension map and planted bad inputs, hostile
+//! transforms (endless loop, huge allocation, exit, reading secrets or the data directory,
+//! opening a socket), and an HTTP ETL served by a small Python web server.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use gristmill_core::job::{JobState, JobStatus};
+use gristmill_core::{Bck, Provider};
+use gristmill_tests::{Cluster, content, free_port};
+
+const NUMPY_ETL: &str = r#"
+import numpy as np
+
+def transform(data, path, args):
+    if data.startswith(b"BAD"):
+        raise ValueError("cannot decode " + path)
+    a = np.frombuffer(data, dtype=np.uint8).astype(np.uint16)
+    return ((a * 3 + 7) % 256).astype(np.uint8)[::-1].tobytes()
+"#;
+
+/// What `NUMPY_ETL` computes, in Rust.
+fn numpy_etl(data: &[u8]) -> Vec<u8> {
+    data.iter()
+        .rev()
+        .map(|b| ((*b as u16 * 3 + 7) % 256) as u8)
+        .collect()
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut child = std::process::Command::new("gzip")
+        .args(["-c", "-n"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let data = data.to_vec();
+    let feed = std::thread::spawn(move || stdin.write_all(&data));
+    let out = child.wait_with_output().unwrap();
+    feed.join().unwrap().unwrap();
+    out.stdout
+}
+
+fn code_file(dir: &tempfile::TempDir, name: &str, code: &str) -> String {
+    let p = dir.path().join(name);
+    std::fs::write(&p, code).unwrap();
+    p.display().to_string()
+}
+
+async fn put_all(c: &Cluster, bucket: &str, objects: Vec<(String, Vec<u8>)>) {
+    futures::stream::iter(objects)
+        .map(|(name, body)| {
+            let (http, url) = (
+                c.http.clone(),
+                c.url(&format!("/v1/objects/{bucket}/{name}")),
+            );
+            async move {
+                let r = http.put(url).body(body).send().await.unwrap();
+                assert!(r.status().is_success(), "{}", r.status());
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<()>()
+        .await;
+}
+
+async fn get_etl(c: &Cluster, bucket: &str, name: &str, etl: &str, args: &str) -> (u16, Vec<u8>) {
+    let r = c
+        .http
+        .get(c.url(&format!("/v1/objects/{bucket}/{name}")))
+        .query(&[("etl_name", etl), ("etl_args", args)])
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.bytes().await.unwrap().to_vec())
+}
+
+fn grist_blocking(c: &Cluster, args: &[&str]) -> String {
+    c.grist_ok(args)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn python_and_command_etls_inline_and_composed() {
+    let c = Cluster::start(3, 1).await.unwrap();
+    c.create_bucket("etl-in").await.unwrap();
+    let objects: Vec<(String, Vec<u8>)> = (0..1000)
+        .map(|i| {
+            (
+                format!("o-{i:04}"),
+                content(i, 2048 + (i as usize % 7) * 100),
+            )
+        })
+        .collect();
+    put_all(&c, "etl-in", objects.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let code = code_file(&dir, "numeric.py", NUMPY_ETL);
+    grist_blocking(
+        &c,
+        &[
+            "etl",
+            "init",
+            "--name",
+            "numeric",
+            "--code",
+            &code,
+            "--workers",
+            "3",
+        ],
+    );
+    grist_blocking(
+        &c,
+        &["etl", "init", "--name", "gz", "--command", "gzip -c -n"],
+    );
+    let shown = grist_blocking(&c, &["etl", "show", "--json"]);
+    assert!(shown.contains("numeric") && shown.contains("gz"), "{shown}");
+
+    // 1,000 objects across 3 targets: the same bytes as the function run locally.
+    let results: Vec<(String, u16, Vec<u8>)> = futures::stream::iter(objects.iter().cloned())
+        .map(|(name, _)| {
+            let c = &c;
+            async move {
+                let (status, body) = get_etl(c, "etl-in", &name, "numeric", "").await;
+                (name, status, body)
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let by_name: HashMap<&str, &Vec<u8>> = objects.iter().map(|(n, d)| (n.as_str(), d)).collect();
+    for (name, status, body) in &results {
+        assert_eq!(*status, 200, "{name}: {}", String::from_utf8_lossy(body));
+        assert!(
+            body == &numpy_etl(by_name[name.as_str()]),
+            "{name}: wrong bytes"
+        );
+    }
+    // The command ETL, and the two composed (numeric, then gzip).
+    for (name, data) in objects.iter().step_by(20) {
+        let (status, body) = get_etl(&c, "etl-in", name, "gz", "").await;
+        assert_eq!(status, 200);
+        assert!(body == gzip(data), "{name}: gzip differs");
+        let (status, body) = get_etl(&c, "etl-in", name, "numeric,gz", "").await;
+        assert_eq!(status, 200);
+        assert!(body == gzip(&numpy_etl(data)), "{name}: pipeline differs");
+    }
+    // Through the CLI too.
+    let out = dir.path().join("one.out");
+    grist_blocking(
+        &c,
+        &[
+            "etl",
+            "object",
+            "numeric",
+            "ais://etl-in/o-0007",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(std::fs::read(&out).unwrap(), numpy_etl(&objects[7].1));
+    let stats: serde_json::Value =
+        serde_json::from_str(&grist_blocking(&c, &["etl", "show", "numeric"])).unwrap();
+    assert!(stats["objects"].as_u64().unwrap() >= 1000, "{stats}");
+
+    // Stop: refused with a clear error; start: works again.
+    grist_blocking(&c, &["etl", "stop", "numeric"]);
+    let (status, body) = get_etl(&c, "etl-in", "o-0001", "numeric", "").await;
+    assert_eq!(status, 404, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("numeric"));
+    grist_blocking(&c, &["etl", "start", "numeric"]);
+    assert_eq!(get_etl(&c, "etl-in", "o-0001", "numeric", "").await.0, 200);
+    grist_blocking(&c, &["etl", "rm", "gz"]);
+    assert_eq!(get_etl(&c, "etl-in", "o-0001", "gz", "").await.0, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn offline_transform_with_extension_map_lists_bad_inputs() {
+    let c = Cluster::start(3, 1).await.unwrap();
+    c.create_bucket("etl-src").await.unwrap();
+    let bad: BTreeSet<usize> = [17, 2500, 4999].into();
+    let objects: Vec<(String, Vec<u8>)> = (0..5000)
+        .map(|i| {
+            let mut body = content(i as u64, 700);
+            if bad.contains(&i) {
+                body[..3].copy_from_slice(b"BAD");
+            }
+            (format!("img-{i:04}.jpg"), body)
+        })
+        .collect();
+    put_all(&c, "etl-src", objects.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let code = code_file(&dir, "numeric.py", NUMPY_ETL);
+    grist_blocking(&c, &["etl", "init", "--name", "numeric", "--code", &code]);
+
+    let started = grist_blocking(
+        &c,
+        &[
+            "etl",
+            "bucket",
+            "numeric",
+            "ais://etl-src",
+            "ais://etl-dst",
+            "--ext",
+            "{jpg:npy}",
+            "--json",
+        ],
+    );
+    let id = serde_json::from_str::<serde_json::Value>(&started).unwrap()["job"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut saw_progress = false;
+    let done = loop {
+        let s: JobStatus = c
+            .http
+            .get(c.url(&format!("/v1/jobs/{id}")))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if s.state != JobState::Running {
+            break s;
+        }
+        saw_progress |= s.objects > 0 && s.total_objects.is_some_and(|t| s.objects < t);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    };
+    assert!(saw_progress, "progress was never visible");
+    assert_eq!((done.objects, done.errors), (5000, 3), "{done:?}");
+    let failed: BTreeSet<String> = done.error_samples().map(|e| e.name.clone()).collect();
+    let want: BTreeSet<String> = bad.iter().map(|i| format!("img-{i:04}.jpg")).collect();
+    assert_eq!(failed, want);
+    assert!(
+        done.error_samples()
+            .all(|e| e.error.contains("numeric") && e.error.contains("ValueError"))
+    );
+
+    // Every output exactly once, on its HRW owner.
+    let smap = c.smap().await.unwrap();
+    let dst = Bck::new("etl-dst", Provider::Ais).unwrap();
+    let mut seen = BTreeSet::new();
+    for t in smap.tmap.values() {
+        let page: gristmill_core::api::ListObjectsPage = c
+            .http
+            .get(format!("{}/v1/buckets/etl-dst?provider=ais", t.url()))
+            .json(&serde_json::json!({"action": "list", "value": {"pagesize": 100000}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        for e in page.entries {
+            assert_eq!(
+                smap.owner(&dst.object_uname(&e.name)).unwrap().daemon_id,
+                t.daemon_id,
+                "{} is not on its owner",
+                e.name
+            );
+            assert!(seen.insert(e.name), "duplicate output");
+        }
+    }
+    assert_eq!(seen.len(), 4997);
+    assert!(seen.iter().all(|n| n.ends_with(".npy")));
+    let r = c
+        .http
+        .get(c.url("/v1/objects/etl-dst/img-0042.npy"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.bytes().await.unwrap() == numpy_etl(&objects[42].1));
+}
+
+const HOSTILE_ETL: &str = r#"
+import os, socket
+
+def transform(data, path, args):
+    if path == "loop":
+        while True:
+            pass
+    if path == "alloc":
+        block = bytearray(4 << 30)
+        return bytes(block[:1])
+    if path == "exit":
+        os._exit(3)
+    if path == "shadow":
+        return open("/etc/shadow", "rb").read()
+    if path == "datadir":
+        return open(args, "rb").read()
+    if path == "socket":
+        s = socket.create_connection(("127.0.0.1", int(args)), timeout=2)
+        return b"connected"
+    return data.upper()
+"#;
+
+/// Finds one object data file under a mountpath.
+fn some_data_file(mp: &std::path::Path) -> String {
+    let mut stack = vec![mp.join("obj")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                return p.display().to_string();
+            }
+        }
+    }
+    panic!("no data file under {}", mp.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hostile_transforms_fail_their_object_and_nothing_else() {
+    let c = Cluster::start(1, 1).await.unwrap();
+    c.create_bucket("h").await.unwrap();
+    let names = [
+        "loop", "alloc", "exit", "shadow", "datadir", "socket", "good-1", "good-2",
+    ];
+    put_all(
+        &c,
+        "h",
+        names
+            .iter()
+            .map(|n| (n.to_string(), format!("payload of {n}").into_bytes()))
+            .collect(),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let code = code_file(&dir, "hostile.py", HOSTILE_ETL);
+    grist_blocking(
+        &c,
+        &[
+            "etl",
+            "init",
+            "--name",
+            "hostile",
+            "--code",
+            &code,
+            "--timeout",
+            "3",
+            "--memory",
+            "1GiB",
+            "--workers",
+            "2",
+        ],
+    );
+    let data_file = some_data_file(&c.mountpaths[0][0]);
+    let proxy_port = c.endpoint.rsplit(':').next().unwrap().to_owned();
+
+    let hostile = ["loop", "alloc", "exit", "shadow", "datadir", "socket"].map(|name| {
+        let c = &c;
+        let args = match name {
+            "datadir" => data_file.clone(),
+            "socket" => proxy_port.clone(),
+            _ => String::new(),
+        };
+        async move {
+            let started = Instant::now();
+            let (status, body) = get_etl(c, "h", name, "hostile", &args).await;
+            (
+                name,
+                status,
+                String::from_utf8_lossy(&body).into_owned(),
+                started.elapsed(),
+            )
+        }
+    });
+    // Other requests keep being served while the hostile ones run.
+    let control = async {
+        let deadline = Instant::now() + Duration::from_secs(4);
+        let mut served = 0;
+        while Instant::now() < deadline {
+            let started = Instant::now();
+            let r = c
+                .http
+                .get(c.url("/v1/objects/h/good-1"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            assert!(
+                started.elapsed() < Duration::from_secs(2),
+                "a plain GET stalled"
+            );
+            served += 1;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        served
+    };
+    let (results, served) = tokio::join!(futures::future::join_all(hostile), control);
+    assert!(served > 10);
+    for (name, status, body, took) in results {
+        assert!(status >= 500, "{name}: {status} {body}");
+        assert!(
+            body.contains("hostile"),
+            "{name}: error does not name the ETL: {body}"
+        );
+        assert!(took < Duration::from_secs(15), "{name}: took {took:?}");
+        match name {
+            "loop" => assert_eq!(status, 504, "{body}"),
+            "alloc" => assert!(
+                body.contains("MemoryError") || body.contains("died"),
+                "{body}"
+            ),
+            "exit" => assert!(body.contains("died"), "{body}"),
+            "shadow" | "datadir" => assert!(body.contains("PermissionError"), "{body}"),
+            "socket" => assert!(body.contains("Error"), "{body}"),
+            _ => unreachable!(),
+        }
+    }
+    // The ETL keeps working for good objects (workers were replaced).
+    for good in ["good-1", "good-2"] {
+        let (status, body) = get_etl(&c, "h", good, "hostile", "").await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            body,
+            format!("PAYLOAD OF {}", good.to_uppercase()).into_bytes()
+        );
+    }
+    let stats: serde_json::Value =
+        serde_json::from_str(&grist_blocking(&c, &["etl", "show", "hostile"])).unwrap();
+    let restarts: u64 = stats["targets"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|t| t["restarts"].as_u64().unwrap())
+        .sum();
+    assert!(
+        restarts >= 2,
+        "loop and exit replaced their workers: {stats}"
+    );
+}
+
+const HTTP_ETL_SERVER: &str = r#"
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class H(BaseHTTPRequestHandler):
+    def do_POST(self):
+        n = int(self.headers["Content-Length"])
+        body = self.rfile.read(n)[::-1]
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_etl_inline_and_offline() {
+    let port = free_port();
+    let mut server = std::process::Command::new("python3")
+        .args(["-c", HTTP_ETL_SERVER, &port.to_string()])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "ETL server did not start");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let c = Cluster::start(2, 1).await.unwrap();
+    c.create_bucket("web").await.unwrap();
+    let objects: Vec<(String, Vec<u8>)> = (0..50)
+        .map(|i| (format!("w/{i:02}.txt"), content(i, 3000)))
+        .collect();
+    put_all(&c, "web", objects.clone()).await;
+    let url = format!("http://127.0.0.1:{port}");
+    grist_blocking(&c, &["etl", "init", "--name", "rev", "--url", &url]);
+    let (status, body) = get_etl(&c, "web", "w/03.txt", "rev", "").await;
+    assert_eq!(status, 200);
+    let mut want = objects[3].1.clone();
+    want.reverse();
+    assert_eq!(body, want);
+    let out = grist_blocking(
+        &c,
+        &[
+            "etl",
+            "bucket",
+            "rev",
+            "ais://web",
+            "ais://web-out",
+            "--wait",
+            "--json",
+        ],
+    );
+    let job: JobStatus = serde_json::from_str(&out).unwrap();
+    assert_eq!((job.objects, job.errors), (50, 0));
+    let r = c
+        .http
+        .get(c.url("/v1/objects/web-out/w/49.txt"))
+        .send()
+        .await
+        .unwrap();
+    let mut want = objects[49].1.clone();
+    want.reverse();
+    assert!(r.bytes().await.unwrap() == want);
+    let _ = server.kill();
+    let _ = server.wait();
+}
