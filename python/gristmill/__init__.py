@@ -6,6 +6,9 @@
     >>> props = b.object("a/b.txt").put(b"hello")
     >>> b.object("a/b.txt").get()
     b'hello'
+
+PyTorch datasets live in ``gristmill.torch`` (``pip install gristmill[torch]``); importing
+``gristmill`` alone never imports torch.
 """
 
 from .client import Bucket, Client, ListEntry, ListPage, Object, ObjectProps, ObjectReader
@@ -14,16 +17,25 @@ from .errors import (
     BucketExists,
     BucketNotFound,
     Conflict,
+    ConnectionFailed,
+    Forbidden,
     GristError,
     NotFound,
     ObjectNotFound,
     RangeNotSatisfiable,
+    ServiceUnavailable,
+    TooManyRequests,
+    Unauthorized,
 )
+from .retry import RetryPolicy
+from .template import expand_template
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Bucket", "Object", "ObjectProps", "ObjectReader", "ListEntry", "ListPage",
-    "GristError", "BadRequest", "NotFound", "BucketNotFound", "ObjectNotFound",
-    "Conflict", "BucketExists", "RangeNotSatisfiable",
+    "RetryPolicy", "expand_template",
+    "GristError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "BucketNotFound",
+    "ObjectNotFound", "Conflict", "BucketExists", "RangeNotSatisfiable", "TooManyRequests",
+    "ServiceUnavailable", "ConnectionFailed",
 ]

@@ -5,17 +5,40 @@ from __future__ import annotations
 import io
 import json
 import os
+import time
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Tuple, Union
-from urllib.parse import quote, urlencode, urljoin
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 import msgpack
 import urllib3
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    HTTPError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+    SSLError,
+)
 
 from . import hrw
-from .errors import BadRequest, BucketExists, BucketNotFound, GristError, NotFound, error_from_response
+from .errors import (
+    BadRequest,
+    BucketExists,
+    BucketNotFound,
+    ConnectionFailed,
+    GristError,
+    NotFound,
+    error_from_response,
+)
+from .retry import IDEMPOTENT_METHODS, RetryPolicy, as_policy, parse_retry_after
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
+ENDPOINT_ENV = ("GRIST_ENDPOINT", "AIS_ENDPOINT")
+"""Environment variables naming the proxy endpoint(s), in order of precedence (comma-separated
+for several proxies); ``AIS_ENDPOINT`` lets AIStore users keep their setup."""
+TOKEN_ENV = ("GRIST_TOKEN", "AIS_AUTHN_TOKEN")
+"""Environment variables holding the bearer token, in order of precedence."""
 MSGPACK = "application/msgpack"
 _REDIRECTS = (301, 302, 307, 308)
 _MAX_HOPS = 5
@@ -26,55 +49,102 @@ ByteRange = Union[Tuple[Optional[int], Optional[int]], str]
 or a raw ``"bytes=..."`` header value."""
 
 
+# Connection failures: the request was not sent (safe to retry anything) ...
+_NOT_SENT = (NewConnectionError, ConnectTimeoutError)
+# ... or it may have been (retried only when idempotent and replayable).
+_MAYBE_SENT = (ProtocolError, ReadTimeoutError, SSLError)
+
+
 # Accepted by a cluster with S3 auth off (the playground's default).
 DEFAULT_S3_ACCESS_KEY = "gristmill"
 DEFAULT_S3_SECRET_KEY = "gristmill-secret"
 
 
 class Client:
-    """Connection to a Gristmill cluster through its proxy.
+    """Connection to a Gristmill cluster through its proxy (or proxies).
 
     Args:
-        endpoint: proxy URL; defaults to ``$GRIST_ENDPOINT``, else ``http://127.0.0.1:8080``.
+        endpoint: proxy URL, or a list of proxy URLs to fail over between (the first is tried
+            first; on a connection failure the next one takes over). Defaults to
+            ``$GRIST_ENDPOINT``, else ``$AIS_ENDPOINT`` (either may be comma-separated), else
+            ``http://127.0.0.1:8080``.
+        token: bearer token sent as ``Authorization: Bearer <token>`` on every request (to
+            proxies and targets alike); defaults to ``$GRIST_TOKEN``, else ``$AIS_AUTHN_TOKEN``.
         direct: send object GET/HEAD/DELETE straight to the owning target (placement computed
             here by HRW from the cached cluster map) instead of through a proxy redirect.
-            PUTs always go to the owner this way, so the body is sent once.
-        timeout: ``(connect, read)`` seconds.
-        retries: how many times to retry a failed connection attempt.
-        pool_maxsize: connections kept per node.
+            PUTs always go to the owner this way, so the body is sent once. When a target
+            cannot be reached, the map is refreshed and the request goes through a proxy.
+        timeout: ``(connect, read)`` seconds, or one number for both.
+        retry: a ``RetryPolicy``, a number of retries, or None for the default policy (see
+            ``gristmill.retry`` for what is retried).
+        pool_maxsize: connections kept per node. Each DataLoader worker process builds its own
+            pools (the client is fork-safe and picklable), so this bounds the connections of one
+            process: raise it when many threads share a client.
+        retries: older spelling of ``retry=<int>``.
+
+    A client can be pickled or inherited by ``fork``: the copy opens its own connections on
+    first use in the new process, and keeps the cached cluster map.
     """
 
     def __init__(
         self,
-        endpoint: Optional[str] = None,
+        endpoint: Union[str, Sequence[str], None] = None,
         *,
+        token: Optional[str] = None,
         direct: bool = False,
-        timeout: Tuple[float, float] = (5.0, 120.0),
-        retries: int = 2,
+        timeout: Union[float, Tuple[float, float]] = (5.0, 120.0),
+        retry: Union[RetryPolicy, int, None] = None,
         pool_maxsize: int = 16,
+        retries: Optional[int] = None,
     ):
-        self.endpoint = (endpoint or os.environ.get("GRIST_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+        self.endpoints: List[str] = _endpoints(endpoint)
+        self._active = 0  # index into endpoints of the proxy in use
+        if token is None:
+            token = next((os.environ[k] for k in TOKEN_ENV if os.environ.get(k)), None)
+        self.token = token
         self.direct = direct
+        self.timeout = (float(timeout), float(timeout)) if isinstance(timeout, (int, float)) else tuple(timeout)
+        self.retry = as_policy(retry if retries is None else retries)
+        self.pool_maxsize = pool_maxsize
         self._smap: Optional[Dict[str, Any]] = None
-        self._http = urllib3.PoolManager(
-            num_pools=64,
-            maxsize=pool_maxsize,
-            block=False,
-            blocksize=256 * 1024,
-            timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]),
-            retries=urllib3.Retry(
-                # read=1: one retry when a pooled keep-alive connection was closed under us
-                total=retries, connect=retries, read=min(retries, 1), redirect=0, status=0, other=0,
-                backoff_factor=0.1, raise_on_redirect=False, raise_on_status=False,
-            ),
-        )
+        self._pool: Optional[urllib3.PoolManager] = None
+        self._pool_pid = 0  # process that built _pool: a forked child builds its own
+
+    @property
+    def endpoint(self) -> str:
+        """The proxy currently in use (changes on failover)."""
+        return self.endpoints[self._active]
+
+    @property
+    def _http(self) -> urllib3.PoolManager:
+        """The connection pools of this process, built on first use (after a fork, anew:
+        sockets inherited from the parent must not be shared)."""
+        pid = os.getpid()
+        if self._pool is None or self._pool_pid != pid:
+            self._pool = urllib3.PoolManager(
+                num_pools=64,
+                maxsize=self.pool_maxsize,
+                block=False,
+                blocksize=256 * 1024,
+                timeout=urllib3.Timeout(connect=self.timeout[0], read=self.timeout[1]),
+                retries=False,  # retries, redirects and failover are ours (see _request)
+            )
+            self._pool_pid = pid
+        return self._pool
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_pool"], state["_pool_pid"] = None, 0
+        return state
 
     def __repr__(self) -> str:
-        return f"Client({self.endpoint!r}, direct={self.direct})"
+        ep = self.endpoint if len(self.endpoints) == 1 else self.endpoints
+        return f"Client({ep!r}, direct={self.direct})"
 
     def close(self) -> None:
         """Closes all pooled connections."""
-        self._http.clear()
+        if self._pool is not None and self._pool_pid == os.getpid():
+            self._pool.clear()
 
     def __enter__(self) -> "Client":
         return self
@@ -91,7 +161,7 @@ class Client:
     def list_buckets(self, provider: Optional[str] = None) -> List["Bucket"]:
         """Buckets in the cluster, optionally only those of one provider (``ais``, ``aws``, ``ht``)."""
         resp = self._request(
-            "GET", f"{self.endpoint}/v1/buckets?{urlencode({'provider': provider or ''})}",
+            "GET", f"/v1/buckets?{urlencode({'provider': provider or ''})}",
             body=_action("list"), headers=_JSON,
         )
         out = []
@@ -108,21 +178,22 @@ class Client:
         """
         smap = self._smap
         if refresh or smap is None:
-            smap = json.loads(self._request("GET", f"{self.endpoint}/v1/cluster?what=smap").data)
+            smap = json.loads(self._request("GET", "/v1/cluster?what=smap").data)
             self._smap = smap
         return smap
 
     def health(self) -> bool:
-        """Whether the proxy answers its health check."""
+        """Whether the proxy answers its health check (one try, no retries)."""
         try:
-            return self._http.request("GET", f"{self.endpoint}/v1/health", retries=False).status == 200
-        except urllib3.exceptions.HTTPError:
+            return self._http.request("GET", f"{self.endpoint}/v1/health", headers=self._headers()).status == 200
+        except HTTPError:
             return False
 
     def s3_settings(self) -> Dict[str, Any]:
         """How S3 clients reach this cluster: endpoint, region, path-style, and whether
         anonymous access is on (then the playground's example key works too)."""
-        r = self._http.request("GET", f"{self.endpoint}/", retries=False)
+        r = self._request("GET", "/", raise_for_status=False)
+        _discard(r)
         anonymous = r.status == 200
         return {
             "endpoint": self.endpoint,
@@ -144,6 +215,22 @@ class Client:
 
     # ---- HTTP --------------------------------------------------------------------------------
 
+    def _headers(self, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+        h = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        if extra:
+            h.update(extra)
+        return h
+
+    def _proxy_path(self, url: str) -> Optional[str]:
+        """The path + query of ``url`` when it is addressed to one of our proxies (or is a bare
+        path), so that a retry can go to another proxy; None for any other URL."""
+        if url.startswith("/"):
+            return url
+        for ep in self.endpoints:
+            if url.startswith(ep) and url[len(ep):len(ep) + 1] in ("/", "?", ""):
+                return url[len(ep):] or "/"
+        return None
+
     def _request(
         self,
         method: str,
@@ -154,21 +241,97 @@ class Client:
         stream: bool = False,
         subject: Optional[str] = None,
         routed: bool = False,
+        idempotent: Optional[bool] = None,
+        raise_for_status: bool = True,
     ) -> urllib3.BaseHTTPResponse:
-        """Sends a request, following redirects by hand (re-sending the body, rewinding files).
+        """Sends a request with retries, proxy failover and redirects followed by hand.
 
-        ``routed`` marks a request sent to a target chosen from the cached map: a redirect
-        then means the map is stale, so it is dropped. Raises a ``GristError`` on 4xx/5xx.
+        ``url`` is a path (``/v1/...``, sent to the proxy in use), a URL at one of our proxies,
+        or any other URL (a target). ``routed`` marks a request sent to a target chosen from the
+        cached map: a redirect then means the map is stale, so it is dropped; a connection
+        failure drops it too and sends the request through a proxy instead. ``idempotent``
+        overrides the method's default (True for GET/HEAD/PUT/DELETE). Raises a ``GristError``
+        on 4xx/5xx (unless ``raise_for_status`` is False) and ``ConnectionFailed`` when the
+        retry policy gives up on a connection error.
         """
-        pos = body.tell() if hasattr(body, "read") and _seekable(body) else None
+        policy = self.retry
+        if idempotent is None:
+            idempotent = method in IDEMPOTENT_METHODS
+        pos = None
+        replayable = True
+        if hasattr(body, "read"):
+            replayable = _seekable(body)
+            pos = body.tell() if replayable else None
+        proxy_path = self._proxy_path(url)
+        headers = self._headers(headers)
+        started = time.monotonic()
+        attempt = 0
+        tried = {self._active}  # proxies tried by this request (failover skips the wait once)
+        while True:
+            attempt += 1
+            first = self.endpoint + proxy_path if proxy_path is not None else url
+            failed_url, error, retry_after, resp = first, None, None, None
+            try:
+                resp = self._follow(method, first, body, pos, headers, stream, routed)
+            except _Hop as hop:
+                failed_url, error = hop.url, hop.error
+            if resp is not None:
+                if resp.status not in policy.statuses:
+                    break
+                retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                may_retry = idempotent and replayable
+            else:
+                may_retry = isinstance(error, _NOT_SENT) or (idempotent and replayable)
+            # A failure: may we try again, and where?
+            delay = policy.delay(attempt, retry_after)
+            switched = False
+            if error is not None:
+                failed_proxy = self._proxy_path(failed_url) is not None
+                if routed and not failed_proxy:
+                    # The target we picked from the map is unreachable: refresh the map, and
+                    # let a proxy route this request to whoever owns the object now.
+                    self._smap = None
+                    routed = False
+                    proxy_path = _path_of(url)
+                    switched = True
+                elif failed_proxy and len(self.endpoints) > 1:
+                    self._active = (self._active + 1) % len(self.endpoints)
+                    switched = self._active not in tried
+                    tried.add(self._active)
+            if switched:
+                delay = 0.0
+            if (not may_retry or attempt >= policy.attempts
+                    or time.monotonic() - started + delay > policy.deadline):
+                if resp is not None:
+                    break  # report the last answer (e.g. 503) as it is
+                raise ConnectionFailed(0, f"{method} {failed_url}: {error}", url=failed_url) from error
+            if resp is not None:
+                _discard(resp)
+            if delay:
+                time.sleep(delay)
+            if pos is not None:
+                body.seek(pos)
+        if raise_for_status and resp.status >= 400:
+            data = resp.data if not stream else resp.read()
+            _discard(resp)
+            raise error_from_response(resp.status, data if method != "HEAD" else b"", url, subject)
+        return resp
+
+    def _follow(self, method: str, url: str, body: Any, pos: Optional[int], headers: Dict[str, str],
+                stream: bool, routed: bool) -> urllib3.BaseHTTPResponse:
+        """One attempt: the request and the redirects it gets (re-sending the body, rewinding
+        files). Connection errors come out as ``_Hop`` naming the URL that failed."""
         for _ in range(_MAX_HOPS + 1):
-            resp = self._http.urlopen(
-                method, url, body=body, headers=headers, redirect=False,
-                preload_content=not stream, assert_same_host=False,
-            )
+            try:
+                resp = self._http.urlopen(
+                    method, url, body=body, headers=headers, redirect=False,
+                    preload_content=not stream, assert_same_host=False,
+                )
+            except (*_NOT_SENT, *_MAYBE_SENT) as e:
+                raise _Hop(url, e) from e
             location = resp.headers.get("Location") if resp.status in _REDIRECTS else None
             if location is None:
-                break
+                return resp
             _discard(resp)
             if routed:
                 self._smap = None
@@ -177,13 +340,33 @@ class Client:
                 if pos is None:
                     raise GristError(resp.status, f"redirected to {url} but the body cannot be re-sent", url=url)
                 body.seek(pos)
-        else:
-            raise GristError(0, f"too many redirects ({method} {url})", url=url)
-        if resp.status >= 400:
-            data = resp.data if not stream else resp.read()
-            _discard(resp)
-            raise error_from_response(resp.status, data if method != "HEAD" else b"", url, subject)
-        return resp
+        raise GristError(0, f"too many redirects ({method} {url})", url=url)
+
+
+class _Hop(Exception):
+    """A connection error at ``url`` during one attempt (internal to ``Client._request``)."""
+
+    def __init__(self, url: str, error: Exception):
+        super().__init__(str(error))
+        self.url = url
+        self.error = error
+
+
+def _endpoints(endpoint: Union[str, Sequence[str], None]) -> List[str]:
+    if endpoint is None:
+        endpoint = next((os.environ[k] for k in ENDPOINT_ENV if os.environ.get(k)), DEFAULT_ENDPOINT)
+    if isinstance(endpoint, str):
+        endpoint = endpoint.split(",")
+    eps = [e.strip().rstrip("/") for e in endpoint if e and e.strip()]
+    if not eps:
+        raise ValueError("no endpoint given")
+    return [e if "://" in e else f"http://{e}" for e in eps]
+
+
+def _path_of(url: str) -> str:
+    """``/path?query`` of a URL."""
+    parts = urlsplit(url)
+    return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
 class Bucket:
@@ -405,6 +588,11 @@ class Object:
             return client.owner(self.uname)["public_net"]["direct_url"].rstrip("/"), True
         return client.endpoint, False
 
+    def get_url(self, direct: bool = False) -> str:
+        """The object's URL for plain HTTP clients (curl, ``webdataset``): at the proxy, which
+        redirects to the owner, or with ``direct=True`` at the owning target itself."""
+        return self._target(direct)[0] + self._path
+
     def _send(self, method: str, *, query: str = "", direct: bool = False, **kw) -> urllib3.BaseHTTPResponse:
         if not self.name:  # `/v1/objects/<bucket>/` names no object; don't send it
             raise BadRequest(400, "invalid object name: empty")
@@ -446,11 +634,24 @@ class Object:
         return self._get(byte_range, validate_checksum, stream=False).data
 
     def get_stream(self, chunk_size: int = _CHUNK, byte_range: Optional[ByteRange] = None,
-                   validate_checksum: bool = False) -> "ObjectReader":
+                   validate_checksum: bool = False, resume: bool = True) -> "ObjectReader":
         """A streaming reader: iterate it for chunks of ``chunk_size`` bytes, or ``read(n)`` it
         like a file. Use it as a context manager (or call ``close()``) to free the connection.
+
+        With ``resume`` (the default), a connection that breaks mid-body is re-opened with a
+        range request from the first byte not yet read (through the client's retry policy,
+        so a dead target is routed around), as long as the object's version is unchanged;
+        whole objects and ``(start, end)`` ranges resume, other range forms do not.
         """
-        return ObjectReader(self._get(byte_range, validate_checksum, stream=True), chunk_size)
+        resp = self._get(byte_range, validate_checksum, stream=True)
+        reopen = None
+        if resume and (byte_range is None or (isinstance(byte_range, tuple) and byte_range[0] is not None)):
+            start, end = (0, None) if byte_range is None else byte_range
+
+            def reopen(offset: int) -> urllib3.BaseHTTPResponse:
+                return self._get((start + offset, end), validate_checksum, stream=True)
+
+        return ObjectReader(resp, chunk_size, reopen=reopen, retry=self.bucket.client.retry)
 
     def get_to_file(self, path: Union[str, os.PathLike], chunk_size: int = _CHUNK,
                     byte_range: Optional[ByteRange] = None) -> int:
@@ -491,34 +692,70 @@ class ObjectReader(io.RawIOBase):
     """Streaming object content. Iterating yields chunks; ``read``/``readinto`` work as on a file.
 
     ``props`` has the object's properties, ``status`` is 200 or 206 (range), ``size`` the number
-    of bytes this response carries.
+    of bytes this response carries. ``resumed`` counts the times a broken connection was
+    re-opened at the current offset (see ``Object.get_stream``).
     """
 
-    def __init__(self, resp: urllib3.BaseHTTPResponse, chunk_size: int = _CHUNK):
+    def __init__(self, resp: urllib3.BaseHTTPResponse, chunk_size: int = _CHUNK,
+                 reopen: Optional[Callable[[int], urllib3.BaseHTTPResponse]] = None,
+                 retry: Optional[RetryPolicy] = None):
         super().__init__()
         self._resp = resp
         self.chunk_size = chunk_size
         self.status = resp.status
         self.size = _int(resp.headers.get("Content-Length"))
         self.props = ObjectProps.from_headers(resp.headers)
+        self._reopen = reopen
+        self._retry = retry or RetryPolicy()
+        self._pos = 0  # bytes handed to the caller so far
+        self.resumed = 0
 
     def readable(self) -> bool:
         return True
 
     def read(self, size: int = -1) -> bytes:
-        return self._resp.read(None if size is None or size < 0 else size)
+        amt = None if size is None or size < 0 else size
+        failures = 0
+        while True:
+            try:
+                data = self._resp.read(amt)
+                self._pos += len(data)
+                return data
+            except _MAYBE_SENT as e:  # the connection broke (or stalled) mid-body
+                failures += 1
+                if self._reopen is None or failures >= self._retry.attempts:
+                    raise ConnectionFailed(0, f"reading object: {e}") from e
+                # (bytes urllib3 had buffered before the error are not counted in _pos, so the
+                # re-opened range starts exactly after what the caller has.)
+                self._resume()
+
+    def _resume(self) -> None:
+        _discard(self._resp)
+        resp = self._reopen(self._pos)  # retries connection failures itself
+        new = ObjectProps.from_headers(resp.headers)
+        old = self.props
+        if (old.version and new.version and old.version != new.version) or (
+                old.checksum_value and new.checksum_value and old.checksum_value != new.checksum_value):
+            _discard(resp)
+            raise GristError(0, "object changed while being read; cannot resume")
+        self._resp = resp
+        self.resumed += 1
 
     def readall(self) -> bytes:
-        return self._resp.read()
+        return self.read(-1)
 
     def readinto(self, b) -> int:
-        data = self._resp.read(len(b))
+        data = self.read(len(b))
         b[: len(data)] = data
         return len(data)
 
     def __iter__(self) -> Iterator[bytes]:  # type: ignore[override]
         # A generator method, so iterating keeps the reader (and its response) alive.
-        yield from self._resp.stream(self.chunk_size)
+        while True:
+            chunk = self.read(self.chunk_size)
+            if not chunk:
+                return
+            yield chunk
 
     def close(self) -> None:
         if not self.closed:

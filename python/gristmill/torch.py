@@ -1,0 +1,540 @@
+"""PyTorch datasets over a Gristmill cluster (``pip install gristmill[torch]``).
+
+* ``ObjectDataset`` — map-style: one object per item (names by prefix, list or brace template),
+  returned as bytes or through your ``decode``.
+* ``ShardDataset`` — iterable: tar shards (WebDataset layout) streamed member by member and
+  grouped into samples ``{"__key__": ..., "jpg": b"...", "cls": b"..."}``; shards split across
+  DDP ranks *and* DataLoader workers so each sample is read exactly once per epoch; shard order
+  shuffled by ``seed + epoch``; an optional seeded shuffle buffer; resumable mid-epoch.
+* ``samples_from_tar`` — the streaming tar → sample grouping on its own, for any file object.
+
+Both datasets work with ``torch.utils.data.DataLoader`` as it is (``num_workers > 0``,
+``persistent_workers=True``, any start method): the object listing happens once, in the
+constructor (the parent process), and travels to the workers with the dataset; each worker
+process opens its own HTTP connections on first use (the client is fork-safe and picklable).
+
+A get-batch based ``BatchDataset``/``BatchSampler`` (``GET /v1/ml/moss``: one request → one tar
+stream of many objects/archive members) belongs here too, once the server has the endpoint: it
+reuses the name selection (``_select_names``), ``samples_from_tar`` for the response stream,
+and the rank/worker split of ``ShardDataset`` applied to batches of names instead of shards.
+
+This is the only module of the package that imports torch.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import multiprocessing.context
+import random
+import re
+import tarfile
+import zlib
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
+
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from .client import Bucket, Client
+from .template import expand_template
+
+__all__ = ["ObjectDataset", "ShardDataset", "samples_from_tar"]
+
+BucketLike = Union[Bucket, str]
+"""A ``Bucket``, or a bucket URI such as ``"ais://train"`` (``"train"`` alone means ``ais``)."""
+
+_PROVIDERS = {"ais": "ais", "s3": "aws", "aws": "aws", "ht": "ht", "gs": "gcp", "gcp": "gcp", "az": "azure"}
+_SCHEMES = {"aws": "s3", "gcp": "gs", "azure": "az"}  # provider → URI scheme, for __url__
+_STREAM_BUFFER = 1 << 20  # bytes read from the network at a time while parsing a shard
+
+
+# ---- selecting objects -------------------------------------------------------------------------
+
+def _resolve_bucket(bucket: BucketLike, client: Optional[Client]) -> Bucket:
+    if isinstance(bucket, Bucket):
+        return bucket
+    scheme, sep, name = bucket.partition("://")
+    if not sep:
+        scheme, name = "ais", bucket
+    if scheme not in _PROVIDERS or not name or "/" in name.strip("/"):
+        raise ValueError(f"not a bucket URI: {bucket!r} (expected e.g. 'ais://name')")
+    return (client or Client()).bucket(name.strip("/"), _PROVIDERS[scheme])
+
+
+def _select_names(bucket: Bucket, prefix: Optional[str], names: Optional[Iterable[str]],
+                  template: Optional[str]) -> List[str]:
+    """Object names from exactly one of: an explicit list, a brace template, or a listing by
+    prefix (the default: the whole bucket). Listing order is by name."""
+    given = [x is not None for x in (prefix, names, template)]
+    if sum(given) > 1:
+        raise ValueError("give one of prefix=, names=, template=")
+    if names is not None:
+        out = [names] if isinstance(names, str) else list(names)
+    elif template is not None:
+        out = expand_template(template)
+    else:
+        out = [e.name for e in bucket.list_objects_iter(prefix=prefix or "")]
+    if not out:
+        raise ValueError(f"no objects selected in {bucket!r}")
+    return out
+
+
+# ---- map-style -----------------------------------------------------------------------------------
+
+class ObjectDataset(Dataset):
+    """Map-style dataset: item ``i`` is the content of the ``i``-th selected object.
+
+    Args:
+        bucket: a ``Bucket`` (its client's settings, e.g. ``direct=True``, apply) or a URI
+            such as ``"ais://train"`` (then ``client`` or a default ``Client()`` is used).
+        prefix / names / template: which objects — at most one: every object whose name starts
+            with ``prefix`` (listed once, here, in name order; the default is the whole bucket),
+            an explicit list, or a brace template like ``"img-{000000..099999}.jpg"`` (no
+            listing at all).
+        decode: ``decode(data: bytes) -> Any`` applied to each object's content (e.g. image
+            decoding); it runs in the DataLoader worker, so it must be picklable with ``spawn``.
+        with_name: return ``(name, value)`` instead of ``value``.
+        client: the client for a bucket given as a URI.
+
+    Use it with a ``DistributedSampler`` under DDP, as any map-style dataset.
+    """
+
+    def __init__(self, bucket: BucketLike, *, prefix: Optional[str] = None,
+                 names: Optional[Iterable[str]] = None, template: Optional[str] = None,
+                 decode: Optional[Callable[[bytes], Any]] = None, with_name: bool = False,
+                 client: Optional[Client] = None):
+        self.bucket = _resolve_bucket(bucket, client)
+        self.names: List[str] = _select_names(self.bucket, prefix, names, template)
+        self.decode = decode
+        self.with_name = with_name
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, index: int) -> Any:
+        name = self.names[index]
+        data = self.bucket.object(name).get()
+        value = self.decode(data) if self.decode is not None else data
+        return (name, value) if self.with_name else value
+
+    def __repr__(self) -> str:
+        return f"ObjectDataset({self.bucket!r}, {len(self.names)} objects)"
+
+
+# ---- tar shards ----------------------------------------------------------------------------------
+
+# WebDataset's rules, kept identical so both read a shard into the same samples: the key is
+# the member's directory plus its base name up to the first dot, the extension the rest.
+_KEY_EXT = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+_META_MEMBER = re.compile(r"__[^/]*__($|/)")
+
+
+def split_member_name(name: str) -> Optional[Tuple[str, str]]:
+    """``(key, extension)`` of a tar member as WebDataset groups them
+    (``"a/b/0001.seg.png"`` → ``("a/b/0001", "seg.png")``); None when the base name has no dot
+    (such members belong to no sample)."""
+    m = _KEY_EXT.match(name)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def samples_from_tar(fileobj: Any, *, lowercase_ext: bool = True) -> Iterator[Dict[str, Any]]:
+    """Streams WebDataset samples out of a tar (optionally gz/bz2/xz-compressed) file object.
+
+    The archive is read once, front to back, through ``tarfile`` in stream mode (``"r|*"``):
+    only the current member is in memory, never the whole archive. Consecutive members with the
+    same key form one sample ``{"__key__": key, ext: bytes, ...}``; members without an
+    extension, non-regular files and WebDataset metadata (``__*__``) are skipped, exactly as
+    ``webdataset`` does. A key that
+    repeats an extension within one sample raises ``ValueError``.
+    """
+    current: Optional[Dict[str, Any]] = None
+    with tarfile.open(fileobj=fileobj, mode="r|*") as tar:
+        for member in tar:
+            tar.members = []  # stream mode would otherwise keep every member's header
+            if not member.isfile():
+                continue
+            if _META_MEMBER.match(member.name):
+                continue
+            split = split_member_name(member.name)
+            if split is None:
+                continue
+            key, ext = split
+            if lowercase_ext:
+                ext = ext.lower()
+            f = tar.extractfile(member)
+            data = f.read() if f is not None else b""
+            if current is None or current["__key__"] != key:
+                if current is not None:
+                    yield current
+                current = {"__key__": key}
+            if ext in current:
+                raise ValueError(f"tar member {member.name!r} repeats extension {ext!r} of sample {key!r}")
+            current[ext] = data
+    if current is not None:
+        yield current
+
+
+class _SharedEpoch:
+    """The epoch number, shared with DataLoader workers — persistent ones too — so that
+    ``set_epoch`` in the training loop reaches them (a plain attribute would be frozen in each
+    worker's copy of the dataset). Inherited by fork, or pickled while a worker is spawned;
+    any other pickling (``copy.deepcopy``, saving) takes a snapshot of the value."""
+
+    def __init__(self, value: int = 0):
+        self._shared = multiprocessing.RawValue("q", value)
+
+    @property
+    def value(self) -> int:
+        return int(self._shared.value)
+
+    @value.setter
+    def value(self, v: int) -> None:
+        self._shared.value = v
+
+    def __reduce__(self):
+        if multiprocessing.context.get_spawning_popen() is not None:
+            return (_rebuild_shared_epoch, (self._shared,))
+        return (_SharedEpoch, (self.value,))
+
+
+def _rebuild_shared_epoch(shared: Any) -> _SharedEpoch:
+    e = _SharedEpoch.__new__(_SharedEpoch)
+    e._shared = shared
+    return e
+
+
+class _Progress:
+    """Which samples of which shards the training loop has consumed in one epoch.
+
+    A sample is ``(shard, index)``, ``index`` its ordinal in the shard. A shard is complete
+    once its size is known (carried by the last sample a worker emits from it) and every index
+    below it has been consumed; complete shards are never read again on resume.
+    """
+
+    def __init__(self) -> None:
+        self.complete: Set[str] = set()
+        self.partial: Dict[str, Set[int]] = {}
+        self.sizes: Dict[str, int] = {}
+
+    def add(self, shard: str, index: int, size: int = 0) -> None:
+        if shard in self.complete:
+            return
+        if size:
+            self.sizes[shard] = size
+        self.partial.setdefault(shard, set()).add(index)
+        self._check(shard)
+
+    def merge(self, other: "_Progress") -> None:
+        for shard in other.complete:
+            self.complete.add(shard)
+            self.partial.pop(shard, None)
+            self.sizes.pop(shard, None)
+        for shard, seen in other.partial.items():
+            if shard in self.complete:
+                continue
+            self.partial.setdefault(shard, set()).update(seen)
+            if shard in other.sizes:
+                self.sizes[shard] = other.sizes[shard]
+            self._check(shard)
+
+    def _check(self, shard: str) -> None:
+        n = self.sizes.get(shard)
+        seen = self.partial.get(shard, ())
+        if n is not None and len(seen) >= n and all(i in seen for i in range(n)):
+            self.complete.add(shard)
+            del self.partial[shard]
+            del self.sizes[shard]
+
+    def consumed(self, shard: str) -> Set[int]:
+        return self.partial.get(shard, set())
+
+    def to_state(self) -> Dict[str, Any]:
+        return {
+            "complete": sorted(self.complete),
+            "partial": {s: _to_ranges(v) for s, v in sorted(self.partial.items()) if v},
+            "sizes": dict(sorted(self.sizes.items())),
+        }
+
+    @classmethod
+    def from_state(cls, state: Dict[str, Any]) -> "_Progress":
+        p = cls()
+        p.complete = set(state.get("complete") or ())
+        for shard, ranges in (state.get("partial") or {}).items():
+            p.partial[shard] = {i for a, b in ranges for i in range(a, b)}
+        p.sizes = {s: int(n) for s, n in (state.get("sizes") or {}).items()}
+        return p
+
+
+def _to_ranges(indices: Set[int]) -> List[List[int]]:
+    out: List[List[int]] = []
+    for i in sorted(indices):
+        if out and out[-1][1] == i:
+            out[-1][1] = i + 1
+        else:
+            out.append([i, i + 1])
+    return out
+
+
+def _rows(values: Any) -> List[Any]:
+    """A collated column (list, tuple, tensor) or a single value, as a list."""
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    return list(values) if isinstance(values, (list, tuple)) else [values]
+
+
+def _dist_rank_world() -> Tuple[int, int]:
+    try:
+        import torch.distributed as dist
+    except ImportError:  # torch built without distributed support
+        return 0, 1
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class ShardDataset(IterableDataset):
+    """Iterable dataset over tar shards (WebDataset layout), streamed member by member.
+
+    Each sample is a dict: the member contents by extension (``"jpg"``, ``"cls"``, ...,
+    lower-cased, as bytes) plus metadata:
+
+    * ``__key__`` — the sample key (member directory + base name up to the first dot);
+    * ``__shard__`` — the shard's object name; ``__url__`` — ``ais://bucket/shard``;
+    * ``__index__`` — the sample's ordinal in its shard;
+    * ``__shard_size__`` — the shard's sample count on the last sample emitted from that shard,
+      else 0 (``mark_consumed`` uses these three to know when a shard is finished).
+
+    Args:
+        bucket: a ``Bucket`` (its client's settings apply: ``direct=True`` reads from the owning
+            targets without a proxy hop) or a URI such as ``"ais://train"``.
+        prefix / names / template: which shards — listed once here by prefix (default: the
+            whole bucket, in name order), an explicit list, or ``"shard-{0000..0999}.tar"``.
+        shuffle: shuffle the shard order each epoch with ``random.Random(f"{seed}/{epoch}")``
+            — the same order on every rank, before the split, so the split stays exact.
+        seed: base of every random choice (shard order and shuffle buffer).
+        shuffle_buffer: if > 0, samples pass through a buffer of this many samples and leave it
+            in random order (seeded by seed, epoch, rank and worker); it holds raw samples, so
+            it costs ``shuffle_buffer × sample size`` of memory per worker.
+        rank, world_size: this process's place in data-parallel training; by default taken
+            from ``torch.distributed`` when its process group is initialized (initialize it
+            before building the dataset), else 0 and 1.
+        decode: ``decode(sample: dict) -> Any`` applied to each sample in the worker, after
+            the shuffle buffer. If it returns a dict, the metadata keys are put back when
+            missing; return a dict to keep ``mark_consumed`` (resume) working.
+        client: the client for a bucket given as a URI.
+
+    **Splitting.** For epoch ``e`` the shard list is (optionally) shuffled, rank ``r`` takes
+    ``order[r::world_size]`` and DataLoader worker ``w`` of ``W`` takes ``mine[w::W]`` of those.
+    Every shard goes to exactly one (rank, worker) and each shard is read once, so every sample
+    is read exactly once per epoch. When the shard count does not divide evenly, some ranks
+    (and workers) get one shard more than others — nothing is padded or dropped, so ranks may
+    see different sample counts: with DDP use ``torch.distributed.algorithms.Join``, stop all
+    ranks at the smallest count, or make the shard count a multiple of
+    ``world_size × num_workers`` with equal shard sizes.
+
+    **Epochs.** Call ``set_epoch(e)`` before iterating each epoch (before ``iter(loader)``); it
+    reaches persistent DataLoader workers too.
+
+    **Resume.** The DataLoader hides its workers from the dataset in the training process, and
+    workers read ahead of what the loop has consumed, so neither the workers' positions nor a
+    count of consumed batches (which the DataLoader interleaves in ways that depend on every
+    shard's size) tells what the loop has really consumed. Instead each sample names its shard
+    and index, the loop reports what it consumed with ``mark_consumed(batch)``, and
+    ``state_dict()`` records, per shard, "complete" or the consumed indices. On resume
+    (``load_state_dict`` before the first ``iter(loader)``), the same epoch's shard assignment
+    is rebuilt, complete shards are skipped without being read, partly consumed shards are
+    streamed again with their consumed samples dropped, so exactly the remaining samples are
+    yielded. The state does not depend on the worker count, and states of several ranks can
+    be merged (pass a list to ``load_state_dict``), so a run may resume with other
+    ``num_workers`` or ``world_size``. With a shuffle buffer, the remaining samples come out in
+    a different order than they would have without the interruption (the set is exact).
+    """
+
+    def __init__(self, bucket: BucketLike, *, prefix: Optional[str] = None,
+                 names: Optional[Iterable[str]] = None, template: Optional[str] = None,
+                 shuffle: bool = True, seed: int = 0, shuffle_buffer: int = 0,
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 decode: Optional[Callable[[Dict[str, Any]], Any]] = None,
+                 client: Optional[Client] = None):
+        self.bucket = _resolve_bucket(bucket, client)
+        self.shards: List[str] = _select_names(self.bucket, prefix, names, template)
+        if len(set(self.shards)) != len(self.shards):
+            raise ValueError("the shard list names a shard twice")
+        auto_rank, auto_world = _dist_rank_world()
+        self.rank = auto_rank if rank is None else int(rank)
+        self.world_size = auto_world if world_size is None else int(world_size)
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is not in [0, world_size={self.world_size})")
+        if shuffle_buffer < 0:
+            raise ValueError("shuffle_buffer must be >= 0")
+        self.shuffle = shuffle
+        self.seed = int(seed)
+        self.shuffle_buffer = int(shuffle_buffer)
+        self.decode = decode
+        self._epoch = _SharedEpoch(0)
+        self._progress = _Progress()  # filled by mark_consumed in the training process
+        self._resume: Optional[Tuple[int, _Progress]] = None  # (epoch, what to skip) from load_state_dict
+        self._fingerprint = zlib.crc32("\0".join(self.shards).encode())
+
+    def __repr__(self) -> str:
+        return (f"ShardDataset({self.bucket!r}, {len(self.shards)} shards, rank {self.rank}/"
+                f"{self.world_size}, epoch {self.epoch})")
+
+    # ---- epochs and the split ----
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch.value
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch the next iteration reads (shard order and shuffle seeds). A new
+        epoch starts with no progress; setting the epoch a loaded state belongs to keeps it."""
+        epoch = int(epoch)
+        if epoch != self._epoch.value:
+            self._epoch.value = epoch
+            self._progress = _Progress()
+            self._resume = None
+
+    def epoch_order(self, epoch: Optional[int] = None) -> List[str]:
+        """All shards in the order of ``epoch`` (default: the current one), before the split."""
+        order = list(self.shards)
+        if self.shuffle:
+            random.Random(f"{self.seed}/{self.epoch if epoch is None else epoch}").shuffle(order)
+        return order
+
+    def assigned_shards(self, worker: int = 0, num_workers: int = 1, epoch: Optional[int] = None) -> List[str]:
+        """The shards that DataLoader worker ``worker`` of ``num_workers`` on this rank reads in
+        ``epoch``, in reading order."""
+        if not 0 <= worker < num_workers:
+            raise ValueError(f"worker {worker} is not in [0, {num_workers})")
+        return self.epoch_order(epoch)[self.rank::self.world_size][worker::num_workers]
+
+    # ---- iteration (in the DataLoader worker) ----
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        epoch = self.epoch
+        shards = self.assigned_shards(worker, num_workers, epoch)
+        resume, self._resume = self._resume, None  # a loaded state applies to one iteration...
+        skip = resume[1] if resume is not None and resume[0] == epoch else _Progress()  # ...of its epoch
+        samples = self._stream(shards, skip)
+        if self.shuffle_buffer > 0:
+            rng = random.Random(f"{self.seed}/{epoch}/{self.rank}/{self.world_size}/{worker}/{num_workers}")
+            samples = _shuffled(samples, self.shuffle_buffer, rng)
+        for sample in samples:
+            if self.decode is None:
+                yield sample
+                continue
+            out = self.decode(sample)
+            if isinstance(out, dict):
+                for k in _META:
+                    out.setdefault(k, sample[k])
+            yield out
+
+    def _stream(self, shards: Sequence[str], skip: _Progress) -> Iterator[Dict[str, Any]]:
+        for shard in shards:
+            if shard in skip.complete:
+                continue
+            yield from self._shard_samples(shard, skip.consumed(shard))
+
+    def _shard_samples(self, shard: str, skip: Set[int]) -> Iterator[Dict[str, Any]]:
+        scheme = _SCHEMES.get(self.bucket.provider, self.bucket.provider)
+        url = f"{scheme}://{self.bucket.name}/{shard}"
+        pending: Optional[Dict[str, Any]] = None
+        count = 0
+        with self.bucket.object(shard).get_stream(chunk_size=_STREAM_BUFFER) as reader:
+            buffered = io.BufferedReader(reader, buffer_size=_STREAM_BUFFER)
+            for index, sample in enumerate(samples_from_tar(buffered)):
+                count = index + 1
+                if index in skip:
+                    continue
+                sample["__shard__"] = shard
+                sample["__url__"] = url
+                sample["__index__"] = index
+                sample["__shard_size__"] = 0
+                # Hold one sample back: the last one carries the shard's size.
+                if pending is not None:
+                    yield pending
+                pending = sample
+        if pending is not None:
+            pending["__shard_size__"] = count
+            yield pending
+
+    # ---- progress and resume (in the training process) ----
+
+    def mark_consumed(self, batch: Any) -> None:
+        """Records that the training loop consumed ``batch``: one sample dict, a batch collated
+        by the default ``collate_fn`` (a dict of lists/tensors), or a list of sample dicts.
+        Call it once per batch, after the step that used it; ``state_dict()`` then reflects it.
+        """
+        if isinstance(batch, (list, tuple)):
+            for sample in batch:
+                self.mark_consumed(sample)
+            return
+        if not isinstance(batch, dict) or "__shard__" not in batch or "__index__" not in batch:
+            raise TypeError("mark_consumed needs samples (or batches) that keep the "
+                            "'__shard__', '__index__' and '__shard_size__' keys")
+        shards = _rows(batch["__shard__"])
+        indices = _rows(batch["__index__"])
+        sizes = _rows(batch.get("__shard_size__", 0))
+        if len(sizes) == 1 and len(shards) > 1:
+            sizes = sizes * len(shards)
+        if not len(shards) == len(indices) == len(sizes):
+            raise ValueError("batch columns '__shard__', '__index__', '__shard_size__' differ in length")
+        for shard, index, size in zip(shards, indices, sizes):
+            self._progress.add(shard, int(index), int(size))
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The epoch and what of it this process has consumed (as told by ``mark_consumed``):
+        a small JSON-able dict to store in the training checkpoint."""
+        return {
+            "version": 1,
+            "epoch": self.epoch,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "shards": len(self.shards),
+            "fingerprint": self._fingerprint,
+            **self._progress.to_state(),
+        }
+
+    def load_state_dict(self, state: Union[Dict[str, Any], Sequence[Dict[str, Any]]]) -> None:
+        """Resumes from ``state_dict()`` output — or a list of them, one per rank, merged
+        (needed when ``world_size`` changed). Call it before the first ``iter(loader)``: workers
+        copy the dataset when they start. The next iteration then yields exactly the samples of
+        the state's epoch not consumed yet; later epochs are whole."""
+        states = [state] if isinstance(state, dict) else list(state)
+        if not states:
+            raise ValueError("no state to load")
+        merged = _Progress()
+        epoch = None
+        for s in states:
+            if s.get("version") != 1:
+                raise ValueError(f"unknown ShardDataset state version {s.get('version')!r}")
+            if (s["fingerprint"], s["shards"]) != (self._fingerprint, len(self.shards)):
+                raise ValueError("the state belongs to a different list of shards")
+            if (s["seed"], s["shuffle"]) != (self.seed, self.shuffle):
+                raise ValueError("the state was taken with a different seed or shuffle setting")
+            if epoch is not None and s["epoch"] != epoch:
+                raise ValueError("the states belong to different epochs")
+            epoch = s["epoch"]
+            merged.merge(_Progress.from_state(s))
+        self._epoch.value = int(epoch)
+        self._progress = merged
+        self._resume = (int(epoch), _Progress.from_state(merged.to_state()))
+
+
+_META = ("__key__", "__shard__", "__url__", "__index__", "__shard_size__")
+
+
+def _shuffled(samples: Iterable[Any], size: int, rng: random.Random) -> Iterator[Any]:
+    """Shuffle buffer: fills ``size`` samples, then emits a random one per sample read."""
+    buf: List[Any] = []
+    for s in samples:
+        if len(buf) < size:
+            buf.append(s)
+            continue
+        i = rng.randrange(size)
+        out, buf[i] = buf[i], s
+        yield out
+    rng.shuffle(buf)
+    yield from buf

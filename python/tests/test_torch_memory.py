@@ -1,0 +1,100 @@
+"""ShardDataset streams: reading a 2 GiB shard grows the reader's RSS by far less than the
+shard (the tar is parsed member by member from the HTTP stream)."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+import uuid
+
+import pytest
+
+pytest.importorskip("torch")
+
+from gristmill.torch import ShardDataset  # noqa: E402
+
+SHARD_BYTES = 2 << 30
+MEMBER = 1 << 20  # 2048 samples of 1 MiB (+ a small .cls each)
+LIMIT = 100 << 20
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _reset_peak() -> bool:
+    """Resets VmHWM (peak RSS) of this process; False where the kernel does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+class _Member:
+    """A file object producing one member's bytes without holding more than a block."""
+
+    def __init__(self, block: bytes, index: int, size: int):
+        self.block, self.left = index.to_bytes(8, "big") + block[8:], size
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n is None or n < 0 else min(n, self.left)
+        out = (self.block * (n // len(self.block) + 1))[:n]
+        self.left -= n
+        return out
+
+
+def test_streaming_a_2gib_shard_keeps_rss_bounded(client, tmp_path):
+    need = 2 * SHARD_BYTES + (1 << 30)  # the tar here, its copy in the cluster, headroom
+    for path in (str(tmp_path), tempfile.gettempdir()):
+        free = shutil.disk_usage(path).free
+        if free < need:
+            pytest.skip(f"needs {need >> 30} GiB free on {path}, has {free >> 30} GiB")
+    count = SHARD_BYTES // MEMBER
+    block = os.urandom(64 * 1024)
+    shard = tmp_path / "big.tar"
+    with tarfile.open(shard, "w", format=tarfile.USTAR_FORMAT) as tar:  # written as a stream
+        for i in range(count):
+            ti = tarfile.TarInfo(f"{i:06d}.bin")
+            ti.size = MEMBER
+            tar.addfile(ti, _Member(block, i, MEMBER))
+            cls = str(i % 1000).encode()
+            ti = tarfile.TarInfo(f"{i:06d}.cls")
+            ti.size = len(cls)
+            tar.addfile(ti, io.BytesIO(cls))
+    assert shard.stat().st_size > SHARD_BYTES
+
+    b = client.bucket(f"big-{uuid.uuid4().hex[:8]}")
+    b.create()
+    try:
+        b.object("big.tar").put(shard)  # streamed from the file
+        shard.unlink()
+        ds = ShardDataset(b, names=["big.tar"])
+        base = _status_kib("VmRSS") << 10
+        peak_ok = _reset_peak()
+        peak, n, started = base, 0, time.monotonic()
+        for sample in ds:
+            assert sample["__key__"] == f"{n:06d}" and len(sample["bin"]) == MEMBER
+            assert sample["bin"][:8] == n.to_bytes(8, "big")
+            n += 1
+            if n % 64 == 0:
+                peak = max(peak, _status_kib("VmRSS") << 10)
+        elapsed = time.monotonic() - started
+        if peak_ok:
+            peak = max(peak, _status_kib("VmHWM") << 10)
+        assert n == count
+        growth = peak - base
+        print(f"2 GiB shard: {n} samples in {elapsed:.1f}s ({SHARD_BYTES / elapsed / 2**20:.0f} MiB/s), "
+              f"RSS growth {growth / 2**20:.1f} MiB")
+        assert growth < LIMIT, f"RSS grew by {growth / 2**20:.0f} MiB while streaming a 2 GiB shard"
+    finally:
+        b.delete(missing_ok=True)
