@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# Runs the cargo-fuzz targets of the shard readers (tar, tgz, tar_lz4, zip, index) for a
-# bounded time each. Needs the nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`).
-# Seed corpora (small archives from Python's tarfile/zipfile and the lz4 tool) are made on
-# the first run under shard/fuzz/corpus/; crashes land in shard/fuzz/artifacts/.
+# Runs the cargo-fuzz targets for a bounded time each: the shard readers (shard/fuzz: tar,
+# tgz, tar_lz4, zip, index) and core's parsers of untrusted input (core/fuzz: object_name,
+# range, list_token, s3_xml, action_json, auth_tokens). Needs the nightly toolchain and
+# cargo-fuzz (`cargo install cargo-fuzz`).
+# Seed corpora (small archives from Python's tarfile/zipfile and the lz4 tool; names, ranges,
+# messages and XML documents for core) are made on the first run under <fuzz dir>/corpus/;
+# crashes land in <fuzz dir>/artifacts/<target>/ — turn each into a regression test.
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET (default 30)] [TARGET...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 fuzz_dir=shard/fuzz
+core_fuzz=core/fuzz
+core_targets=(object_name range list_token s3_xml action_json auth_tokens)
 secs=${1:-30}
 [ $# -gt 0 ] && shift
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(tar tgz tar_lz4 zip index)
+[ ${#targets[@]} -eq 0 ] && targets=(tar tgz tar_lz4 zip index "${core_targets[@]}")
+# The fuzz package a target belongs to.
+dir_of() {
+  local t
+  for t in "${core_targets[@]}"; do [ "$t" = "$1" ] && { echo "$core_fuzz"; return; }; done
+  echo "$fuzz_dir"
+}
 
 # The fuzz build (instrumented, nightly) must not share artifacts with the normal build.
 export CARGO_TARGET_DIR="$root/build/fuzz"
@@ -65,8 +76,34 @@ for method, tag in ((zipfile.ZIP_DEFLATED, "deflated"), (zipfile.ZIP_STORED, "st
 PY
 fi
 
+if [ ! -d "$core_fuzz/corpus" ]; then
+  echo "==> seeding corpora in $core_fuzz/corpus"
+  for t in "${core_targets[@]}"; do mkdir -p "$core_fuzz/corpus/$t"; done
+  c="$core_fuzz/corpus"
+  printf 'train/0001.jpg' >"$c/object_name/plain"
+  printf 'a/../b' >"$c/object_name/dotdot"
+  printf 'ais://@uuid#ns/bucket/obj\n' >"$c/object_name/uri"
+  printf 'sp ace/\xc3\xbc?#%%' >"$c/object_name/escapes"
+  printf '\x00\x10\x00\x00\x00\x00\x00\x00bytes=0-99' >"$c/range/first"
+  printf '\x00\x10\x00\x00\x00\x00\x00\x00bytes=-10' >"$c/range/suffix"
+  printf '\x00\x10\x00\x00\x00\x00\x00\x00bytes=5-' >"$c/range/open"
+  printf '{"action":"list","value":{"prefix":"a/","pagesize":100,"continuation_token":"a/9","props":"name,size"}}' >"$c/list_token/lso"
+  printf 'YS8wMDAx' >"$c/list_token/token"
+  printf '\x00<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>"e"</ETag></Part></CompleteMultipartUpload>' >"$c/s3_xml/complete"
+  printf '\x01<Delete><Object><Key>k</Key></Object><Quiet>true</Quiet></Delete>' >"$c/s3_xml/delete"
+  printf '\x03<Tagging><TagSet><Tag><Key>a</Key><Value>b</Value></Tag></TagSet></Tagging>' >"$c/s3_xml/tagging"
+  printf '\x01{"action":"copy-bck","value":{"tobck":{"name":"d","provider":"ais"},"prefix":"x"}}' >"$c/action_json/copy"
+  printf '\x03{"action":"set-bprops","value":{"lru":{"quota":1024},"versioning":{"validate_warm_get":true}}}' >"$c/action_json/props"
+  printf '\x00{"in":[{"objname":"o","bucket":"b"},{"uname":"ais/@#/c/o2"}],"coer":true}' >"$c/action_json/batch"
+  printf 'eyJ0eXAiOiJKV1QiLCJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhIn0.c2ln' >"$c/auth_tokens/jwt"
+  printf 'gexp=1&guser=ro&gsig=AAAA' >"$c/auth_tokens/redirect"
+  printf 'write:team-*' >"$c/auth_tokens/role"
+  printf '/v1/objects/b/o' >"$c/auth_tokens/path"
+fi
+
 status=0
 for t in "${targets[@]}"; do
+  fuzz_dir=$(dir_of "$t")
   echo "==> fuzzing $t for ${secs}s"
   mkdir -p "$fuzz_dir/corpus/$t"
   if ! cargo +nightly fuzz run --fuzz-dir "$fuzz_dir" "$t" "$fuzz_dir/corpus/$t" -- \

@@ -41,6 +41,13 @@ else
   cargo test --workspace --locked --no-fail-fast
 fi
 
+step "fuzz targets, short (10 s each; scripts/fuzz.sh SECONDS for longer runs)"
+if cargo +nightly fuzz --version >/dev/null 2>&1; then
+  scripts/fuzz.sh 10
+else
+  echo "skipped: needs the nightly toolchain and cargo-fuzz"
+fi
+
 step "Python venv (.venv)"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
@@ -54,3 +61,6 @@ export GRISTD_BIN="$root/build/debug/gristd"
 
 step "benchmark smoke (benches/compare.sh --smoke: Gristmill vs nginx pipeline, debug binaries)"
 benches/compare.sh --smoke
+
+step "benchmark smoke (benches/cold_get.sh --smoke: cold GET via Gristmill vs SeaweedFS directly)"
+benches/cold_get.sh --smoke

@@ -105,11 +105,20 @@ pub async fn object_urls(
         .collect()
 }
 
-/// `<base>/v1/objects/<bucket>/<name>` (names are validated URL-safe; see `config`).
+/// `<base>/v1/objects/<bucket>/<name>[?provider=..&namespace=..]` (names are validated
+/// URL-safe; see `config`).
 fn object_url(base: &str, bck: &Bck, name: &str) -> String {
     let mut url = format!("{base}/v1/objects/{}/{name}", bck.name);
+    let mut sep = '?';
+    if bck.provider.is_remote() {
+        url.push(sep);
+        url.push_str("provider=");
+        url.push_str(bck.provider.as_str());
+        sep = '&';
+    }
     if !bck.namespace.is_global() {
-        url.push_str("?namespace=");
+        url.push(sep);
+        url.push_str("namespace=");
         url.push_str(&bck.namespace.uname().replace('#', "%23"));
     }
     url
@@ -236,6 +245,11 @@ mod tests {
         assert_eq!(
             object_url("http://h:1", &bck, "p/00000001"),
             "http://h:1/v1/objects/b/p/00000001"
+        );
+        let remote = Bck::new("r", Provider::Aws).unwrap();
+        assert_eq!(
+            object_url("http://h:1", &remote, "x"),
+            "http://h:1/v1/objects/r/x?provider=aws"
         );
     }
 }

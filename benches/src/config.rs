@@ -48,7 +48,7 @@ pub struct Args {
     /// Base URL: the proxy (proxy/direct modes) or the HTTP server (http mode).
     #[arg(long, env = "GRIST_ENDPOINT", default_value = "http://127.0.0.1:8080")]
     pub endpoint: String,
-    /// Bucket (`name` or `ais://name`); unused in http mode.
+    /// Bucket (`name`, `ais://name`, or a remote `s3://name` for GETs); unused in http mode.
     #[arg(long, default_value = "bench")]
     pub bucket: String,
     /// proxy: through the proxy's redirect; direct: HRW in the client; http: GET <endpoint>/<name>.
@@ -123,8 +123,8 @@ pub struct Args {
     /// Get-batch requests of this many objects. Not implemented by Gristmill yet: refused.
     #[arg(long, hide_short_help = true)]
     pub batch_size: Option<u64>,
-    /// Evict remote-bucket objects before reading (cold GET). Needs an evict API, which
-    /// Gristmill does not have yet: refused.
+    /// Evict remote-bucket objects before reading (cold GET). Not implemented here: refused;
+    /// use `grist evict` (see benches/cold_get.sh).
     #[arg(long, hide_short_help = true)]
     pub evict_first: bool,
 }
@@ -174,7 +174,9 @@ impl Args {
             bail!("--batch-size: get-batch is not implemented by Gristmill yet");
         }
         if self.evict_first {
-            bail!("--evict-first: Gristmill has no evict API yet, so cold reads cannot be set up");
+            bail!(
+                "--evict-first is not implemented in grist-bench: run `grist evict s3://BUCKET --keep-md` before the pass (benches/cold_get.sh does)"
+            );
         }
         if self.pct_put > 100 {
             bail!("--pct-put must be 0..=100, got {}", self.pct_put);
@@ -238,8 +240,15 @@ impl Args {
             if !rest.is_empty() {
                 bail!("--bucket names a bucket, not an object: {}", self.bucket);
             }
-            if bck.provider.is_remote() {
-                bail!("--bucket: only ais:// buckets are supported");
+            // Remote buckets (s3://, ht://) are read through Gristmill's cache: GETs only,
+            // since a PUT would write through to the remote and there is nothing to create.
+            if bck.provider.is_remote()
+                && (self.pct_put > 0 || self.put_first || self.create_bucket)
+            {
+                bail!(
+                    "--bucket {}: remote buckets are read-only here (no --pct-put, --put-first, --create-bucket)",
+                    self.bucket
+                );
             }
             bck
         };
@@ -384,6 +393,10 @@ mod tests {
         assert_eq!(c.bucket.name, "b1");
         assert_eq!(c.limit, Some(5));
         assert_eq!(c.duration, Some(Duration::from_secs(1)));
+        let c = args(&["--bucket", "s3://remote", "--epochs", "1"])
+            .validate()
+            .unwrap();
+        assert!(c.bucket.provider.is_remote());
     }
 
     #[test]
@@ -400,7 +413,8 @@ mod tests {
             &["--prefix", "a b"],
             &["--min-size", "2MiB", "--max-size", "1MiB"],
             &["--min-size", "2MiB"],
-            &["--bucket", "s3://x"],
+            &["--bucket", "s3://x", "--pct-put", "10"],
+            &["--bucket", "s3://x", "--create-bucket"],
         ] {
             let err = args(extra).validate().unwrap_err();
             assert!(!err.to_string().is_empty(), "{extra:?}");

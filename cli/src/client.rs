@@ -55,17 +55,54 @@ async fn check(resp: Response) -> anyhow::Result<Response> {
     bail!("{message} ({status})")
 }
 
+/// How a client authenticates and verifies the cluster's TLS certificate.
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    /// Bearer token sent on every request (auth on).
+    pub token: Option<String>,
+    /// PEM bundle of CAs to trust besides the system roots.
+    pub ca_bundle: Option<std::path::PathBuf>,
+    /// Accept any certificate (tests and throwaway clusters only).
+    pub insecure: bool,
+}
+
 impl Client {
     pub fn new(endpoint: &str) -> anyhow::Result<Self> {
+        Self::with_options(endpoint, &ClientOptions::default())
+    }
+
+    /// A client with a token and TLS settings.
+    pub fn with_options(endpoint: &str, opts: &ClientOptions) -> anyhow::Result<Self> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = &opts.token {
+            let mut v = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .context("the token is not a valid header value")?;
+            v.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, v);
+        }
+        let certs = match &opts.ca_bundle {
+            Some(path) => reqwest::Certificate::from_pem_bundle(
+                &std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
+            )
+            .with_context(|| format!("parsing CA bundle {}", path.display()))?,
+            None => Vec::new(),
+        };
+        // Redirects to another node drop the Authorization header (reqwest does so across
+        // origins); the proxy's signed redirect URL stands in for it.
         let build = |redirects: bool| {
-            reqwest::Client::builder()
+            let mut b = reqwest::Client::builder()
                 .tcp_nodelay(true)
+                .default_headers(headers.clone())
+                .tls_danger_accept_invalid_certs(opts.insecure)
                 .redirect(if redirects {
                     reqwest::redirect::Policy::limited(5)
                 } else {
                     reqwest::redirect::Policy::none()
-                })
-                .build()
+                });
+            for c in &certs {
+                b = b.add_root_certificate(c.clone());
+            }
+            b.build()
         };
         Ok(Self {
             endpoint: endpoint.trim_end_matches('/').to_owned(),
@@ -77,6 +114,17 @@ impl Client {
 
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// A request to `path` on the endpoint, with the client's token and TLS settings (for
+    /// API calls this client has no helper for).
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.http.request(method, self.url(path))
+    }
+
+    /// Sends `req`; a non-success status becomes an error with the server's message.
+    pub async fn send(req: RequestBuilder) -> anyhow::Result<Response> {
+        check(req.send().await?).await
     }
 
     fn url(&self, path: &str) -> String {
@@ -310,6 +358,18 @@ impl Client {
             .delete(self.url(&format!("/v1/jobs/{id}")))
             .send()
             .await?;
+        check(resp).await?;
+        Ok(())
+    }
+
+    /// `PUT /v1/cluster {"action": ..., "value": ...}` (membership changes).
+    pub async fn cluster_action(&self, act: &str, value: serde_json::Value) -> anyhow::Result<()> {
+        let msg = ActionMsg {
+            action: act.to_owned(),
+            name: String::new(),
+            value,
+        };
+        let resp = self.action(Method::PUT, "/v1/cluster", &msg).send().await?;
         check(resp).await?;
         Ok(())
     }

@@ -14,6 +14,35 @@ pub struct FileConfig {
     pub node: NodeSection,
     pub target: TargetSection,
     pub s3: S3Section,
+    /// Users, tokens and intra-cluster signatures (see `docs/security.md`).
+    pub auth: AuthSection,
+    /// HTTPS for the node API.
+    pub tls: TlsSection,
+    /// Request and connection limits by key (`max_headers = 128`, `header_read_timeout =
+    /// "30s"`; see `gristmill_core::limits`).
+    pub limits: std::collections::BTreeMap<String, toml::Value>,
+}
+
+/// Access control (proxies and targets alike).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct AuthSection {
+    /// Require users and tokens, and sign requests between nodes.
+    pub enabled: bool,
+    /// File with the cluster secret (hex); default `<state_dir>/cluster.secret`. Every node
+    /// of a cluster reads the same secret; a primary proxy creates it when missing.
+    pub secret_file: Option<PathBuf>,
+    /// Lifetime of signed redirects (`60s`).
+    pub redirect_ttl: Option<String>,
+}
+
+/// TLS certificate and key (PEM), and the CA bundle used to verify peers.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct TlsSection {
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub ca: Option<PathBuf>,
 }
 
 /// S3 API settings (proxies).
@@ -94,9 +123,20 @@ fn warn_unknown(raw: &toml::Value) {
         ),
         ("target", &["mountpaths"]),
         ("s3", &["listen", "users"]),
+        ("auth", &["enabled", "secret_file", "redirect_ttl"]),
+        ("tls", &["cert", "key", "ca"]),
     ];
     let Some(table) = raw.as_table() else { return };
     for (section, value) in table {
+        if section == "limits" {
+            let keys: Vec<&str> = gristmill_core::limits::Limits::keys().collect();
+            for key in value.as_table().into_iter().flat_map(|t| t.keys()) {
+                if !keys.contains(&key.as_str()) {
+                    tracing::warn!(section, key, "unknown config key ignored");
+                }
+            }
+            continue;
+        }
         match KNOWN.iter().find(|(s, _)| s == section) {
             None => tracing::warn!(section, "unknown config section ignored"),
             Some((_, keys)) => {

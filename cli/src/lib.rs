@@ -3,11 +3,15 @@
 //! binaries and the tests share: node configuration, the playground supervisor and a small
 //! native-API client.
 
+pub mod auth;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod etl;
 pub mod jobs;
 pub mod playground;
+pub mod security;
+pub mod shards;
 
 /// Sets up `tracing` from `RUST_LOG` (default `info`), logging to stderr.
 pub fn init_tracing(default: &str) {

@@ -25,6 +25,14 @@ pub struct PlaygroundOptions {
     pub mountpaths_per_target: usize,
     pub data_dir: PathBuf,
     pub port: u16,
+    /// Users, tokens and signed intra-cluster requests (`--auth`); the cluster secret lives
+    /// in the data dir and the first admin's password is printed once.
+    pub auth: bool,
+}
+
+/// The playground's cluster secret (with `--auth`).
+fn secret_path(o: &PlaygroundOptions) -> PathBuf {
+    o.data_dir.join("cluster.secret")
 }
 
 /// `$XDG_DATA_HOME/gristmill/playground`, else `~/.local/share/gristmill/playground`.
@@ -90,7 +98,31 @@ fn node_specs(o: &PlaygroundOptions) -> Vec<NodeSpec> {
     specs
 }
 
+/// With `--auth`, every node reads the playground's cluster secret.
+fn auth_args(o: &PlaygroundOptions, specs: &mut [NodeSpec]) {
+    if !o.auth {
+        return;
+    }
+    for spec in specs {
+        spec.args.extend([
+            "--auth".into(),
+            "--cluster-secret-file".into(),
+            secret_path(o).display().to_string(),
+        ]);
+    }
+}
+
 fn spawn(spec: &NodeSpec, data_dir: &std::path::Path) -> anyhow::Result<Child> {
+    spawn_with(spec, data_dir, &[])
+}
+
+/// [`spawn`] with extra environment (the first admin's password for a new primary proxy
+/// with `--auth`: never on a command line).
+fn spawn_with(
+    spec: &NodeSpec,
+    data_dir: &std::path::Path,
+    env: &[(&str, &str)],
+) -> anyhow::Result<Child> {
     let exe = std::env::current_exe().context("locating gristd")?;
     let log_path = data_dir.join(format!("{}.log", spec.name));
     let log = std::fs::OpenOptions::new()
@@ -101,6 +133,7 @@ fn spawn(spec: &NodeSpec, data_dir: &std::path::Path) -> anyhow::Result<Child> {
     let child = Command::new(exe)
         .args(&spec.args)
         .env(PARENT_PID_ENV, std::process::id().to_string())
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -115,14 +148,35 @@ fn spawn(spec: &NodeSpec, data_dir: &std::path::Path) -> anyhow::Result<Child> {
 pub async fn run(opts: PlaygroundOptions, shutdown: CancellationToken) -> anyhow::Result<()> {
     std::fs::create_dir_all(&opts.data_dir)
         .with_context(|| format!("creating {}", opts.data_dir.display()))?;
-    let specs = node_specs(&opts);
+    let mut specs = node_specs(&opts);
+    auth_args(&opts, &mut specs);
+    // With --auth: a new playground gets a secret, and its first admin a password that the
+    // primary proxy stores (hashed) and we print once.
+    let mut first_admin = None;
+    let mut keys = None;
+    if opts.auth {
+        let (secret, created) = gristmill_core::auth::load_or_create_secret(&secret_path(&opts))?;
+        keys = Some(std::sync::Arc::new(
+            gristmill_core::auth::Keys::from_secret(&secret),
+        ));
+        if created {
+            first_admin = Some(gristmill_core::auth::generate_password());
+        }
+    }
     let mut children = Vec::new();
-    for spec in &specs {
-        children.push(Some(spawn(spec, &opts.data_dir)?));
+    for (i, spec) in specs.iter().enumerate() {
+        let env = match &first_admin {
+            Some(pw) if i == 0 => vec![(gristmill_proxy::ADMIN_PASSWORD_ENV, pw.as_str())],
+            _ => Vec::new(),
+        };
+        children.push(Some(spawn_with(spec, &opts.data_dir, &env)?));
     }
     let endpoint = format!("http://127.0.0.1:{}", opts.port);
-    match wait_ready(&endpoint, opts.targets, &shutdown).await {
-        Ok(()) => print_banner(&opts, &endpoint),
+    match wait_ready(&endpoint, opts.targets, &shutdown, keys).await {
+        Ok(()) => {
+            print_banner(&opts, &endpoint);
+            print_auth(&opts, first_admin.as_deref());
+        }
         Err(e) => {
             stop_all(&mut children).await;
             return Err(e.context(format!(
@@ -166,8 +220,10 @@ async fn wait_ready(
     endpoint: &str,
     targets: usize,
     shutdown: &CancellationToken,
+    keys: Option<std::sync::Arc<gristmill_core::auth::Keys>>,
 ) -> anyhow::Result<()> {
-    let http = reqwest::Client::new();
+    // With auth on, the supervisor holds the cluster secret and asks as a node would.
+    let http = gristmill_core::auth::IntraClient::new(reqwest::Client::new(), keys, "playground");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if shutdown.is_cancelled() {
@@ -234,6 +290,12 @@ fn print_banner(o: &PlaygroundOptions, endpoint: &str) {
         "  python3 -c 'import gristmill; print(gristmill.Client(\"{endpoint}\").bucket(\"demo\").object(\"readme.md\").get()[:80])'"
     );
     println!();
+    if o.auth {
+        println!("S3 (path-style, same endpoint): with the access key of a user (--s3-key).");
+        println!();
+        println!("Ctrl-C stops the cluster; the same command brings it back with its data.");
+        return;
+    }
     println!(
         "S3 (path-style, same endpoint): unsigned, or access key {:?} / secret {:?}:",
         gristmill_proxy::DEFAULT_ACCESS_KEY,
@@ -251,6 +313,25 @@ fn print_banner(o: &PlaygroundOptions, endpoint: &str) {
     );
     println!();
     println!("Ctrl-C stops the cluster; the same command brings it back with its data.");
+}
+
+fn print_auth(o: &PlaygroundOptions, first_admin: Option<&str>) {
+    if !o.auth {
+        return;
+    }
+    println!();
+    match first_admin {
+        Some(pw) => {
+            println!("Auth is on. First admin credential (shown once, store it now):");
+            println!("  user: admin  password: {pw}");
+            println!("  GRIST_PASSWORD='{pw}' grist auth login admin");
+        }
+        None => println!(
+            "Auth is on: log in with the admin credential printed when this playground was created \
+             (grist auth login admin)."
+        ),
+    }
+    println!("  grist auth user add alice --role write:demo --s3-key");
 }
 
 /// For nodes started by a playground: cancel `token` when the supervisor process is gone.

@@ -354,6 +354,24 @@ pub struct BucketProps {
     /// Backend settings of a remote bucket (AIStore's `extra`).
     #[serde(default)]
     pub extra: ExtraProps,
+    /// Copies on distinct targets (AIStore's `mirror`).
+    #[serde(default)]
+    pub mirror: MirrorProps,
+}
+
+/// Replicas of a bucket's objects: `copies` on `copies` distinct targets in HRW order (the
+/// owner first); a PUT returns only when all of them are stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorProps {
+    #[serde(default)]
+    pub copies: u64,
+}
+
+impl MirrorProps {
+    /// Copies to keep (at least one).
+    pub fn copies(&self) -> usize {
+        self.copies.clamp(1, 16) as usize
+    }
 }
 
 /// Backend settings of a remote bucket.

@@ -26,6 +26,10 @@ pub struct BucketMetadata {
     /// ETL definitions, by name (versioned and pushed with the buckets).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub etls: BTreeMap<String, crate::etl::EtlSpec>,
+    /// Users and their roles when auth is on (versioned and pushed with the buckets, so every
+    /// node checks requests against the same list). Verifiers only; see [`crate::users`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub users: crate::users::Users,
 }
 
 impl BucketMetadata {

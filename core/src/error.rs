@@ -34,6 +34,12 @@ pub enum ErrorKind {
     EntityTooSmall,
     /// Multipart: unknown upload id.
     NoSuchUpload,
+    /// The client stopped sending its request body: 408.
+    RequestTimeout,
+    /// The request URL is over the node's limit: 414.
+    UriTooLong,
+    /// The request headers are over the node's count or size limit: 431.
+    HeadersTooLarge,
 }
 
 impl ErrorKind {
@@ -57,6 +63,9 @@ impl ErrorKind {
             Internal => StatusCode::INTERNAL_SERVER_ERROR,
             InvalidPart | InvalidPartOrder | EntityTooSmall => StatusCode::BAD_REQUEST,
             NoSuchUpload => StatusCode::NOT_FOUND,
+            RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            UriTooLong => StatusCode::URI_TOO_LONG,
+            HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         }
     }
 
@@ -81,11 +90,14 @@ impl ErrorKind {
             403 => Forbidden,
             404 => NotFound,
             405 => MethodNotAllowed,
+            408 => RequestTimeout,
             409 => Conflict,
             412 => PreconditionFailed,
             413 => PayloadTooLarge,
+            414 => UriTooLong,
             416 => RangeNotSatisfiable,
             429 => Busy,
+            431 => HeadersTooLarge,
             502 => BadGateway,
             503 => Unavailable,
             504 => GatewayTimeout,

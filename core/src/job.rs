@@ -30,6 +30,16 @@ pub enum JobKind {
     /// Transform the selected objects (or a whole bucket) into another bucket.
     #[serde(rename = "etl-bck")]
     Etl,
+    /// Pack the selected objects into one shard, or a series of shards of a target size.
+    #[serde(rename = "archive")]
+    Archive,
+    /// Re-pack the samples of input shards into new shards (AIStore's dsort).
+    #[serde(rename = "dsort")]
+    Reshard,
+    /// Move every object to its owner under the current cluster map (started by every map
+    /// change that moves objects; id `rb<map version>` on every target).
+    #[serde(rename = "rebalance")]
+    Rebalance,
 }
 
 /// Every kind, for parsing and help texts.
@@ -38,6 +48,10 @@ pub const JOB_KINDS: &[JobKind] = &[
     JobKind::Evict,
     JobKind::Copy,
     JobKind::Lru,
+    JobKind::Etl,
+    JobKind::Archive,
+    JobKind::Reshard,
+    JobKind::Rebalance,
 ];
 
 impl JobKind {
@@ -48,6 +62,9 @@ impl JobKind {
             JobKind::Copy => "copy-bck",
             JobKind::Lru => "lru-eviction",
             JobKind::Etl => "etl-bck",
+            JobKind::Archive => "archive",
+            JobKind::Reshard => "dsort",
+            JobKind::Rebalance => "rebalance",
         }
     }
 
@@ -61,6 +78,9 @@ impl JobKind {
             "copy" | "copy-bck" | "copy-listrange" | "copy-objects" => Some(JobKind::Copy),
             "lru" | "lru-eviction" => Some(JobKind::Lru),
             "etl" | "etl-bck" | "etl-listrange" | "etl-objects" => Some(JobKind::Etl),
+            "rebalance" | "rb" => Some(JobKind::Rebalance),
+            "archive" | "archive-listrange" => Some(JobKind::Archive),
+            "reshard" | "dsort" => Some(JobKind::Reshard),
             _ => None,
         }
     }
@@ -163,6 +183,12 @@ pub struct JobOptions {
     /// ETL: extension map for destination names (`{"jpg": "npy"}`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub ext: std::collections::BTreeMap<String, String>,
+    /// Archive: the output shard(s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archive: Option<crate::shards::ArchiveOpts>,
+    /// Reshard: the whole request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reshard: Option<Box<crate::shards::ReshardSpec>>,
 }
 
 /// What the primary sends to every target to start a job.

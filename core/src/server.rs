@@ -9,7 +9,6 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::serve::ListenerExt;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -19,28 +18,30 @@ use crate::error::ApiError;
 /// How long in-flight requests get to finish after shutdown is requested.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// Serves `app` on `listener` until `shutdown` fires, then drains for at most [`SHUTDOWN_GRACE`].
+/// Serves `app` on `listener` until `shutdown` fires, then drains for at most [`SHUTDOWN_GRACE`],
+/// with default [`crate::limits::Limits`] and no TLS.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    // Without TCP_NODELAY small responses stall ~40 ms behind delayed ACKs.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let drain = shutdown.clone();
-    let server = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { drain.cancelled().await })
-        .into_future();
-    tokio::pin!(server);
-    tokio::select! {
-        r = &mut server => r,
-        _ = async { shutdown.cancelled().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
-            tracing::warn!("shutdown grace period over; dropping remaining connections");
-            Ok(())
-        }
-    }
+    serve_with(
+        listener,
+        app,
+        shutdown,
+        crate::conn::ServeOptions::default(),
+    )
+    .await
+}
+
+/// [`serve`] with limits and TLS: the accept loop in [`crate::conn`].
+pub async fn serve_with(
+    listener: TcpListener,
+    app: Router,
+    shutdown: CancellationToken,
+    opts: crate::conn::ServeOptions,
+) -> std::io::Result<()> {
+    crate::conn::serve(listener, app, shutdown, opts).await
 }
 
 impl IntoResponse for ApiError {

@@ -38,6 +38,7 @@ pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<S3Service>) -> Router {
         .route(
             "/v1/buckets/{bucket}",
             get(list_objects)
+                .put(bucket_action)
                 .post(bucket_action)
                 .delete(bucket_action)
                 .patch(bucket_action)
@@ -54,6 +55,16 @@ pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<S3Service>) -> Router {
         )
         .route("/v1/etl/{name}/logs", get(crate::etl_api::logs))
         .route("/v1/etl/{name}/{op}", post(crate::etl_api::control))
+        .route("/v1/ml/moss", get(crate::shards::moss))
+        .route("/v1/ml/moss/{bucket}", get(crate::shards::moss_bucket))
+        .route(
+            "/v1/sort",
+            post(crate::shards::start_reshard).get(crate::shards::reshard_status),
+        )
+        .route(
+            "/v1/sort/abort",
+            axum::routing::delete(crate::shards::reshard_abort),
+        )
         .route("/v1/jobs", get(crate::job_api::list_jobs))
         .route(
             "/v1/jobs/{id}",
@@ -135,11 +146,17 @@ async fn object(
         .owner(&bck.object_uname(&name))
         .ok_or_else(|| ApiError::new(ErrorKind::Unavailable, "no targets in the cluster yet"))?;
     let uri = req.uri().clone();
+    // Auth on: the owner accepts the redirected request on this signature (clients drop
+    // their token when a redirect changes host or port).
+    let signed =
+        gristmill_core::auth::redirect_query_for(req.extensions(), req.method(), &bck, &name)
+            .map(|s| format!("&{s}"))
+            .unwrap_or_default();
     drain_unless_expect_continue(req).await;
     let query = uri.query().unwrap_or("");
     let sep = if query.is_empty() { "" } else { "&" };
     let location = format!(
-        "{}{}?{query}{sep}{}={}",
+        "{}{}?{query}{sep}{}={}{signed}",
         owner.url(),
         uri.path(),
         q::PROXY_ID,
@@ -320,7 +337,12 @@ async fn cluster_action(State(p): State<Arc<Proxy>>, req: Request) -> ApiResult 
     let body = axum::body::to_bytes(req.into_body(), 1 << 20)
         .await
         .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?;
-    crate::job_api::cluster_action(&p, &parse_action(&body)?).await
+    let msg = parse_action(&body)?;
+    if let Some(result) = membership::node_action(&p, &msg.action, &msg.value).await {
+        result?;
+        return Ok(StatusCode::OK.into_response());
+    }
+    crate::job_api::cluster_action(&p, &msg).await
 }
 
 /// `GET /v1/cluster?what=` and `GET /v1/daemon?what=`.

@@ -24,7 +24,7 @@ type Params = Query<HashMap<String, String>>;
 type ApiResult = Result<Response, ApiError>;
 
 /// The selection of a list-range action value: `objnames`, `template` or `prefix`.
-fn selection(value: &Value) -> Result<Selection, ApiError> {
+pub(crate) fn selection(value: &Value) -> Result<Selection, ApiError> {
     let strings = |k: &str| -> Result<Vec<String>, ApiError> {
         match value.get(k) {
             None | Some(Value::Null) => Ok(Vec::new()),
@@ -39,14 +39,14 @@ fn selection(value: &Value) -> Result<Selection, ApiError> {
     })
 }
 
-fn str_field(value: &Value, keys: &[&str]) -> String {
+pub(crate) fn str_field(value: &Value, keys: &[&str]) -> String {
     keys.iter()
         .find_map(|k| value.get(*k).and_then(Value::as_str))
         .unwrap_or("")
         .to_owned()
 }
 
-fn bool_field(value: &Value, keys: &[&str]) -> bool {
+pub(crate) fn bool_field(value: &Value, keys: &[&str]) -> bool {
     keys.iter().any(|k| match value.get(*k) {
         Some(Value::Bool(b)) => *b,
         Some(Value::String(s)) => s == "true",
@@ -55,7 +55,7 @@ fn bool_field(value: &Value, keys: &[&str]) -> bool {
 }
 
 /// Job options from an action value (AIStore's and our own spellings).
-fn options(value: &Value) -> JobOptions {
+pub(crate) fn options(value: &Value) -> JobOptions {
     JobOptions {
         latest: bool_field(value, &["latest-ver", "latest"]),
         dry_run: bool_field(value, &["dry_run", "dry-run"]),
@@ -76,7 +76,7 @@ fn options(value: &Value) -> JobOptions {
 
 /// A destination bucket from AIStore's `bck_to` (`provider/@uuid#ns/name/`) or a URI
 /// (`ais://name`).
-fn parse_bck_to(s: &str) -> Result<Bck, ApiError> {
+pub(crate) fn parse_bck_to(s: &str) -> Result<Bck, ApiError> {
     if s.contains("://") {
         return Ok(Bck::parse_uri(s)?.0);
     }
@@ -91,7 +91,7 @@ fn parse_bck_to(s: &str) -> Result<Bck, ApiError> {
 }
 
 /// A destination bucket from a `tobck` object (`{"name","provider","namespace":{...}}`).
-fn tobck(value: &Value) -> Result<Option<Bck>, ApiError> {
+pub(crate) fn tobck(value: &Value) -> Result<Option<Bck>, ApiError> {
     let Some(v) = value.get("tobck").filter(|v| !v.is_null()) else {
         return Ok(None);
     };
@@ -116,7 +116,7 @@ fn remote_only(bck: &Bck, what: &str) -> Result<(), ApiError> {
 }
 
 /// The job id as AIStore answers it: plain text.
-fn job_id_response(id: String) -> Response {
+pub(crate) fn job_id_response(id: String) -> Response {
     (StatusCode::OK, id).into_response()
 }
 
@@ -161,6 +161,7 @@ pub(crate) async fn bucket_job_action(
             .await
         }
         ("DELETE", action::EVICT_REMOTE_BUCKET) => evict_bucket(p, bck, params).await,
+        ("PUT" | "POST", "archive") => crate::shards::archive_action(p, bck, value, params).await,
         ("POST", action::COPY_BUCKET | action::COPY_OBJECTS) => {
             copy_job(p, bck, value, params, JobKind::Copy, |_| {}).await
         }
@@ -294,13 +295,17 @@ pub(crate) async fn cluster_action(p: &Arc<Proxy>, msg: &ActionMsg) -> ApiResult
             let kind_name = str_field(v, &["kind", "Kind"]);
             let kind = JobKind::parse(&kind_name)
                 .ok_or_else(|| ApiError::bad_request(format!("unknown job kind {kind_name:?}")))?;
-            if kind != JobKind::Lru {
+            if !matches!(kind, JobKind::Lru | JobKind::Rebalance) {
                 return Err(ApiError::bad_request(format!(
-                    "start {kind} through its bucket action; only lru starts here"
+                    "start {kind} through its bucket action; lru and rebalance start here"
                 )));
             }
             let spec = JobSpec {
-                id: new_job_id(),
+                id: if kind == JobKind::Rebalance {
+                    format!("rb{}-{}", p.smap().version, &new_job_id()[1..6])
+                } else {
+                    new_job_id()
+                },
                 kind,
                 bck: None,
                 to_bck: None,

@@ -59,7 +59,8 @@ pub(crate) async fn snaps(
     if running_only {
         query.push(("running", "true".into()));
     }
-    let asks = smap.active_targets().map(|t| {
+    // Every target in the map, maintenance ones included: they run rebalances too.
+    let asks = smap.tmap.values().map(|t| {
         let req = p
             .http
             .get(format!("{}/v1/jobs", t.url()))
@@ -113,7 +114,8 @@ pub(crate) async fn list(p: &Proxy, kind: Option<JobKind>, running_only: bool) -
 pub(crate) async fn abort(p: &Proxy, id: &str) -> Result<(), ApiError> {
     let smap = p.smap();
     let asks = smap
-        .active_targets()
+        .tmap
+        .values()
         .map(|t| p.http.delete(format!("{}/v1/jobs/{}", t.url(), id)).send());
     let known = futures::future::join_all(asks)
         .await

@@ -6,6 +6,7 @@
 //! persists each new version and pushes it to every node before answering ([`meta`]). Nodes
 //! register with it and send keepalives ([`membership`]).
 
+mod auth_api;
 mod etl_api;
 mod http;
 mod job_api;
@@ -15,7 +16,9 @@ mod membership;
 mod meta;
 mod remote;
 mod s3;
+mod shards;
 
+pub use auth_api::ADMIN_PASSWORD_ENV;
 pub use s3::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY, S3User};
 
 use std::path::PathBuf;
@@ -40,8 +43,12 @@ pub struct ProxyConfig {
     pub keepalive_interval: Duration,
     /// S3 users; empty = anonymous S3 access.
     pub s3_users: Vec<S3User>,
+    /// Keepalives a target may miss before the primary removes it from the map.
+    pub keepalive_retries: u32,
     /// Extra address serving only the S3 API (the main port serves it at its root too).
     pub s3_listen: Option<String>,
+    /// Limits, TLS and access control (auth off by default).
+    pub serve: gristmill_core::conn::ServeOptions,
 }
 
 /// Runs a proxy on `listener` until `shutdown` fires.
@@ -53,16 +60,26 @@ pub async fn run(
     // Install the metrics recorder before anything records.
     gristmill_core::server::metrics_handle();
     let url = if config.public_url.is_empty() {
-        format!("http://{}", listener.local_addr()?)
+        let scheme = if config.serve.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", listener.local_addr()?)
     } else {
         config.public_url.trim_end_matches('/').to_owned()
     };
     let proxy = Arc::new(Proxy::load(&config, url)?);
     tracing::info!(node = %proxy.id, url = %proxy.url, primary = proxy.is_primary(), "proxy starting");
+    auth_api::bootstrap(&proxy).await?;
+    if let Some(tls) = &config.serve.tls {
+        tls.reload_on_sighup(shutdown.clone());
+    }
     let members = tokio::spawn(membership::run(
         proxy.clone(),
         config.join_url.trim_end_matches('/').to_owned(),
         config.keepalive_interval,
+        config.keepalive_retries.max(1),
         shutdown.clone(),
     ));
     let s3 = s3::service(proxy.clone(), &config.s3_users);
@@ -70,14 +87,16 @@ pub async fn run(
         let s3_listener = TcpListener::bind(addr).await?;
         tracing::info!(addr = %s3_listener.local_addr()?, "S3 API listening");
         let app = http::s3_only_router(s3.clone());
-        tokio::spawn(gristmill_core::server::serve(
+        tokio::spawn(gristmill_core::server::serve_with(
             s3_listener,
             app,
             shutdown.clone(),
+            config.serve.clone(),
         ));
     }
-    let app = http::router(proxy.clone(), s3);
-    gristmill_core::server::serve(listener, app, shutdown.clone()).await?;
+    let app = auth_api::secure(&proxy, http::router(proxy.clone(), s3));
+    gristmill_core::server::serve_with(listener, app, shutdown.clone(), config.serve.clone())
+        .await?;
     shutdown.cancel();
     let _ = members.await;
     tracing::info!(node = %proxy.id, "proxy stopped");

@@ -71,7 +71,18 @@ pub(crate) async fn list_objects(
         }
     });
     let pages = futures::future::try_join_all(requests).await?;
-    Ok(merge(pages, page_size, lso.uuid))
+    let expand = lso.flags & gristmill_core::shards::LS_ARCH_DIR != 0;
+    let mut page = merge(pages, page_size, lso.uuid);
+    if expand {
+        // Targets name archive members `shard\0member` so they sort right after their shard;
+        // the token keeps that form, clients see `shard/member`.
+        for e in &mut page.entries {
+            if e.name.contains(gristmill_core::shards::ARCH_KEY_SEP) {
+                e.name = e.name.replace(gristmill_core::shards::ARCH_KEY_SEP, "/");
+            }
+        }
+    }
+    Ok(page)
 }
 
 /// Merges per-target pages into the cluster page.
@@ -80,6 +91,8 @@ fn merge(pages: Vec<ListObjectsPage>, page_size: usize, uuid: String) -> ListObj
     let maybe_more = pages.iter().any(|p| !p.continuation_token.is_empty());
     let mut entries: Vec<_> = pages.into_iter().flat_map(|p| p.entries).collect();
     entries.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    // During a rebalance an object can sit on its old and its new owner at once: list it once.
+    entries.dedup_by(|a, b| a.name == b.name);
     let truncated = entries.len() > page_size;
     entries.truncate(page_size);
     let continuation_token = match entries.last() {
@@ -129,6 +142,17 @@ mod tests {
         assert_eq!(m.continuation_token, "b");
         let last = merge(vec![page(&["x"], false), page(&[], false)], 2, "u".into());
         assert_eq!(last.continuation_token, "");
+        let dup = merge(
+            vec![page(&["a", "b"], false), page(&["b", "c"], false)],
+            5,
+            "u".into(),
+        );
+        let names: Vec<_> = dup.entries.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["a", "b", "c"],
+            "an object on two targets is listed once"
+        );
         let empty = merge(vec![page(&[], false)], 2, "u".into());
         assert!(empty.entries.is_empty() && empty.continuation_token.is_empty());
     }

@@ -76,6 +76,7 @@ pub(crate) async fn run(
     proxy: Arc<Proxy>,
     join_url: String,
     interval: Duration,
+    retries: u32,
     shutdown: CancellationToken,
 ) {
     let mut joined = join_url.is_empty();
@@ -85,7 +86,7 @@ pub(crate) async fn run(
         } else if !proxy.is_primary() {
             joined = send_keepalive(&proxy).await;
         } else {
-            report_silent_nodes(&proxy, interval);
+            remove_silent_nodes(&proxy, interval * retries).await;
         }
         let pause = if joined {
             interval
@@ -148,15 +149,173 @@ async fn send_keepalive(proxy: &Proxy) -> bool {
     }
 }
 
-fn report_silent_nodes(proxy: &Proxy, interval: Duration) {
-    let smap = proxy.smap();
-    let heard = proxy.last_heard.lock().expect("last_heard lock");
-    for node in smap.tmap.values() {
-        let silent = heard
-            .get(&node.daemon_id)
-            .is_none_or(|t| t.elapsed() > interval * 3);
-        if silent {
-            tracing::debug!(node = %node.daemon_id, "no keepalive recently");
+/// Primary: removes targets silent for `window` (keepalive interval × retries) (the map change starts a
+/// rebalance; a node that comes back re-joins with its id and data). Nothing is removed during
+/// the first window after this proxy started, while nodes find it again.
+async fn remove_silent_nodes(proxy: &Proxy, window: Duration) {
+    if proxy.started.elapsed() < window {
+        return;
+    }
+    let silent: Vec<String> = {
+        let smap = proxy.smap();
+        let heard = proxy.last_heard.lock().expect("last_heard lock");
+        smap.tmap
+            .values()
+            .filter(|n| heard.get(&n.daemon_id).is_none_or(|t| t.elapsed() > window))
+            .map(|n| n.daemon_id.clone())
+            .collect()
+    };
+    if silent.is_empty() {
+        return;
+    }
+    let removed = proxy
+        .change(|smap, _| {
+            let before = smap.tmap.len();
+            smap.tmap.retain(|id, _| !silent.contains(id));
+            Ok(Changed {
+                smap: smap.tmap.len() != before,
+                bmd: false,
+            })
+        })
+        .await;
+    match removed {
+        Ok(_) => {
+            tracing::warn!(nodes = ?silent, after = ?window, "removed targets that stopped sending keepalives")
         }
+        Err(e) => tracing::warn!(error = %e.message, "could not remove silent targets"),
+    }
+}
+
+/// `PUT /v1/cluster` node actions (AIStore's names): `start-maintenance`, `stop-maintenance`,
+/// `decommission-node` (value `{"sid": id}`), `remove-node` (drop from the map now), and
+/// `join-node` (value `{"url": ...}`: register a running node by its URL). Maintenance and
+/// decommission take the target out of placement (a rebalance moves its objects away; it keeps
+/// serving what it still holds); a decommissioned target is removed once that rebalance ends.
+pub(crate) async fn node_action(
+    proxy: &Arc<Proxy>,
+    action: &str,
+    value: &serde_json::Value,
+) -> Option<Result<(), ApiError>> {
+    let sid = value
+        .get("sid")
+        .or_else(|| value.get("daemon_id"))
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_owned();
+    let flag = |on: bool, bits: u64| {
+        let sid = sid.clone();
+        move |smap: &mut gristmill_core::ClusterMap, _: &mut gristmill_core::BucketMetadata| {
+            let node = smap.tmap.get_mut(&sid).ok_or_else(|| {
+                ApiError::not_found(format!("no target {sid:?} in the cluster map"))
+            })?;
+            let before = node.flags;
+            node.flags = if on {
+                node.flags | bits
+            } else {
+                node.flags & !bits
+            };
+            Ok(Changed {
+                smap: node.flags != before,
+                bmd: false,
+            })
+        }
+    };
+    let result = match action {
+        "start-maintenance" => proxy
+            .change(flag(true, smap::FLAG_MAINTENANCE))
+            .await
+            .map(|_| ()),
+        "stop-maintenance" => proxy
+            .change(flag(
+                false,
+                smap::FLAG_MAINTENANCE | smap::FLAG_DECOMMISSION,
+            ))
+            .await
+            .map(|_| ()),
+        "decommission-node" => match proxy.change(flag(true, smap::FLAG_DECOMMISSION)).await {
+            Ok(sync) => {
+                let version = sync.smap.map(|m| m.version).unwrap_or(0);
+                tokio::spawn(remove_after_rebalance(proxy.clone(), sid.clone(), version));
+                Ok(())
+            }
+            Err(e) => Err(e),
+        },
+        "remove-node" => proxy
+            .change(|smap, _| {
+                if smap.tmap.remove(&sid).is_none() && smap.pmap.remove(&sid).is_none() {
+                    return Err(ApiError::not_found(format!(
+                        "no node {sid:?} in the cluster map"
+                    )));
+                }
+                Ok(Changed {
+                    smap: true,
+                    bmd: false,
+                })
+            })
+            .await
+            .map(|_| ()),
+        "join-node" => {
+            let url = value.get("url").and_then(|v| v.as_str()).unwrap_or("");
+            join_by_url(proxy, url).await
+        }
+        _ => return None,
+    };
+    if result.is_ok() {
+        tracing::info!(action, node = %sid, "cluster membership changed");
+    }
+    Some(result)
+}
+
+/// Asks a running node who it is, then registers it.
+async fn join_by_url(proxy: &Proxy, url: &str) -> Result<(), ApiError> {
+    if !url.starts_with("http://") && !url.starts_with("https://") {
+        return Err(ApiError::bad_request(
+            "join-node needs {\"url\": \"http://host:port\"}",
+        ));
+    }
+    let node: Node = proxy
+        .http
+        .get(format!(
+            "{}/v1/daemon?what=snode",
+            url.trim_end_matches('/')
+        ))
+        .send()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("{url}: {e}")))?
+        .json()
+        .await
+        .map_err(|e| ApiError::bad_request(format!("{url} is not a Gristmill node: {e}")))?;
+    register(proxy, node).await.map(|_| ())
+}
+
+/// Waits for the rebalance of map `version` (job `rb<version>`) to end on every target, then
+/// removes the decommissioned node.
+async fn remove_after_rebalance(proxy: Arc<Proxy>, sid: String, version: u64) {
+    let id = format!("rb{version}");
+    // Give targets a moment to start it, then follow it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    match crate::jobs::wait(&proxy, &id, Duration::from_secs(24 * 3600)).await {
+        Ok(s) if s.state == gristmill_core::job::JobState::Finished && s.errors == 0 => {}
+        Ok(s) => {
+            tracing::warn!(node = %sid, job = %id, errors = s.errors, state = ?s.state,
+                "decommission: rebalance did not complete cleanly; node kept (in decommission)");
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(node = %sid, job = %id, error = %e.message, "decommission: rebalance not followed");
+            return;
+        }
+    }
+    let removed = proxy
+        .change(|smap, _| {
+            let gone = smap.tmap.remove(&sid).is_some();
+            Ok(Changed {
+                smap: gone,
+                bmd: false,
+            })
+        })
+        .await;
+    if removed.is_ok() {
+        tracing::info!(node = %sid, "decommissioned node removed from the map");
     }
 }

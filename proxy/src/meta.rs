@@ -27,7 +27,12 @@ pub(crate) struct Proxy {
     change_lock: tokio::sync::Mutex<()>,
     /// When each node was last heard from (keepalive or join).
     pub(crate) last_heard: Mutex<HashMap<String, Instant>>,
-    pub(crate) http: reqwest::Client,
+    /// Requests to other nodes (signed with the cluster secret when auth is on).
+    pub(crate) http: gristmill_core::auth::IntraClient,
+    /// Keys derived from the cluster secret; `None` = auth off.
+    pub(crate) auth: Option<Arc<gristmill_core::auth::Keys>>,
+    /// When this proxy started (failure detection waits a window after it).
+    pub(crate) started: Instant,
 }
 
 /// Which parts a change touched.
@@ -82,6 +87,13 @@ impl Proxy {
             persist::save_json(&config.state_dir.join("smap.json"), &smap)?;
             persist::save_json(&config.state_dir.join("bmd.json"), &bmd)?;
         }
+        let http = config.serve.peer_client(
+            reqwest::Client::builder()
+                .tcp_nodelay(true)
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(Duration::from_secs(30)),
+            &id,
+        )?;
         Ok(Self {
             id,
             url,
@@ -90,11 +102,9 @@ impl Proxy {
             bmd: RwLock::new(Arc::new(bmd)),
             change_lock: tokio::sync::Mutex::new(()),
             last_heard: Mutex::new(HashMap::new()),
-            http: reqwest::Client::builder()
-                .tcp_nodelay(true)
-                .redirect(reqwest::redirect::Policy::none())
-                .timeout(Duration::from_secs(30))
-                .build()?,
+            started: Instant::now(),
+            http,
+            auth: config.serve.auth.clone(),
         })
     }
 

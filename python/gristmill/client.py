@@ -81,6 +81,9 @@ class Client:
             pools (the client is fork-safe and picklable), so this bounds the connections of one
             process: raise it when many threads share a client.
         retries: older spelling of ``retry=<int>``.
+        ca_bundle: PEM file of CAs to trust for ``https://`` endpoints (a cluster with its own
+            CA); defaults to ``$GRIST_CA_BUNDLE``, else the system's trust store.
+        insecure: do not verify TLS certificates (tests only); defaults to ``$GRIST_INSECURE``.
 
     A client can be pickled or inherited by ``fork``: the copy opens its own connections on
     first use in the new process, and keeps the cached cluster map.
@@ -96,6 +99,8 @@ class Client:
         retry: Union[RetryPolicy, int, None] = None,
         pool_maxsize: int = 16,
         retries: Optional[int] = None,
+        ca_bundle: Optional[str] = None,
+        insecure: Optional[bool] = None,
     ):
         self.endpoints: List[str] = _endpoints(endpoint)
         self._active = 0  # index into endpoints of the proxy in use
@@ -106,6 +111,10 @@ class Client:
         self.timeout = (float(timeout), float(timeout)) if isinstance(timeout, (int, float)) else tuple(timeout)
         self.retry = as_policy(retry if retries is None else retries)
         self.pool_maxsize = pool_maxsize
+        self.ca_bundle = ca_bundle if ca_bundle is not None else (os.environ.get("GRIST_CA_BUNDLE") or None)
+        if insecure is None:
+            insecure = os.environ.get("GRIST_INSECURE", "").lower() in ("1", "true", "yes")
+        self.insecure = insecure
         self._smap: Optional[Dict[str, Any]] = None
         self._pool: Optional[urllib3.PoolManager] = None
         self._pool_pid = 0  # process that built _pool: a forked child builds its own
@@ -128,9 +137,19 @@ class Client:
                 blocksize=256 * 1024,
                 timeout=urllib3.Timeout(connect=self.timeout[0], read=self.timeout[1]),
                 retries=False,  # retries, redirects and failover are ours (see _request)
+                **self._tls_kwargs(),
             )
             self._pool_pid = pid
         return self._pool
+
+    def _tls_kwargs(self) -> Dict[str, Any]:
+        """urllib3 settings for ``https://`` nodes: a CA bundle, or no verification."""
+        if self.insecure:
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+            return {"cert_reqs": "CERT_NONE"}
+        if self.ca_bundle:
+            return {"cert_reqs": "CERT_REQUIRED", "ca_certs": self.ca_bundle}
+        return {}
 
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()

@@ -164,12 +164,9 @@ def test_target_added_mid_epoch(elastic_cluster):
     assert _get_count(endpoint) == proxy0
 
 
-@pytest.mark.xfail(raises=ObjectNotFound, strict=True,
-                   reason="server: no rebalance and no get-from-previous-owner yet, so a target that "
-                          "joins owns objects it does not have (DESIGN §9)")
 def test_target_added_mid_epoch_without_moving_objects(elastic_cluster):
-    """The same without the test's stand-in for rebalance: passes once the server moves
-    objects (or serves a miss from the previous owner); until then it fails with 404."""
+    """The same without the test's stand-in: the server's rebalance moves the objects and a
+    miss on the new owner is served from the previous one, so no sample fails."""
     endpoint, add_target = elastic_cluster
     admin = Client(endpoint)
     b = admin.bucket(f"join-{uuid.uuid4().hex[:8]}")

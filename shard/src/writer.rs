@@ -126,6 +126,8 @@ pub struct ShardWriter<W: Write> {
     sink: Sink<W>,
     mtime: u64,
     names: NameSet,
+    /// Repeated names are written rather than refused (tar family only).
+    allow_duplicates: bool,
 }
 
 impl<W: Write> ShardWriter<W> {
@@ -151,12 +153,21 @@ impl<W: Write> ShardWriter<W> {
             sink,
             mtime,
             names: NameSet::default(),
+            allow_duplicates: false,
         }
     }
 
     /// The format being written.
     pub fn format(&self) -> Format {
         self.format
+    }
+
+    /// Writes a name that was already written instead of refusing it: for streams such as
+    /// get-batch output, where one item may be asked for twice. Tar family only (a tar may
+    /// repeat names; readers keep the last); zip still refuses duplicates.
+    pub fn allow_duplicate_names(mut self) -> Self {
+        self.allow_duplicates = self.format.is_tar();
+        self
     }
 
     /// Adds a file member with `size` bytes read from `data` (exactly `size`: fewer is
@@ -169,7 +180,7 @@ impl<W: Write> ShardWriter<W> {
                 "file member {name:?} ends with '/'"
             )));
         }
-        if !self.names.insert(name) {
+        if !self.names.insert(name) && !self.allow_duplicates {
             return Err(ShardError::Invalid(format!(
                 "duplicate member name {name:?}"
             )));

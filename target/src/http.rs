@@ -58,6 +58,7 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
         .route("/v1/daemon", get(daemon))
         .route("/v1/health", get(gristmill_core::server::health))
         .route("/metrics", get(gristmill_core::server::metrics_endpoint));
+    let router = router.merge(crate::shards::routes());
     gristmill_core::server::with_fallbacks(router)
         // Outside `/v1/`: S3 requests, relayed to the primary proxy's S3 front.
         .fallback(s3_relay)
@@ -92,12 +93,57 @@ impl Target {
             return Ok(());
         }
         let primary = self.smap().proxy_si.url().to_owned();
-        if !primary.is_empty()
-            && let Ok(resp) = self
+        self.refresh_bmd(&primary).await;
+        if self.bmd().contains(bck) {
+            return Ok(());
+        }
+        // A remote bucket nobody named through a proxy yet (a client talking to targets
+        // directly): have the primary add it, as a proxy would.
+        if bck.is_remote() && !primary.is_empty() {
+            let resp = self
                 .http
-                .get(format!("{primary}/v1/daemon?what=bmd"))
+                .post(format!("{primary}/v1/buckets/{}", bck.name))
+                .query(&[
+                    ("provider", bck.provider.as_str()),
+                    ("namespace", bck.namespace.uname().as_str()),
+                ])
+                .json(&gristmill_core::api::ActionMsg::new(
+                    gristmill_core::api::action::ADD_REMOTE_BUCKET,
+                ))
                 .send()
                 .await
+                .map_err(|e| ApiError::unavailable(format!("adding {bck}: {e}")))?;
+            if !resp.status().is_success() {
+                let status = resp.status();
+                let text = resp.text().await.unwrap_or_default();
+                let message = serde_json::from_str::<gristmill_core::ErrorBody>(&text)
+                    .map(|b| b.message)
+                    .unwrap_or(text);
+                return Err(ApiError::new(
+                    gristmill_core::ErrorKind::from_status(status),
+                    message,
+                ));
+            }
+            self.refresh_bmd(&primary).await;
+        }
+        if self.bmd().contains(bck) {
+            Ok(())
+        } else {
+            Err(bck.not_found())
+        }
+    }
+
+    /// Fetches the primary's bucket metadata (a bucket created a moment ago may not have
+    /// reached us yet).
+    async fn refresh_bmd(&self, primary: &str) {
+        if primary.is_empty() {
+            return;
+        }
+        if let Ok(resp) = self
+            .http
+            .get(format!("{primary}/v1/daemon?what=bmd"))
+            .send()
+            .await
             && let Ok(bmd) = resp.json().await
         {
             let _ = self
@@ -106,11 +152,6 @@ impl Target {
                     bmd: Some(bmd),
                 })
                 .await;
-        }
-        if self.bmd().contains(bck) {
-            Ok(())
-        } else {
-            Err(bck.not_found())
         }
     }
 
@@ -161,15 +202,65 @@ async fn object(
         Routed::Elsewhere(redirect) => return Ok(redirect),
     };
     let remote = bck.is_remote();
+    let internal = params.contains_key(crate::rebalance::REBALANCE)
+        || params.contains_key(crate::rebalance::REPLICA);
+    if internal && req.method() == Method::PUT {
+        return crate::rebalance::receive(&t, &bck, &name, req).await;
+    }
+    if params.contains_key(crate::rebalance::REPLICA) && req.method() == Method::DELETE {
+        let _ = t.store.delete(&bck, &name).await;
+        return Ok(StatusCode::OK.into_response());
+    }
+    let may_fall_back = !remote && !params.contains_key(crate::rebalance::NO_FALLBACK);
+    if may_fall_back && matches!(*req.method(), Method::GET | Method::HEAD) {
+        let method = req.method().clone();
+        let local = if method == Method::GET {
+            get_object(&t, &bck, &name, &params, req.headers()).await
+        } else {
+            head_object(&t, &bck, &name, req.headers())
+        };
+        return match local {
+            Err(e) if e.kind == gristmill_core::ErrorKind::NotFound => {
+                match crate::rebalance::fetch_from_past_owner(
+                    &t,
+                    &bck,
+                    &name,
+                    &method,
+                    req.uri(),
+                    req.headers(),
+                )
+                .await
+                {
+                    Some(resp) => Ok(resp),
+                    // It may have arrived here while we asked elsewhere (the sender drops its
+                    // copy only after ours is committed): look once more.
+                    None if method == Method::GET => {
+                        get_object(&t, &bck, &name, &params, req.headers()).await
+                    }
+                    None => head_object(&t, &bck, &name, req.headers()),
+                }
+            }
+            other => other,
+        };
+    }
     match *req.method() {
         Method::GET => get_object(&t, &bck, &name, &params, req.headers()).await,
         Method::HEAD if remote => remote::head_object(&t, &bck, &name, req.headers()).await,
         Method::HEAD => head_object(&t, &bck, &name, req.headers()),
+        Method::PUT if params.contains_key(gristmill_core::shards::query::ARCHPATH) => {
+            crate::shards::append(&t, &bck, &name, &params, req).await
+        }
         Method::PUT if remote => remote::put_object(&t, &bck, &name, req).await,
-        Method::PUT => put_object(&t, &bck, &name, req).await,
+        Method::PUT => {
+            let resp = put_object(&t, &bck, &name, req).await?;
+            crate::shards::after_put(&t, &bck, &name);
+            Ok(resp)
+        }
         Method::DELETE if remote => remote::delete_object(&t, &bck, &name).await,
         Method::DELETE => {
             t.store.delete(&bck, &name).await?;
+            crate::rebalance::delete_replicas(&t, &bck, &name).await;
+            crate::shards::after_delete(&t, &bck, &name);
             Ok(StatusCode::OK.into_response())
         }
         _ => Err(ApiError::new(
@@ -294,6 +385,9 @@ async fn get_object(
     params: &HashMap<String, String>,
     headers: &HeaderMap,
 ) -> ApiResult {
+    if crate::shards::is_archive_read(params) {
+        return crate::shards::get(t, bck, name, params, headers).await;
+    }
     if let Some(etls) = params
         .get("etl_name")
         .or_else(|| params.get("etl_pipeline"))
@@ -339,25 +433,7 @@ async fn get_transformed(
 /// A whole object in memory, for transforms (bounded by [`gristmill_core::etl::MAX_ETL_OBJECT`]);
 /// an uncached remote object is cold-fetched (and cached) first.
 pub(crate) async fn object_bytes(t: &Target, bck: &Bck, name: &str) -> Result<Bytes, ApiError> {
-    let open = match t.store.open_object(bck, name).await {
-        Ok(o) => o,
-        Err(crate::StoreError::Api(e))
-            if e.kind == gristmill_core::ErrorKind::NotFound && bck.is_remote() =>
-        {
-            let backend = t.backend(bck)?;
-            match t.fills.join(t, backend, bck, name, false).await {
-                Ok(fill) => {
-                    fill.wait()
-                        .await
-                        .map_err(|why| ApiError::new(gristmill_core::ErrorKind::BadGateway, why))?;
-                }
-                Err(crate::cold::Start::Cached) => {}
-                Err(crate::cold::Start::Failed(e)) => return Err(e),
-            }
-            t.store.open_object(bck, name).await?
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let open = open_or_fetch(t, bck, name).await?;
     let size = open.meta.size;
     if size > gristmill_core::etl::MAX_ETL_OBJECT {
         return Err(ApiError::new(
@@ -380,6 +456,33 @@ pub(crate) async fn object_bytes(t: &Target, bck: &Bck, name: &str) -> Result<By
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?
     .map_err(|e| ApiError::internal(format!("reading {bck}/{name}: {e}")))
+}
+
+/// Opens a local object; an uncached remote object is cold-fetched (and cached) first.
+pub(crate) async fn open_or_fetch(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+) -> Result<crate::store::OpenObject, ApiError> {
+    Ok(match t.store.open_object(bck, name).await {
+        Ok(o) => o,
+        Err(crate::StoreError::Api(e))
+            if e.kind == gristmill_core::ErrorKind::NotFound && bck.is_remote() =>
+        {
+            let backend = t.backend(bck)?;
+            match t.fills.join(t, backend, bck, name, false).await {
+                Ok(fill) => {
+                    fill.wait()
+                        .await
+                        .map_err(|why| ApiError::new(gristmill_core::ErrorKind::BadGateway, why))?;
+                }
+                Err(crate::cold::Start::Cached) => {}
+                Err(crate::cold::Start::Failed(e)) => return Err(e),
+            }
+            t.store.open_object(bck, name).await?
+        }
+        Err(e) => return Err(e.into()),
+    })
 }
 
 /// `GET /v1/etl`: counters of this target's ETLs.
@@ -545,6 +648,7 @@ async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) -> ApiResul
         .store
         .put(bck, name, req.into_body().into_data_stream(), opts)
         .await?;
+    crate::rebalance::replicate(t, bck, &meta).await?;
     let mut resp = StatusCode::OK.into_response();
     object_headers(t, bck, &meta, resp.headers_mut());
     Ok(resp)
@@ -564,6 +668,9 @@ async fn list_objects(
     let limit = lso.page_size();
     if params.get("list").is_some_and(|v| v == "remote") {
         return remote::list_objects(&t, &bck, &lso, &headers).await;
+    }
+    if lso.flags & gristmill_core::shards::LS_ARCH_DIR != 0 {
+        return crate::shards::list_objects(&t, &bck, &lso, &headers).await;
     }
     let metas = t.store.list(&bck, &lso.prefix, lso.after(), limit).await?;
     let more = metas.len() >= limit;
@@ -839,7 +946,8 @@ async fn s3_relay(State(t): State<Arc<Target>>, req: Request) -> ApiResult {
             .map(|p| p.as_str())
             .unwrap_or("/")
     );
-    let mut out = t.relay.request(req.method().clone(), url);
+    // A client's request: it carries the client's credentials, never this node's.
+    let mut out = t.relay.unsigned().request(req.method().clone(), url);
     for (name, value) in req.headers() {
         if !HOP_BY_HOP.contains(&name.as_str()) {
             out = out.header(name, value);

@@ -36,23 +36,23 @@ pub(crate) struct Jobs {
 
 /// One job on this target: its spec and live counters.
 pub(crate) struct JobRun {
-    spec: JobSpec,
+    pub(crate) spec: JobSpec,
     node: String,
     start_ns: i64,
     end_ns: AtomicI64,
     state: Mutex<JobState>,
-    total: Mutex<Option<u64>>,
+    pub(crate) total: Mutex<Option<u64>>,
     objects: AtomicU64,
     bytes: AtomicU64,
     skipped: AtomicU64,
     errors: AtomicU64,
     samples: Mutex<Vec<ObjectError>>,
     abort_reason: Mutex<String>,
-    cancel: CancellationToken,
+    pub(crate) cancel: CancellationToken,
 }
 
 /// What working on one object amounted to.
-enum Outcome {
+pub(crate) enum Outcome {
     /// Work done, moving this many bytes.
     Done(u64),
     /// Nothing to do for it (already cached, not present, ...).
@@ -80,7 +80,7 @@ impl JobRun {
         }
     }
 
-    fn record(&self, name: &str, result: Result<Outcome, ApiError>) {
+    pub(crate) fn record(&self, name: &str, result: Result<Outcome, ApiError>) {
         self.objects.fetch_add(1, Ordering::Relaxed);
         match result {
             Ok(Outcome::Done(bytes)) => {
@@ -200,6 +200,16 @@ impl Jobs {
             .collect()
     }
 
+    /// Aborts every running job of a kind (a newer rebalance supersedes an older one).
+    pub(crate) fn abort_kind(&self, kind: JobKind, reason: &str) {
+        let runs = self.runs.lock().expect("jobs lock");
+        for r in runs.values().filter(|r| r.spec.kind == kind) {
+            if *r.state.lock().expect("job state lock") == JobState::Running {
+                r.abort(reason);
+            }
+        }
+    }
+
     /// Aborts a job; false if this target does not know it.
     pub(crate) fn abort(&self, id: &str) -> bool {
         let run = self.runs.lock().expect("jobs lock").get(id).cloned();
@@ -215,7 +225,7 @@ impl Jobs {
 
 fn validate(spec: &JobSpec) -> Result<(), ApiError> {
     spec.selection.resolve()?;
-    let needs_bucket = !matches!(spec.kind, JobKind::Lru);
+    let needs_bucket = !matches!(spec.kind, JobKind::Lru | JobKind::Rebalance);
     if needs_bucket && spec.bck.is_none() {
         return Err(ApiError::bad_request(format!(
             "{} needs a bucket",
@@ -227,6 +237,12 @@ fn validate(spec: &JobSpec) -> Result<(), ApiError> {
             "{} needs a destination bucket",
             spec.kind
         )));
+    }
+    if spec.kind == JobKind::Archive && spec.opts.archive.is_none() {
+        return Err(ApiError::bad_request("archive needs an archive name"));
+    }
+    if spec.kind == JobKind::Reshard && spec.opts.reshard.is_none() {
+        return Err(ApiError::bad_request("dsort needs a reshard spec"));
     }
     if spec.kind == JobKind::Etl && spec.opts.etl.is_empty() {
         return Err(ApiError::bad_request("etl-bck needs an ETL name"));
@@ -242,6 +258,15 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
         run.objects.store(evicted.objects, Ordering::Relaxed);
         run.bytes.store(evicted.bytes, Ordering::Relaxed);
         return Ok(());
+    }
+    if spec.kind == JobKind::Rebalance {
+        return crate::rebalance::run(t, run).await;
+    }
+    if spec.kind == JobKind::Archive {
+        return crate::shards::execute_archive(t, run).await;
+    }
+    if spec.kind == JobKind::Reshard {
+        return crate::shards::execute_reshard(t, run).await;
     }
     let bck = spec.bck.clone().expect("validated");
     t.require_bucket(&bck).await?;
@@ -270,7 +295,10 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
                     JobKind::Prefetch => prefetch_one(&t, &bck, &name, run.spec.opts.latest).await,
                     JobKind::Evict => evict_one(&t, &bck, &name).await,
                     JobKind::Copy | JobKind::Etl => copy_one(&t, &run.spec, &bck, &name).await,
-                    JobKind::Lru => Ok(Outcome::Skipped),
+                    // Node-wide kinds run in `execute` before the per-object loop.
+                    JobKind::Lru | JobKind::Rebalance | JobKind::Archive | JobKind::Reshard => {
+                        Ok(Outcome::Skipped)
+                    }
                 };
                 run.record(&name, result);
             }
@@ -281,7 +309,11 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
 }
 
 /// The names of the selection this target works on, in name order where there is one.
-async fn enumerate(t: &Arc<Target>, spec: &JobSpec, bck: &Bck) -> Result<Vec<String>, ApiError> {
+pub(crate) async fn enumerate(
+    t: &Arc<Target>,
+    spec: &JobSpec,
+    bck: &Bck,
+) -> Result<Vec<String>, ApiError> {
     let smap = t.smap();
     let me = t.id.clone();
     let bck2 = bck.clone();

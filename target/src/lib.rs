@@ -19,6 +19,8 @@ mod jobs;
 mod membership;
 mod meta;
 pub mod multipart;
+mod rebalance;
+mod shards;
 pub mod space;
 pub mod store;
 
@@ -55,6 +57,8 @@ pub struct TargetConfig {
     pub backend: BackendConfig,
     /// Watermarks, quotas and out-of-space limits.
     pub space: SpaceConfig,
+    /// Limits, TLS and access control (auth off by default).
+    pub serve: gristmill_core::conn::ServeOptions,
 }
 
 /// Shared state of a running target.
@@ -66,10 +70,11 @@ pub(crate) struct Target {
     bmd: RwLock<Arc<BucketMetadata>>,
     state_dir: PathBuf,
     join_url: String,
-    http: reqwest::Client,
-    /// Streams S3 requests to the proxy: no overall timeout (objects can be large), no
-    /// redirect following.
-    relay: reqwest::Client,
+    /// Requests to other nodes (signed with the cluster secret when auth is on).
+    http: gristmill_core::auth::IntraClient,
+    /// Streams requests to other nodes: no overall timeout (objects can be large), no
+    /// redirect following. Signed like `http`, except S3 requests relayed for a client.
+    relay: gristmill_core::auth::IntraClient,
     /// Serializes applying metadata pushes (compare, persist, swap).
     apply_lock: tokio::sync::Mutex<()>,
     /// Backends of remote buckets, by provider.
@@ -82,6 +87,14 @@ pub(crate) struct Target {
     jobs: jobs::Jobs,
     /// ETL runtimes (started from the ETL definitions in the bucket metadata).
     etls: gristmill_etl::Etls,
+    /// Shard indexes, appends in progress and reshard sessions.
+    shards: Arc<shards::State>,
+    /// Recent earlier cluster maps (objects may still sit where they placed them).
+    past: std::sync::Mutex<Vec<Arc<ClusterMap>>>,
+    /// Active targets the last rebalance was started for (None: none yet in this process).
+    rebalanced_for: std::sync::Mutex<Option<Vec<String>>>,
+    /// This target, for starting jobs from `&self` contexts.
+    me: std::sync::OnceLock<std::sync::Weak<Target>>,
 }
 
 impl Target {
@@ -103,6 +116,45 @@ impl Target {
             .for_bucket(bck, bmd.get(bck).map(|r| &r.props))
     }
 
+    /// Earlier cluster maps, oldest first.
+    pub(crate) fn past_smaps(&self) -> Vec<Arc<ClusterMap>> {
+        self.past.lock().expect("past lock").clone()
+    }
+
+    /// Starts a rebalance if the active targets differ from the ones the last rebalance ran
+    /// for (or none ran yet in this process: after a restart it finishes an interrupted one).
+    pub(crate) fn maybe_rebalance(&self) {
+        let smap = self.smap();
+        if smap.version == 0 || smap.node(&self.id).is_none() {
+            return;
+        }
+        let active = rebalance::active_set(&smap);
+        {
+            let mut last = self.rebalanced_for.lock().expect("rebalanced lock");
+            if last.as_ref() == Some(&active) {
+                return;
+            }
+            *last = Some(active);
+        }
+        let why = format!("superseded by cluster map v{}", smap.version);
+        self.jobs
+            .abort_kind(gristmill_core::job::JobKind::Rebalance, &why);
+        let Some(me) = self.me.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        let spec = gristmill_core::job::JobSpec {
+            id: format!("rb{}", smap.version),
+            kind: gristmill_core::job::JobKind::Rebalance,
+            bck: None,
+            to_bck: None,
+            selection: Default::default(),
+            opts: Default::default(),
+        };
+        if let Err(e) = self.jobs.start(me, spec) {
+            tracing::warn!(error = %e.message, "could not start rebalance");
+        }
+    }
+
     pub(crate) fn node(&self) -> Node {
         Node::new(&self.id, smap::TARGET, &self.url)
     }
@@ -119,7 +171,9 @@ impl Target {
                 targets = new.tmap.len(),
                 "new cluster map"
             );
-            *self.smap.write().expect("smap lock") = Arc::new(new);
+            let old = std::mem::replace(&mut *self.smap.write().expect("smap lock"), Arc::new(new));
+            rebalance::remember(&mut self.past.lock().expect("past lock"), old);
+            self.maybe_rebalance();
         }
         if let Some(new) = sync.bmd {
             let old = self.bmd();
@@ -155,7 +209,12 @@ pub async fn run(
     std::fs::create_dir_all(&config.state_dir)?;
     let id = persist::load_or_create_node_id(&config.state_dir, "t")?;
     let url = if config.public_url.is_empty() {
-        format!("http://{}", listener.local_addr()?)
+        let scheme = if config.serve.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", listener.local_addr()?)
     } else {
         config.public_url.trim_end_matches('/').to_owned()
     };
@@ -174,21 +233,30 @@ pub async fn run(
         bmd: RwLock::new(Arc::new(bmd.unwrap_or_default())),
         state_dir: config.state_dir.clone(),
         join_url: config.join_url.trim_end_matches('/').to_owned(),
-        http: reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .timeout(Duration::from_secs(30))
-            .build()?,
-        relay: reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()?,
+        http: config.serve.peer_client(
+            reqwest::Client::builder()
+                .tcp_nodelay(true)
+                .timeout(Duration::from_secs(30)),
+            &id,
+        )?,
+        relay: config.serve.peer_client(
+            reqwest::Client::builder()
+                .tcp_nodelay(true)
+                .redirect(reqwest::redirect::Policy::none()),
+            &id,
+        )?,
         apply_lock: tokio::sync::Mutex::new(()),
         backends: backend::Backends::new(&config.backend)?,
         fills: cold::Fills::default(),
         space: space.clone(),
         jobs: jobs::Jobs::default(),
         etls: gristmill_etl::Etls::new(),
+        shards: Arc::default(),
+        past: Default::default(),
+        rebalanced_for: Default::default(),
+        me: Default::default(),
     });
+    let _ = target.me.set(Arc::downgrade(&target));
     target.etls.apply(&target.bmd().etls);
     tracing::info!(node = %id, %url, mountpaths = config.mountpaths.len(), "target starting");
 
@@ -200,8 +268,21 @@ pub async fn run(
     tokio::spawn(report_capacity(target.store.clone(), shutdown.clone()));
     let bmd_source = target.clone();
     tokio::spawn(space.run(move || bmd_source.bmd(), shutdown.clone()));
-    let app = http::router(target.clone());
-    gristmill_core::server::serve(listener, app, shutdown.clone()).await?;
+    let mut app = http::router(target.clone());
+    if let Some(keys) = config.serve.auth.clone() {
+        let t = target.clone();
+        app = gristmill_core::auth::Gate::new(
+            keys,
+            gristmill_core::auth::TARGET_ROUTES,
+            Arc::new(move || t.bmd()),
+        )
+        .protect(app);
+    }
+    if let Some(tls) = &config.serve.tls {
+        tls.reload_on_sighup(shutdown.clone());
+    }
+    gristmill_core::server::serve_with(listener, app, shutdown.clone(), config.serve.clone())
+        .await?;
     shutdown.cancel();
     let _ = members.await;
     tracing::info!(node = %id, "target stopped");

@@ -72,6 +72,8 @@ async fn join(target: &Target) -> anyhow::Result<()> {
                 let sync: MetaSync = r.json().await?;
                 target.apply_metasync(sync).await?;
                 tracing::info!(primary = %base, "joined the cluster");
+                // After a restart: finish whatever rebalance was interrupted.
+                target.maybe_rebalance();
                 return Ok(());
             }
             Ok(r) => last = Some(anyhow::anyhow!("{base}: {}", r.status())),

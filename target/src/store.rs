@@ -71,6 +71,8 @@ pub struct PutOptions {
     /// S3 checksum algorithms (`CRC32`, `CRC32C`, `SHA1`, `SHA256`, `CRC64NVME`) to compute and
     /// record as `x-amz-checksum-*` metadata.
     pub s3_checksums: Vec<String>,
+    /// Modification time to record (an object moved by rebalance keeps its own); None = now.
+    pub mtime_ns: Option<i64>,
 }
 
 /// Custom-metadata key holding an object's S3 ETag (without quotes).
@@ -588,7 +590,7 @@ impl PendingWrite {
             cksum_value: cksum,
             version: self.opts.version.clone(),
             atime_ns: now,
-            mtime_ns: now,
+            mtime_ns: self.opts.mtime_ns.unwrap_or(now),
             file: rel.clone(),
             custom,
         };

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use gristmill_core::{Bck, ClusterMap, Provider};
 
+pub mod secure;
+
 /// Path of the `gristd` binary under test.
 pub fn gristd_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("GRISTD_BIN") {
@@ -108,6 +110,11 @@ impl NodeProcess {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// The node's whole log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     pub fn log_tail(&self) -> String {
@@ -286,6 +293,39 @@ impl Cluster {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Starts one more target (same environment as target 0) and waits until the map has it;
+    /// returns its index.
+    pub async fn add_target(&mut self) -> anyhow::Result<usize> {
+        let i = self.targets.len();
+        let state = self.dir.path().join(format!("target-{i}"));
+        let mp = state.join("mp0");
+        let args = vec![
+            "target".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--state-dir".into(),
+            state.display().to_string(),
+            "--join".into(),
+            self.endpoint.clone(),
+            "--mountpath".into(),
+            mp.display().to_string(),
+        ];
+        let env = self
+            .targets
+            .first()
+            .map(|t| t.env.clone())
+            .unwrap_or_default();
+        self.targets.push(NodeProcess::spawn(
+            &format!("target-{i}"),
+            args,
+            env,
+            self.dir.path(),
+        )?);
+        self.mountpaths.push(vec![mp]);
+        self.wait_for_targets(i + 1).await?;
+        Ok(i)
     }
 
     /// Runs the `grist` CLI against this cluster (blocking); the caller checks the outcome.

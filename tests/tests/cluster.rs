@@ -10,16 +10,26 @@ use gristmill_tests::{Cluster, content};
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+#[path = "cluster/auth.rs"]
+mod auth;
 #[path = "cluster/backend.rs"]
 mod backend;
+#[path = "cluster/elastic.rs"]
+mod elastic;
 #[path = "cluster/etl.rs"]
 mod etl;
+#[path = "cluster/hardening.rs"]
+mod hardening;
 #[path = "cluster/jobs.rs"]
 mod jobs;
 #[path = "cluster/remote.rs"]
 mod remote;
 #[path = "cluster/s3.rs"]
 mod s3;
+#[path = "cluster/shards.rs"]
+mod shards;
+#[path = "cluster/tls.rs"]
+mod tls;
 
 async fn put(c: &Cluster, bucket: &str, name: &str, body: Vec<u8>) -> reqwest::Response {
     c.http

@@ -25,6 +25,8 @@ struct Cli {
     /// Machine-readable JSON output.
     #[arg(long, global = true)]
     json: bool,
+    #[command(flatten)]
+    conn: gristmill_cli::auth::ConnArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -137,6 +139,19 @@ enum Command {
     /// ETL: transforms that run on the targets, next to the data.
     #[command(subcommand)]
     Etl(gristmill_cli::etl::EtlCmd),
+    /// Shards: pack, list, read, append; archive bucket objects; synthetic shards.
+    #[command(subcommand)]
+    Archive(gristmill_cli::shards::ArchiveCmd),
+    /// Get many objects and shard members as one archive, in order (get-batch).
+    Batch(gristmill_cli::shards::BatchArgs),
+    /// Re-pack the samples of shards into new shards of a target size (a job).
+    Reshard(gristmill_cli::shards::ReshardArgs),
+    /// Cluster membership: add, remove, maintenance, decommission, rebalance.
+    #[command(subcommand)]
+    Cluster(gristmill_cli::cluster::ClusterCmd),
+    /// Log in, tokens and users (when the cluster runs with auth on).
+    #[command(subcommand)]
+    Auth(gristmill_cli::auth::AuthCmd),
 }
 
 #[derive(Subcommand)]
@@ -240,7 +255,7 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let client = Client::new(&cli.endpoint)?;
+    let client = Client::with_options(&cli.endpoint, &cli.conn.client_options())?;
     match cli.command {
         Command::Bucket(BucketCmd::Create { buckets }) => {
             for b in buckets {
@@ -409,6 +424,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("job {id} stopped");
         }
         Command::Etl(cmd) => gristmill_cli::etl::run(&client, cmd, cli.json).await?,
+        Command::Auth(cmd) => gristmill_cli::auth::run(&client, cmd, cli.json).await?,
+        Command::Archive(cmd) => gristmill_cli::shards::archive(&client, cmd, cli.json).await?,
+        Command::Batch(args) => gristmill_cli::shards::batch(&client, args).await?,
+        Command::Reshard(args) => gristmill_cli::shards::reshard(&client, args, cli.json).await?,
+        Command::Cluster(cmd) => {
+            if !gristmill_cli::cluster::run(&client, cmd, cli.json).await? {
+                show_cluster(&client, cli.json).await?;
+            }
+        }
         Command::Space(SpaceCmd::Evict { force, follow }) => {
             let id = client
                 .start_job("lru", serde_json::json!({ "force": force }))
@@ -471,7 +495,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Show(ShowCmd::S3) => {
             let endpoint = client.endpoint();
             // An unsigned ListBuckets tells whether anonymous S3 access is on.
-            let anonymous = reqwest::get(format!("{endpoint}/"))
+            let anonymous = client
+                .request(Method::GET, "/")
+                .send()
                 .await
                 .is_ok_and(|r| r.status().is_success());
             let (key, secret) = if anonymous {
@@ -505,39 +531,43 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 );
             }
         }
-        Command::Show(ShowCmd::Cluster) => {
-            let smap = client.cluster_map().await?;
-            if cli.json {
-                println!("{}", serde_json::to_string_pretty(&smap)?);
+        Command::Show(ShowCmd::Cluster) => show_cluster(&client, cli.json).await?,
+    }
+    Ok(())
+}
+
+/// The cluster map as a table (or JSON).
+async fn show_cluster(client: &Client, json: bool) -> anyhow::Result<()> {
+    let smap = client.cluster_map().await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&smap)?);
+    } else {
+        let mut t = Table::new();
+        t.load_preset(NOTHING)
+            .set_header(["NODE", "ROLE", "URL", "STATE"]);
+        for n in smap.pmap.values().chain(smap.tmap.values()) {
+            let role = if smap.is_primary(&n.daemon_id) {
+                "proxy (primary)".to_string()
             } else {
-                let mut t = Table::new();
-                t.load_preset(NOTHING)
-                    .set_header(["NODE", "ROLE", "URL", "STATE"]);
-                for n in smap.pmap.values().chain(smap.tmap.values()) {
-                    let role = if smap.is_primary(&n.daemon_id) {
-                        "proxy (primary)".to_string()
-                    } else {
-                        n.daemon_type.clone()
-                    };
-                    let state = if n.is_inactive() {
-                        "maintenance"
-                    } else {
-                        "online"
-                    };
-                    t.add_row([n.daemon_id.clone(), role, n.url().to_owned(), state.into()]);
-                }
-                println!("{t}");
-                println!(
-                    "\ncluster map v{}, {} prox{}, {} target{}, uuid {}",
-                    smap.version,
-                    smap.pmap.len(),
-                    if smap.pmap.len() == 1 { "y" } else { "ies" },
-                    smap.tmap.len(),
-                    if smap.tmap.len() == 1 { "" } else { "s" },
-                    smap.uuid
-                );
-            }
+                n.daemon_type.clone()
+            };
+            let state = if n.is_inactive() {
+                "maintenance"
+            } else {
+                "online"
+            };
+            t.add_row([n.daemon_id.clone(), role, n.url().to_owned(), state.into()]);
         }
+        println!("{t}");
+        println!(
+            "\ncluster map v{}, {} prox{}, {} target{}, uuid {}",
+            smap.version,
+            smap.pmap.len(),
+            if smap.pmap.len() == 1 { "y" } else { "ies" },
+            smap.tmap.len(),
+            if smap.tmap.len() == 1 { "" } else { "s" },
+            smap.uuid
+        );
     }
     Ok(())
 }

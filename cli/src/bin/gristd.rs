@@ -31,6 +31,9 @@ enum Command {
         /// None configured = anonymous S3 access.
         #[arg(long, env = "GRISTD_S3_USERS")]
         s3_users: Option<String>,
+        /// Keepalives a target may miss before the primary removes it from the map.
+        #[arg(long, env = "GRISTD_KEEPALIVE_RETRIES", default_value_t = 5)]
+        keepalive_retries: u32,
     },
     /// Run a target (storage node); --join names a proxy to register with.
     Target {
@@ -58,6 +61,11 @@ struct NodeArgs {
     /// Proxy URL to register with.
     #[arg(long, env = "GRISTD_JOIN")]
     join: Option<String>,
+    /// Keepalive period between nodes and the primary, milliseconds.
+    #[arg(long, env = "GRISTD_KEEPALIVE_INTERVAL_MS")]
+    keepalive_interval_ms: Option<u64>,
+    #[command(flatten)]
+    security: gristmill_cli::security::SecurityArgs,
 }
 
 #[derive(Args)]
@@ -74,6 +82,10 @@ struct PlaygroundArgs {
     /// Port of the first proxy; the other nodes take the following ports.
     #[arg(long, default_value_t = 8080)]
     port: u16,
+    /// Turn on users, tokens and signed intra-cluster requests; a new playground prints its
+    /// first admin's password once.
+    #[arg(long)]
+    auth: bool,
 }
 
 fn merge(file: &FileConfig, args: &NodeArgs) -> FileConfig {
@@ -89,6 +101,9 @@ fn merge(file: &FileConfig, args: &NodeArgs) -> FileConfig {
     }
     if let Some(v) = &args.join {
         c.node.join = v.clone();
+    }
+    if let Some(v) = args.keepalive_interval_ms {
+        c.node.keepalive_interval_ms = v;
     }
     c
 }
@@ -127,12 +142,19 @@ async fn main() -> anyhow::Result<()> {
             node: args,
             s3_listen,
             s3_users,
+            keepalive_retries,
         } => {
             let c = merge(&file, &args);
             let users = match s3_users {
                 Some(json) => serde_json::from_str(&json).context("parsing --s3-users")?,
                 None => c.s3.users.clone(),
             };
+            let serve = gristmill_cli::security::serve_options(
+                &c,
+                &args.security,
+                &c.node.state_dir,
+                c.node.join.is_empty(),
+            )?;
             let listener = bind(&c.node.listen).await?;
             let config = gristmill_proxy::ProxyConfig {
                 state_dir: c.node.state_dir.clone(),
@@ -141,6 +163,8 @@ async fn main() -> anyhow::Result<()> {
                 keepalive_interval: c.keepalive_interval(),
                 s3_users: users,
                 s3_listen: s3_listen.or(c.s3.listen.clone()),
+                keepalive_retries,
+                serve,
             };
             gristmill_proxy::run(config, listener, shutdown_on_signals()).await
         }
@@ -157,6 +181,12 @@ async fn main() -> anyhow::Result<()> {
             if c.node.join.is_empty() {
                 anyhow::bail!("a target needs --join <proxy-url> (or node.join in the config)");
             }
+            let serve = gristmill_cli::security::serve_options(
+                &c,
+                &node.security,
+                &c.node.state_dir,
+                false,
+            )?;
             let listener = bind(&c.node.listen).await?;
             let config = gristmill_target::TargetConfig {
                 state_dir: c.node.state_dir.clone(),
@@ -166,6 +196,7 @@ async fn main() -> anyhow::Result<()> {
                 keepalive_interval: c.keepalive_interval(),
                 backend: gristmill_target::BackendConfig::from_env(),
                 space: gristmill_target::SpaceConfig::from_env()?,
+                serve,
             };
             gristmill_target::run(config, listener, shutdown_on_signals()).await
         }
@@ -177,6 +208,7 @@ async fn main() -> anyhow::Result<()> {
                 mountpaths_per_target: a.mountpaths_per_target.max(1),
                 data_dir,
                 port: a.port,
+                auth: a.auth,
             };
             playground::run(opts, shutdown_on_signals()).await
         }

@@ -1,6 +1,9 @@
 //! S3 access keys: SigV4 secrets for `s3s` to verify signatures, and per-user bucket grants.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use gristmill_core::users::{self, Need, User};
 
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
@@ -24,42 +27,67 @@ impl S3User {
     }
 }
 
-pub(super) struct Users(HashMap<String, SecretKey>);
+/// Where access keys come from: the users of `--s3-users` (static, with their own bucket
+/// lists) and, when auth is on, the cluster's users (keys in the bucket metadata, secrets
+/// derived from the cluster secret, permissions from their roles — the same as on the native
+/// API).
+pub(super) struct Directory {
+    configured: HashMap<String, S3User>,
+    cluster: Option<ClusterUsers>,
+}
 
-impl Users {
-    pub(super) fn new(users: &[S3User]) -> Self {
-        Self(
-            users
+/// The cluster's users as the S3 front sees them.
+pub(super) struct ClusterUsers {
+    pub(super) keys: Arc<gristmill_core::auth::Keys>,
+    pub(super) metadata: Arc<dyn Fn() -> Arc<gristmill_core::BucketMetadata> + Send + Sync>,
+}
+
+impl Directory {
+    pub(super) fn new(users: &[S3User], cluster: Option<ClusterUsers>) -> Arc<Self> {
+        Arc::new(Self {
+            configured: users
                 .iter()
-                .map(|u| (u.access_key.clone(), SecretKey::from(u.secret_key.clone())))
+                .map(|u| (u.access_key.clone(), u.clone()))
                 .collect(),
-        )
+            cluster,
+        })
+    }
+
+    /// The cluster user owning `access_key`, with its derived secret.
+    fn cluster_user(&self, access_key: &str) -> Option<(User, SecretKey)> {
+        let c = self.cluster.as_ref()?;
+        let bmd = (c.metadata)();
+        let (user, key) = users::by_access_key(&bmd.users, access_key)?;
+        Some((user.clone(), SecretKey::from(c.keys.s3_secret(key))))
     }
 }
+
+/// Verifies signatures: finds the secret of an access key.
+pub(super) struct Users(pub(super) Arc<Directory>);
 
 #[async_trait::async_trait]
 impl S3Auth for Users {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
+        if let Some(u) = self.0.configured.get(access_key) {
+            return Ok(SecretKey::from(u.secret_key.clone()));
+        }
         self.0
-            .get(access_key)
-            .cloned()
+            .cluster_user(access_key)
+            .map(|(_, secret)| secret)
             .ok_or_else(|| s3_error!(InvalidAccessKeyId, "unknown access key"))
     }
 }
 
 pub(super) struct Grants {
-    users: HashMap<String, S3User>,
+    directory: Arc<Directory>,
     /// Auth off: unsigned requests may do anything.
     anonymous: bool,
 }
 
 impl Grants {
-    pub(super) fn new(users: &[S3User], anonymous: bool) -> Self {
+    pub(super) fn new(directory: Arc<Directory>, anonymous: bool) -> Self {
         Self {
-            users: users
-                .iter()
-                .map(|u| (u.access_key.clone(), u.clone()))
-                .collect(),
+            directory,
             anonymous,
         }
     }
@@ -92,7 +120,13 @@ impl S3Access for Grants {
             }
             return Err(s3_error!(AccessDenied, "anonymous access is disabled"));
         };
-        let Some(user) = self.users.get(&creds.access_key) else {
+        if !self.directory.configured.contains_key(&creds.access_key) {
+            return match self.directory.cluster_user(&creds.access_key) {
+                Some((user, _)) => check_cluster_user(cx, &user),
+                None => Err(s3_error!(AccessDenied)),
+            };
+        }
+        let Some(user) = self.directory.configured.get(&creds.access_key) else {
             return Err(s3_error!(AccessDenied));
         };
         let op = cx.s3_op().name();
@@ -131,4 +165,53 @@ impl S3Access for Grants {
         }
         Ok(())
     }
+}
+
+/// A cluster user's S3 request: the same needs as the native API (write access for
+/// operations that change data, bucket creation and deletion included; read access
+/// otherwise; any valid user may list buckets), plus read access to a copy's source.
+fn check_cluster_user(cx: &mut S3AccessContext<'_>, user: &User) -> S3Result<()> {
+    let op = cx.s3_op().name();
+    let bucket = match cx.s3_path() {
+        s3s::path::S3Path::Root => return Ok(()),
+        s3s::path::S3Path::Bucket { bucket } => bucket.to_string(),
+        s3s::path::S3Path::Object { bucket, .. } => bucket.to_string(),
+    };
+    let bck = |name: &str| {
+        gristmill_core::Bck::new(name, gristmill_core::Provider::Ais)
+            .map_err(|e| s3_error!(InvalidBucketName, "{}", e.message))
+    };
+    let need = if is_write(op) {
+        Need::Write(bck(&bucket)?)
+    } else {
+        Need::Read(bck(&bucket)?)
+    };
+    if !user.allows(&need) {
+        tracing::warn!(target: "audit", user = %user.name, op, bucket, "S3 request denied");
+        return Err(s3_error!(
+            AccessDenied,
+            "user {} lacks {need} for {op}",
+            user.name
+        ));
+    }
+    if let Some(src) = cx
+        .headers()
+        .get("x-amz-copy-source")
+        .and_then(|v| v.to_str().ok())
+    {
+        let src =
+            percent_encoding::percent_decode_str(src.trim_start_matches('/')).decode_utf8_lossy();
+        let src_bucket = src.split('/').next().unwrap_or("");
+        if !user.allows(&Need::Read(bck(src_bucket)?)) {
+            return Err(s3_error!(
+                AccessDenied,
+                "user {} may not read bucket {src_bucket}",
+                user.name
+            ));
+        }
+    }
+    if is_write(op) {
+        tracing::info!(target: "audit", user = %user.name, op, bucket, "S3 request allowed");
+    }
+    Ok(())
 }

@@ -26,12 +26,22 @@ pub const RESERVED_BUCKETS: &[&str] = &["v1", "metrics"];
 pub const DEFAULT_ACCESS_KEY: &str = "gristmill";
 pub const DEFAULT_SECRET_KEY: &str = "gristmill-secret";
 
-/// Builds the S3 service. With `users` empty (auth off), unsigned requests and requests signed
-/// with the default key are served; otherwise every request must be signed by one of `users`
-/// and is checked against that user's bucket grants.
+/// Builds the S3 service. With no `users` and auth off, unsigned requests and requests
+/// signed with the default key are served; otherwise every request must be signed by one of
+/// `users` (checked against its bucket grants) or, with auth on, by an access key of a
+/// cluster user (checked against its roles).
 pub(crate) fn service(proxy: Arc<Proxy>, users: &[S3User]) -> Arc<S3Service> {
-    let mut builder = S3ServiceBuilder::new(ops::GristS3 { proxy });
-    let auth_off = users.is_empty();
+    let mut builder = S3ServiceBuilder::new(ops::GristS3 {
+        proxy: proxy.clone(),
+    });
+    let cluster = proxy.auth.clone().map(|keys| {
+        let p = proxy.clone();
+        auth::ClusterUsers {
+            keys,
+            metadata: Arc::new(move || p.bmd()),
+        }
+    });
+    let auth_off = users.is_empty() && cluster.is_none();
     let default_user = [S3User {
         access_key: DEFAULT_ACCESS_KEY.into(),
         secret_key: DEFAULT_SECRET_KEY.into(),
@@ -39,20 +49,101 @@ pub(crate) fn service(proxy: Arc<Proxy>, users: &[S3User]) -> Arc<S3Service> {
         write: vec!["*".into()],
     }];
     let users = if auth_off { &default_user[..] } else { users };
-    builder.set_auth(auth::Users::new(users));
-    builder.set_access(auth::Grants::new(users, auth_off));
+    let directory = auth::Directory::new(users, cluster);
+    builder.set_auth(auth::Users(directory.clone()));
+    builder.set_access(auth::Grants::new(directory, auth_off));
+    // XML bodies (CompleteMultipartUpload, DeleteObjects, ...) are read whole: bound them.
+    let mut config = s3s::config::S3Config::default();
+    config.xml_max_body_size = gristmill_core::limits::MAX_XML_BODY;
+    builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
+        config,
+    ))));
     Arc::new(builder.build())
 }
 
 /// Axum handler that hands a request to the S3 service.
 pub(crate) async fn handle(service: Arc<S3Service>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    let req = http::Request::from_parts(parts, s3s::Body::http_body_unsync(body));
+    let body = if carries_xml(&parts.method, &parts.uri) {
+        // Read whole (bounded) here: s3s would read it whole anyway, and its own limit
+        // answers 500 for a streamed body.
+        match axum::body::to_bytes(body, gristmill_core::limits::MAX_XML_BODY).await {
+            Ok(bytes) => s3s::Body::from(bytes),
+            Err(_) => return xml_too_large(),
+        }
+    } else {
+        s3s::Body::http_body_unsync(body)
+    };
+    let req = http::Request::from_parts(parts, body);
     match service.call(req).await {
         Ok(resp) => resp.map(axum::body::Body::new),
         Err(e) => {
             tracing::error!(error = ?e, "S3 request failed");
             (http::StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
         }
+    }
+}
+
+/// Whether an S3 request's body is an XML document (bucket configuration, DeleteObjects,
+/// CompleteMultipartUpload, ...) rather than object data.
+fn carries_xml(method: &http::Method, uri: &http::Uri) -> bool {
+    let path = uri.path().trim_start_matches('/');
+    let object_level = path.split_once('/').is_some_and(|(_, key)| !key.is_empty());
+    let query = uri.query().unwrap_or("");
+    let keys: Vec<&str> = query
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| kv.split_once('=').map_or(kv, |(k, _)| k))
+        .collect();
+    let only = |allowed: &[&str]| {
+        keys.iter().all(|k| {
+            allowed.contains(k)
+                || k.starts_with("X-Amz-")
+                || k.starts_with("x-amz-")
+                || *k == "x-id"
+        })
+    };
+    match *method {
+        // Object data: PutObject and UploadPart (and UploadPartCopy, no body).
+        http::Method::PUT => !(object_level && only(&["partNumber", "uploadId"])),
+        // Browser form uploads (bucket level, multipart/form-data) have their own limits.
+        http::Method::POST => object_level || keys.contains(&"delete"),
+        _ => false,
+    }
+}
+
+/// The S3 error for an XML body over [`gristmill_core::limits::MAX_XML_BODY`].
+fn xml_too_large() -> Response {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>MaxMessageLengthExceeded</Code>\
+         <Message>request XML is over the {}-byte limit</Message></Error>",
+        gristmill_core::limits::MAX_XML_BODY
+    );
+    (
+        http::StatusCode::BAD_REQUEST,
+        [(http::header::CONTENT_TYPE, "application/xml")],
+        body,
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::carries_xml;
+
+    #[test]
+    fn xml_bodies_are_told_from_object_data() {
+        let xml = |m: &str, u: &str| carries_xml(&m.parse().unwrap(), &u.parse().unwrap());
+        assert!(!xml("PUT", "/b/key"));
+        assert!(!xml("PUT", "/b/key?partNumber=2&uploadId=u"));
+        assert!(!xml("PUT", "/b/key?x-id=PutObject"));
+        assert!(xml("PUT", "/b"));
+        assert!(xml("PUT", "/b?tagging"));
+        assert!(xml("PUT", "/b/key?tagging"));
+        assert!(xml("POST", "/b?delete"));
+        assert!(xml("POST", "/b/key?uploadId=u"));
+        assert!(xml("POST", "/b/key?uploads"));
+        assert!(!xml("POST", "/b"));
+        assert!(!xml("GET", "/b?list-type=2"));
     }
 }

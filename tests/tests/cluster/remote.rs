@@ -648,6 +648,30 @@ async fn accounts_bucket_endpoints_moto_and_a_remote_cluster() {
         b"only in moto"
     );
 
+    // A client talking to a target directly (HRW direct mode) may name a remote bucket no
+    // proxy has seen yet: the target has the primary add it.
+    mo.create_bucket().bucket("gm-direct").send().await.unwrap();
+    put_direct(&mo, "gm-direct", "d.txt", b"direct".to_vec()).await;
+    let t0 = c
+        .smap()
+        .await
+        .unwrap()
+        .tmap
+        .values()
+        .next()
+        .unwrap()
+        .url()
+        .to_owned();
+    let r = c
+        .http
+        .get(format!("{t0}/v1/objects/gm-direct/d.txt"))
+        .query(&[("provider", "aws"), ("namespace", "#moto")])
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    assert_eq!(&r.bytes().await.unwrap()[..], b"direct");
+
     // Another cluster's bucket: cold GET, listing with cached flags, prefetch, write-through.
     assert!(get_bytes(&c, "src", "o03", "ais", "@rem").await == content(503, 10_000));
     let names = c.grist_ok(&["ls", "ais://@rem/src", "--json"]);

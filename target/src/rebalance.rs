@@ -1,0 +1,438 @@
+//! Global rebalance: after a cluster-map change that moves objects (a target joined, left,
+//! went into maintenance), every target sends the objects it holds but no longer owns to
+//! their new owner, which verifies the checksum before storing them; the source drops its
+//! copies only when all its transfers are done, so GETs, HEADs and listings find every object
+//! throughout (a miss on the new owner is served from the previous owner, see
+//! [`fetch_from_past_owner`]).
+//!
+//! A rebalance is a job with id `rb<map version>` on every target, so its progress shows up
+//! like any job's. A newer map aborts the running one and starts its own; an interrupted one
+//! (crash) is simply run again after the restart: the work is "whatever is misplaced now".
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Uri};
+use axum::response::Response;
+use futures::StreamExt;
+use gristmill_core::api::header as h;
+use gristmill_core::{ApiError, Bck, ClusterMap, ErrorKind};
+
+use crate::Target;
+use crate::jobs::{JobRun, Outcome};
+use crate::meta::ObjectMeta;
+
+/// Query flag of a rebalance transfer (the receiver stores it as sent, never writes through).
+pub(crate) const REBALANCE: &str = "rebalance";
+/// Query flag of a replica write or delete (stored as sent; never redirected or replicated).
+pub(crate) const REPLICA: &str = "replica";
+/// Query flag: do not look for the object on past owners (no chains of fallbacks).
+pub(crate) const NO_FALLBACK: &str = "nofb";
+
+pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
+    let smap = t.smap();
+    let bmd = t.bmd();
+    let me = t.id.clone();
+    let store = t.store.clone();
+    let map = smap.clone();
+    let misplaced: Vec<(Bck, ObjectMeta)> = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        let walked = store.for_each_object(|_, meta| {
+            let Some(rec) = bmd.buckets.get(&meta.bucket) else {
+                return; // a destroyed bucket: its objects go with it
+            };
+            let copies = rec.props.mirror.copies();
+            let owners = map.owners(&rec.bck.object_uname(&meta.name), copies);
+            let placed_here = owners.iter().any(|o| o.daemon_id == me);
+            let first = owners.first().is_some_and(|o| o.daemon_id == me);
+            // Misplaced objects move; with copies > 1 the first owner also re-creates
+            // missing replicas (after a target was lost).
+            if !placed_here || (copies > 1 && first) {
+                out.push((rec.bck.clone(), meta));
+            }
+        });
+        walked.map(|_| out)
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))??;
+    *run.total.lock().expect("job total lock") = Some(misplaced.len() as u64);
+    if misplaced.is_empty() {
+        return Ok(());
+    }
+    tracing::info!(job = %run.spec.id, objects = misplaced.len(), "rebalance: sending misplaced objects");
+    // Transfers that fail (a receiver restarting, say) are retried in rounds, with a growing
+    // pause, for up to a minute; only the last round's failures count as the job's errors.
+    let mut todo = misplaced;
+    let mut sent: Vec<(Bck, ObjectMeta)> = Vec::new();
+    let mut pause = std::time::Duration::from_millis(500);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let last_round = tokio::time::Instant::now() + pause >= deadline;
+        let results: Vec<(Bck, ObjectMeta, Result<Outcome, ApiError>)> =
+            futures::stream::iter(std::mem::take(&mut todo))
+                .take_until(run.cancel.cancelled())
+                .map(|(bck, meta)| {
+                    let (t, smap) = (t.clone(), smap.clone());
+                    async move {
+                        let result = send(&t, &smap, &bck, &meta).await;
+                        (bck, meta, result)
+                    }
+                })
+                .buffer_unordered(8)
+                .collect()
+                .await;
+        for (bck, meta, result) in results {
+            match result {
+                Ok(outcome) => {
+                    if matches!(outcome, Outcome::Done(_)) {
+                        sent.push((bck, meta.clone()));
+                    }
+                    run.record(&meta.name, Ok(outcome));
+                }
+                Err(e) if !last_round => {
+                    tracing::debug!(object = %meta.name, error = %e.message, "rebalance: will retry");
+                    todo.push((bck, meta));
+                }
+                Err(e) => run.record(&meta.name, Err(e)),
+            }
+        }
+        if todo.is_empty() || run.cancel.is_cancelled() {
+            break;
+        }
+        tokio::select! {
+            _ = run.cancel.cancelled() => break,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(std::time::Duration::from_secs(8));
+    }
+    if run.cancel.is_cancelled() {
+        // Superseded: the copies stay until a rebalance completes (the next one re-sends).
+        return Ok(());
+    }
+    // Every transfer is acknowledged: drop the moved copies (unless rewritten meanwhile, or
+    // this target is one of the object's replica holders).
+    let bmd = t.bmd();
+    for (bck, meta) in sent {
+        let copies = bmd.get(&bck).map_or(1, |r| r.props.mirror.copies());
+        if smap
+            .owners(&bck.object_uname(&meta.name), copies)
+            .iter()
+            .any(|o| o.daemon_id == t.id)
+        {
+            continue;
+        }
+        if let Ok(now) = t.store.head(&bck, &meta.name)
+            && now.mtime_ns == meta.mtime_ns
+            && now.cksum_value == meta.cksum_value
+        {
+            let _ = t.store.delete(&bck, &meta.name).await;
+        }
+    }
+    Ok(())
+}
+
+/// Puts one object where it belongs under `smap`: to its owner — and with copies > 1 to every
+/// target of its HRW set that lacks it (the first owner re-creates lost replicas this way).
+/// `Skipped` when nothing had to move.
+async fn send(
+    t: &Target,
+    smap: &ClusterMap,
+    bck: &Bck,
+    meta: &ObjectMeta,
+) -> Result<Outcome, ApiError> {
+    let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
+    let owners = smap.owners(&bck.object_uname(&meta.name), copies);
+    if owners.is_empty() {
+        return Err(ApiError::unavailable("no targets in the cluster map"));
+    }
+    if copies <= 1 {
+        return send_to(t, owners[0], bck, meta, REBALANCE).await;
+    }
+    let mut moved = 0;
+    for node in owners.iter().filter(|n| n.daemon_id != t.id) {
+        if has_copy(t, node, bck, meta).await {
+            continue;
+        }
+        if let Outcome::Done(n) = send_to(t, node, bck, meta, REBALANCE).await? {
+            moved += n;
+        }
+    }
+    let here = owners.iter().any(|n| n.daemon_id == t.id);
+    Ok(if moved > 0 || !here {
+        Outcome::Done(moved)
+    } else {
+        Outcome::Skipped
+    })
+}
+
+/// Whether `node` holds this version (or a newer one) of the object.
+async fn has_copy(t: &Target, node: &gristmill_core::Node, bck: &Bck, meta: &ObjectMeta) -> bool {
+    let url = format!(
+        "{}/v1/objects/{}/{}",
+        node.url(),
+        bck.name,
+        gristmill_core::name::encode_path(&meta.name)
+    );
+    let resp = t
+        .relay
+        .head(url)
+        .query(&[
+            ("provider", bck.provider.as_str()),
+            ("namespace", bck.namespace.uname().as_str()),
+            ("tfwd", "1"),
+            (NO_FALLBACK, "1"),
+        ])
+        .send()
+        .await;
+    match resp {
+        Ok(r) if r.status().is_success() => r
+            .headers()
+            .get(h::MTIME)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<i64>().ok())
+            .is_some_and(|m| m >= meta.mtime_ns),
+        _ => false,
+    }
+}
+
+/// Writes this target's copy of an object to `node`'s store, as is (`flag`: rebalance or
+/// replica).
+pub(crate) async fn send_to(
+    t: &Target,
+    owner: &gristmill_core::Node,
+    bck: &Bck,
+    meta: &ObjectMeta,
+    flag: &str,
+) -> Result<Outcome, ApiError> {
+    let open = match t.store.open_object(bck, &meta.name).await {
+        Ok(o) => o,
+        Err(crate::StoreError::Api(e)) if e.kind == ErrorKind::NotFound => {
+            return Ok(Outcome::Skipped);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let m = &open.meta;
+    let size = m.size;
+    let body = match open.data {
+        Some(d) => reqwest::Body::from(d),
+        None => reqwest::Body::wrap_stream(crate::http::file_stream(open.file, 0, size)),
+    };
+    let url = format!(
+        "{}/v1/objects/{}/{}",
+        owner.url(),
+        bck.name,
+        gristmill_core::name::encode_path(&m.name)
+    );
+    let resp = t
+        .relay
+        .put(url)
+        .query(&[
+            ("provider", bck.provider.as_str()),
+            ("namespace", bck.namespace.uname().as_str()),
+            (flag, "1"),
+            ("tfwd", "1"),
+        ])
+        .header(reqwest::header::CONTENT_LENGTH, size)
+        .header(h::CHECKSUM_TYPE, m.cksum_type.as_str())
+        .header(h::CHECKSUM_VALUE, m.cksum_value.as_str())
+        .header(h::VERSION, m.version.as_str())
+        .header(h::MTIME, m.mtime_ns.to_string())
+        .header(
+            h::CUSTOM_MD_JSON,
+            gristmill_core::api::encode_custom_md(&m.custom),
+        )
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("rebalance to {}: {e}", owner.daemon_id)))?;
+    if !resp.status().is_success() {
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        return Err(ApiError::new(
+            ErrorKind::from_status(status),
+            format!("rebalance to {}: {status}: {text}", owner.daemon_id),
+        ));
+    }
+    Ok(Outcome::Done(size))
+}
+
+/// Receives a rebalanced object: stored as sent (version, mtime, metadata), checksum verified,
+/// never written through to a backend; a newer local copy (a client's PUT that landed here
+/// first) is kept.
+pub(crate) async fn receive(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    req: axum::extract::Request,
+) -> Result<Response, ApiError> {
+    let headers = req.headers();
+    let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let mtime: i64 = get(h::MTIME).parse().unwrap_or(0);
+    if let Ok(local) = t.store.head(bck, name)
+        && local.mtime_ns >= mtime
+    {
+        return Ok(Response::new(Body::empty()));
+    }
+    let custom = match get(h::CUSTOM_MD_JSON) {
+        "" => Default::default(),
+        v => gristmill_core::api::decode_custom_md(v)?,
+    };
+    let opts = crate::store::PutOptions {
+        durable: !bck.is_remote(),
+        version: get(h::VERSION).to_owned(),
+        custom,
+        expected_size: get("content-length").parse().ok(),
+        expected_xxhash: Some(get(h::CHECKSUM_VALUE).to_owned()).filter(|v| !v.is_empty()),
+        mtime_ns: Some(mtime).filter(|m| *m > 0),
+        ..Default::default()
+    };
+    t.store
+        .put(bck, name, req.into_body().into_data_stream(), opts)
+        .await?;
+    Ok(Response::new(Body::empty()))
+}
+
+/// A GET or HEAD that missed here: if the object's owner under a recent cluster map was
+/// another target, the object may not have moved yet — ask it (once, no chains).
+pub(crate) async fn fetch_from_past_owner(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Option<Response> {
+    let uname = bck.object_uname(name);
+    let mut tried: Vec<String> = vec![t.id.clone()];
+    // Where the object may still be: its owners under the maps we saw before, and — for a
+    // target that just joined and saw no earlier map — the owner it would have without us
+    // (HRW's runner-up).
+    let current = t.smap();
+    let mut candidates: Vec<gristmill_core::Node> = t
+        .past_smaps()
+        .iter()
+        .rev()
+        .filter_map(|m| m.owner(&uname).cloned())
+        .collect();
+    // Replicas (copies > 1) hold it too; the runner-up is the first of them.
+    let copies = t
+        .bmd()
+        .get(bck)
+        .map_or(1, |r| r.props.mirror.copies())
+        .max(2);
+    candidates.extend(current.owners(&uname, copies).into_iter().skip(1).cloned());
+    for owner in candidates.iter().take(6) {
+        if tried.contains(&owner.daemon_id) {
+            continue;
+        }
+        tried.push(owner.daemon_id.clone());
+        // A past owner may have moved: use its current address when it has one.
+        let owner = current.node(&owner.daemon_id).unwrap_or(owner);
+        let query = uri.query().unwrap_or("");
+        let sep = if query.is_empty() { "" } else { "&" };
+        let url = format!(
+            "{}{}?{query}{sep}tfwd=1&{NO_FALLBACK}=1",
+            owner.url(),
+            uri.path()
+        );
+        let mut req = t.relay.request(method.clone(), url);
+        for k in [
+            "range",
+            "if-match",
+            "if-none-match",
+            "if-modified-since",
+            "if-unmodified-since",
+        ] {
+            if let Some(v) = headers.get(k) {
+                req = req.header(k, v.as_bytes());
+            }
+        }
+        let Ok(resp) = req.send().await else { continue };
+        if !resp.status().is_success() && resp.status().as_u16() != 304 {
+            continue;
+        }
+        let mut out = Response::builder().status(resp.status().as_u16());
+        for (k, v) in resp.headers() {
+            if k != "transfer-encoding" && k != "connection" {
+                out = out.header(k.as_str(), v.as_bytes());
+            }
+        }
+        tracing::debug!(object = %uname, from = %owner.daemon_id, "served from a past owner");
+        return out.body(Body::from_stream(resp.bytes_stream())).ok();
+    }
+    None
+}
+
+/// Active target ids of a map, to tell whether a change moves objects.
+pub(crate) fn active_set(smap: &ClusterMap) -> Vec<String> {
+    smap.active_targets().map(|n| n.daemon_id.clone()).collect()
+}
+
+/// Remembers the maps an object may still be placed by (most recent last).
+pub(crate) fn remember(past: &mut Vec<Arc<ClusterMap>>, old: Arc<ClusterMap>) {
+    if old.version == 0 {
+        return;
+    }
+    past.push(old);
+    if past.len() > 3 {
+        past.remove(0);
+    }
+}
+
+/// After the owner stored an object: writes its replicas (copies > 1) and waits for all of
+/// them, so the PUT is acknowledged only when every copy is stored.
+pub(crate) async fn replicate(t: &Target, bck: &Bck, meta: &ObjectMeta) -> Result<(), ApiError> {
+    let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
+    if copies <= 1 {
+        return Ok(());
+    }
+    let smap = t.smap();
+    let targets: Vec<gristmill_core::Node> = smap
+        .owners(&bck.object_uname(&meta.name), copies)
+        .into_iter()
+        .filter(|n| n.daemon_id != t.id)
+        .cloned()
+        .collect();
+    if targets.len() + 1 < copies {
+        return Err(ApiError::unavailable(format!(
+            "{bck} keeps {copies} copies but only {} targets are active",
+            targets.len() + 1
+        )));
+    }
+    let writes = targets.iter().map(|n| send_to(t, n, bck, meta, REPLICA));
+    for r in futures::future::join_all(writes).await {
+        r?;
+    }
+    Ok(())
+}
+
+/// Deletes the replicas of a deleted object (best effort: a replica left behind is removed by
+/// the next rebalance of its target — it is then misplaced).
+pub(crate) async fn delete_replicas(t: &Target, bck: &Bck, name: &str) {
+    let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
+    if copies <= 1 {
+        return;
+    }
+    let smap = t.smap();
+    let deletes = smap
+        .owners(&bck.object_uname(name), copies)
+        .into_iter()
+        .filter(|n| n.daemon_id != t.id)
+        .map(|n| {
+            t.relay
+                .delete(format!(
+                    "{}/v1/objects/{}/{}",
+                    n.url(),
+                    bck.name,
+                    gristmill_core::name::encode_path(name)
+                ))
+                .query(&[
+                    ("provider", bck.provider.as_str()),
+                    ("namespace", bck.namespace.uname().as_str()),
+                    (REPLICA, "1"),
+                    ("tfwd", "1"),
+                ])
+                .send()
+        });
+    futures::future::join_all(deletes).await;
+}

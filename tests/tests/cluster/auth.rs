@@ -1,0 +1,941 @@
+//! Access control with auth on: a table test over every classified route of proxies and
+//! targets (missing, expired, tampered, foreign and under-privileged tokens refused; allowed
+//! calls pass the gate; internal endpoints refuse client credentials), the S3 operations with
+//! access keys of the same users, a read-only user's limits, captured redirect URLs, token
+//! revocation, the first admin printed once, and the `grist auth` commands.
+//!
+//! The route list comes from the routers' source (`proxy/src/**`, `target/src/**`): a route
+//! that is not in the gate's tables fails `every_route_is_classified`.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::primitives::ByteStream;
+use gristmill_core::auth::{self, Access, Keys, Route};
+use gristmill_core::users::User;
+use gristmill_tests::secure::{SecureCluster, SecureOptions};
+use reqwest::{Method, StatusCode};
+
+// ---- the route list, from the routers' source ------------------------------------------------
+
+/// Every `.route("path", methods)` call in the `.rs` files under `dir`, as (path, methods);
+/// `any(...)` is reported as `*`.
+fn routes_in_source(dir: &Path) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    let mut files = Vec::new();
+    collect_rs(dir, &mut files);
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find(".route(") {
+            rest = &rest[i + ".route(".len()..];
+            // The call's argument text, up to the matching parenthesis.
+            let mut depth = 1;
+            let mut end = 0;
+            for (j, c) in rest.char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = j;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let call = &rest[..end];
+            let Some(q1) = call.find('"') else { continue };
+            let Some(q2) = call[q1 + 1..].find('"') else {
+                continue;
+            };
+            let path = call[q1 + 1..q1 + 1 + q2].to_owned();
+            let handlers = &call[q1 + 2 + q2..];
+            let mut methods = Vec::new();
+            for m in ["get", "post", "put", "delete", "patch", "head", "any"] {
+                let needle = format!("{m}(");
+                let mut from = 0;
+                while let Some(k) = handlers[from..].find(&needle) {
+                    let at = from + k;
+                    let before = handlers[..at].chars().last().unwrap_or(' ');
+                    if !(before.is_alphanumeric() || before == '_') {
+                        methods.push(if m == "any" {
+                            "*".to_owned()
+                        } else {
+                            m.to_uppercase()
+                        });
+                    }
+                    from = at + needle.len();
+                }
+            }
+            assert!(
+                !methods.is_empty(),
+                "no method found for route {path} in {f:?}"
+            );
+            out.push((path, methods));
+        }
+    }
+    out
+}
+
+fn collect_rs(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            collect_rs(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Whether a table has an entry for exactly this path pattern and method.
+fn classified(table: &[Route], path: &str, method: &str) -> bool {
+    table.iter().any(|r| {
+        r.path == path
+            && r.methods
+                .iter()
+                .any(|m| *m == "*" || *m == method || (*m == "GET" && method == "HEAD"))
+    })
+}
+
+#[test]
+fn every_route_is_classified() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    for (crate_dir, table, name) in [
+        ("proxy/src", auth::PROXY_ROUTES, "PROXY_ROUTES"),
+        ("target/src", auth::TARGET_ROUTES, "TARGET_ROUTES"),
+    ] {
+        let routes = routes_in_source(&root.join(crate_dir));
+        assert!(
+            routes.len() > 10,
+            "found only {} routes in {crate_dir}",
+            routes.len()
+        );
+        let mut missing = Vec::new();
+        for (path, methods) in &routes {
+            for m in methods {
+                let ms: Vec<&str> = if m == "*" {
+                    vec!["GET", "HEAD", "PUT", "POST", "DELETE", "PATCH"]
+                } else {
+                    vec![m.as_str()]
+                };
+                for m in ms {
+                    if !classified(table, path, m) {
+                        missing.push(format!("{m} {path}"));
+                    }
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "routes in {crate_dir} without an access class in gristmill_core::auth::{name} \
+             (classify them): {missing:?}"
+        );
+        // And the table names no route that no longer exists.
+        let paths: BTreeSet<&str> = routes.iter().map(|(p, _)| p.as_str()).collect();
+        for r in table {
+            assert!(
+                paths.contains(r.path),
+                "{name} classifies {} {:?}, which {crate_dir} does not route",
+                r.path,
+                r.methods
+            );
+        }
+    }
+}
+
+// ---- the table test over a running cluster -------------------------------------------------
+
+/// Credentials a request is sent with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cred {
+    None,
+    Expired,
+    Tampered,
+    Foreign,
+    Admin,
+    ReadOnly,
+    ReadWrite,
+    ClusterRead,
+    Stranger,
+    Node,
+}
+
+struct Tokens {
+    admin: String,
+    ro: String,
+    rw: String,
+    cr: String,
+    stranger: String,
+    expired: String,
+    tampered: String,
+    foreign: String,
+    keys: Keys,
+}
+
+impl Tokens {
+    fn header(&self, cred: Cred, method: &Method, path: &str) -> Option<(&'static str, String)> {
+        let bearer = |t: &str| Some(("authorization", format!("Bearer {t}")));
+        match cred {
+            Cred::None => None,
+            Cred::Expired => bearer(&self.expired),
+            Cred::Tampered => bearer(&self.tampered),
+            Cred::Foreign => bearer(&self.foreign),
+            Cred::Admin => bearer(&self.admin),
+            Cred::ReadOnly => bearer(&self.ro),
+            Cred::ReadWrite => bearer(&self.rw),
+            Cred::ClusterRead => bearer(&self.cr),
+            Cred::Stranger => bearer(&self.stranger),
+            Cred::Node => Some((
+                auth::NODE_AUTH_HEADER,
+                self.keys.sign_intra("test-node", method.as_str(), path),
+            )),
+        }
+    }
+}
+
+/// The concrete path of a route pattern.
+fn concrete(pattern: &str) -> String {
+    pattern
+        .split('/')
+        .map(|seg| match seg {
+            "{bucket}" => "data",
+            "{*object}" => "tbl/obj",
+            "{op}" => "start",
+            s if s.starts_with('{') => "nope",
+            s => s,
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// A request body that gets a bucket action or a get-batch past parsing.
+fn body_for(access: Access, method: &Method) -> Option<serde_json::Value> {
+    match (access, method.as_str()) {
+        (Access::BucketAction, "POST") => Some(serde_json::json!({"action": "prefetch-listrange"})),
+        (Access::BucketAction, "DELETE") => Some(serde_json::json!({"action": "evict-listrange"})),
+        (Access::BucketAction, _) => Some(serde_json::json!({"action": "set-bprops", "value": {}})),
+        (Access::BucketRead, "GET") => Some(serde_json::json!({"action": "list"})),
+        (Access::Batch, _) => {
+            Some(serde_json::json!({"in": [{"objname": "obj", "bucket": "data"}]}))
+        }
+        _ => None,
+    }
+}
+
+fn methods_of(r: &Route) -> Vec<Method> {
+    r.methods
+        .iter()
+        .flat_map(|m| match *m {
+            "*" => vec![Method::GET, Method::PUT, Method::DELETE],
+            m => vec![m.parse().unwrap()],
+        })
+        .collect()
+}
+
+/// What `cred` must get on a route: `Some(status)` for a refusal, `None` = passes the gate.
+fn expected(access: Access, method: &Method, cred: Cred) -> Option<StatusCode> {
+    use Cred::*;
+    let read = matches!(*method, Method::GET | Method::HEAD);
+    let refused = Some(StatusCode::FORBIDDEN);
+    match (access, cred) {
+        (Access::Public, _) => Option::None,
+        (_, None | Expired | Tampered | Foreign) => Some(StatusCode::UNAUTHORIZED),
+        (Access::Internal, Node) => Option::None,
+        (Access::Internal, _) => refused,
+        (_, Node | Admin) => Option::None,
+        (Access::Authenticated, _) => Option::None,
+        (Access::ClusterRead | Access::ClusterQuery, ClusterRead) => Option::None,
+        (Access::ClusterRead | Access::ClusterQuery | Access::Admin, _) => refused,
+        (Access::Object, ReadOnly) if read => Option::None,
+        (Access::Object, ReadWrite) => Option::None,
+        (Access::BucketRead | Access::Batch, ReadOnly | ReadWrite) => Option::None,
+        (Access::BucketAction, ReadWrite) => Option::None,
+        _ => refused,
+    }
+}
+
+async fn table(c: &SecureCluster, tokens: &Tokens, base: &str, routes: &[Route], who: &str) {
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for route in routes {
+        if route.access == Access::S3 {
+            continue;
+        }
+        let path = concrete(route.path);
+        // Cluster queries: the metadata (cluster-read); the map is checked separately.
+        let query = if route.access == Access::ClusterQuery {
+            "?what=bmd"
+        } else {
+            ""
+        };
+        for method in methods_of(route) {
+            for cred in [
+                Cred::None,
+                Cred::Expired,
+                Cred::Tampered,
+                Cred::Foreign,
+                Cred::Stranger,
+                Cred::ReadOnly,
+                Cred::ReadWrite,
+                Cred::ClusterRead,
+                Cred::Admin,
+                Cred::Node,
+            ] {
+                let mut req = http.request(method.clone(), format!("{base}{path}{query}"));
+                if let Some((k, v)) = tokens.header(cred, &method, &path) {
+                    req = req.header(k, v);
+                }
+                if let Some(b) = body_for(route.access, &method) {
+                    req = req.json(&b);
+                }
+                let status = req.send().await.unwrap().status();
+                checked += 1;
+                let want = expected(route.access, &method, cred);
+                let ok = match want {
+                    Some(s) => status == s,
+                    None => status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN,
+                };
+                if !ok {
+                    failures.push(format!(
+                        "{who} {method} {path} ({:?}) as {cred:?}: got {status}, want {}",
+                        route.access,
+                        want.map_or("the gate to let it through".into(), |s| s.to_string())
+                    ));
+                }
+            }
+        }
+    }
+    let _ = c;
+    assert!(checked > 100, "only {checked} requests checked on {who}");
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} checks failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// A token with its payload rewritten (`sub` → admin) and the old signature.
+fn tamper(token: &str) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let parts: Vec<&str> = token.split('.').collect();
+    let payload = String::from_utf8(b64.decode(parts[1]).unwrap()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&payload).unwrap();
+    v["sub"] = "admin".into();
+    v["exp"] = (v["exp"].as_u64().unwrap() + 3600).into();
+    format!("{}.{}.{}", parts[0], b64.encode(v.to_string()), parts[2])
+}
+
+async fn setup() -> (
+    SecureCluster,
+    Tokens,
+    [gristmill_core::users::NewCredentials; 3],
+) {
+    let c = SecureCluster::start(SecureOptions {
+        targets: 2,
+        auth: true,
+        node_args: vec!["--redirect-ttl".into(), "2s".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.create_bucket("data").await.unwrap();
+    for (name, body) in [("obj", "object one"), ("obj2", "object two")] {
+        let r = c
+            .http
+            .put(c.url(&format!("/v1/objects/data/{name}")))
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    }
+    let ro = c.add_user("ro", &["read:data"], true).await.unwrap();
+    let rw = c.add_user("rw", &["write:data"], true).await.unwrap();
+    let cr = c.add_user("cr", &["cluster-read"], false).await.unwrap();
+    let stranger = c
+        .add_user("stranger", &["read:elsewhere"], true)
+        .await
+        .unwrap();
+    let secret = auth::load_secret(&c.secret_file).unwrap();
+    let foreign_keys = Keys::from_secret(&[9u8; 32]);
+    let admin_user = User {
+        name: "admin".into(),
+        roles: vec![gristmill_core::users::Role::Admin],
+        password: None,
+        s3_keys: vec![],
+        generation: 0,
+        created: String::new(),
+    };
+    let expired = c.login("ro", &ro.password, "1s").await.unwrap();
+    let ro_token = c.login("ro", &ro.password, "").await.unwrap();
+    let tokens = Tokens {
+        admin: c.admin_token.clone(),
+        tampered: tamper(&ro_token),
+        ro: ro_token,
+        rw: c.login("rw", &rw.password, "").await.unwrap(),
+        cr: c.login("cr", &cr.password, "").await.unwrap(),
+        stranger: c.login("stranger", &stranger.password, "").await.unwrap(),
+        expired,
+        foreign: foreign_keys
+            .issue_token(&admin_user, Duration::from_secs(600))
+            .unwrap()
+            .0,
+        keys: Keys::from_secret(&secret),
+    };
+    // Let the short token expire.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    (c, tokens, [ro, rw, stranger])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_route_refuses_bad_tokens_and_lets_allowed_calls_through() {
+    let (c, tokens, _) = setup().await;
+    table(&c, &tokens, &c.endpoint, auth::PROXY_ROUTES, "proxy").await;
+    let smap = c.smap().await.unwrap();
+    for t in smap.tmap.values() {
+        table(&c, &tokens, t.url(), auth::TARGET_ROUTES, "target").await;
+    }
+    // Any user reads the cluster map (clients route by it), but not the bucket metadata.
+    let stranger = c.client(Some(&tokens.stranger));
+    let t = smap.tmap.values().next().unwrap().url().to_owned();
+    for url in [
+        c.url("/v1/cluster?what=smap"),
+        c.url("/v1/daemon?what=smap"),
+        format!("{t}/v1/daemon?what=smap"),
+        format!("{t}/v1/daemon"),
+    ] {
+        let r = stranger.get(&url).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{url}");
+    }
+    let r = stranger
+        .get(c.url("/v1/cluster?what=bmd"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn read_only_user_redirects_internal_endpoints_and_s3() {
+    let (c, tokens, [ro, rw, stranger]) = setup().await;
+    let ro_http = c.client(Some(&tokens.ro));
+    let admin_http = c.client(Some(&tokens.admin));
+
+    // A read-only user lists and gets (through the proxy's signed redirect: the client drops
+    // its token when it follows a redirect to another port)...
+    let r = ro_http
+        .get(c.url("/v1/buckets/data"))
+        .json(&serde_json::json!({"action": "list"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let page: gristmill_core::api::ListObjectsPage = r.json().await.unwrap();
+    assert_eq!(page.entries.len(), 2);
+    let r = ro_http
+        .get(c.url("/v1/objects/data/obj"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.text().await.unwrap(), "object one");
+    // ...but cannot put, delete, create buckets, init an ETL, or change the cluster.
+    let forbidden = [
+        ro_http.put(c.url("/v1/objects/data/new")).body("x"),
+        ro_http.delete(c.url("/v1/objects/data/obj")),
+        ro_http
+            .post(c.url("/v1/buckets/newb"))
+            .json(&serde_json::json!({"action": "create-bck"})),
+        ro_http
+            .delete(c.url("/v1/buckets/data"))
+            .json(&serde_json::json!({"action": "destroy-bck"})),
+        ro_http
+            .put(c.url("/v1/etl"))
+            .json(&serde_json::json!({"name": "x", "runtime": "command", "command": ["cat"]})),
+        ro_http
+            .put(c.url("/v1/cluster"))
+            .json(&serde_json::json!({"action": "start", "value": {"kind": "lru"}})),
+        ro_http
+            .put(c.url("/v1/auth/users/mallory"))
+            .json(&serde_json::json!({"roles": ["admin"]})),
+    ];
+    for req in forbidden {
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{:?}", r.url());
+    }
+    // The object is intact; an admin can do what the read-only user could not.
+    let r = admin_http
+        .post(c.url("/v1/buckets/newb"))
+        .json(&serde_json::json!({"action": "create-bck"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = admin_http
+        .put(c.url("/v1/cluster"))
+        .json(&serde_json::json!({"action": "start", "value": {"kind": "lru"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    // A read-write user of the bucket writes it.
+    let rw_http = c.client(Some(&tokens.rw));
+    let r = rw_http
+        .put(c.url("/v1/objects/data/by-rw"))
+        .body("rw")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+
+    // Captured redirect URLs: good for this object and method, until they expire.
+    let no_follow = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = no_follow
+        .get(c.url("/v1/objects/data/obj"))
+        .bearer_auth(&tokens.ro)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::TEMPORARY_REDIRECT);
+    let location = r.headers()["location"].to_str().unwrap().to_owned();
+    assert!(location.contains("gsig="), "{location}");
+    let r = no_follow.get(&location).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.text().await.unwrap(), "object one");
+    for (what, url, method) in [
+        (
+            "another object",
+            location.replace("/data/obj?", "/data/obj2?"),
+            Method::GET,
+        ),
+        (
+            "another bucket",
+            location.replace("/data/obj?", "/newb/obj?"),
+            Method::GET,
+        ),
+        ("a PUT", location.clone(), Method::PUT),
+        ("a DELETE", location.clone(), Method::DELETE),
+        (
+            "a forged user",
+            location.replace("guser=ro", "guser=admin"),
+            Method::GET,
+        ),
+    ] {
+        let r = no_follow
+            .request(method, &url)
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            StatusCode::UNAUTHORIZED,
+            "redirect reused for {what}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    let r = no_follow.get(&location).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "expired redirect");
+    assert!(r.text().await.unwrap().contains("expired"));
+
+    // Internal endpoints refuse client credentials, the admin's included; a forged node
+    // signature is refused too; and a rebalance write is internal even on the object path.
+    let smap = c.smap().await.unwrap();
+    let target = smap.tmap.values().next().unwrap().url().to_owned();
+    for (url, method) in [
+        (c.url("/v1/metasync"), Method::PUT),
+        (c.url("/v1/cluster/join"), Method::POST),
+        (c.url("/v1/cluster/keepalive"), Method::POST),
+        (format!("{target}/v1/metasync"), Method::PUT),
+        (format!("{target}/v1/jobs"), Method::POST),
+        (format!("{target}/v1/buckets/data"), Method::GET),
+        (
+            format!("{target}/v1/objects/data/obj?rebalance=1&tfwd=1"),
+            Method::PUT,
+        ),
+    ] {
+        let r = admin_http
+            .request(method.clone(), &url)
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{method} {url} as admin");
+        let r = no_follow
+            .request(method.clone(), &url)
+            .header(auth::NODE_AUTH_HEADER, "v1 p1 99999999999 AAAA")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            StatusCode::UNAUTHORIZED,
+            "{method} {url} forged"
+        );
+    }
+    // A node signature for one path does not open another.
+    let sig = tokens.keys.sign_intra("t1", "GET", "/v1/daemon");
+    let r = no_follow
+        .put(format!("{target}/v1/metasync"))
+        .header(auth::NODE_AUTH_HEADER, sig)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+
+    // Bucket metadata as clients see it carries no credential verifiers.
+    let bmd: serde_json::Value = admin_http
+        .get(c.url("/v1/cluster?what=bmd"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(bmd["users"]["ro"]["roles"].is_array());
+    assert!(bmd["users"]["ro"].get("password").is_none());
+    assert!(bmd["users"]["ro"].get("s3_keys").is_none());
+
+    // S3 with the same users: access keys map to users and roles.
+    let s3 = |key: &str, secret: &str| {
+        let conf = aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url(&c.endpoint)
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new(key, secret, None, None, "test"))
+            .force_path_style(true)
+            .build();
+        aws_sdk_s3::Client::from_conf(conf)
+    };
+    let s3_ro = s3(&ro.s3_access_key, &ro.s3_secret_key);
+    let s3_rw = s3(&rw.s3_access_key, &rw.s3_secret_key);
+    let s3_stranger = s3(&stranger.s3_access_key, &stranger.s3_secret_key);
+    let s3_bad = s3(
+        &ro.s3_access_key,
+        "not-the-secret-not-the-secret-not-the-se",
+    );
+    assert!(s3_ro.list_buckets().send().await.is_ok());
+    assert!(s3_ro.head_bucket().bucket("data").send().await.is_ok());
+    assert!(s3_ro.list_objects_v2().bucket("data").send().await.is_ok());
+    let got = s3_ro
+        .get_object()
+        .bucket("data")
+        .key("obj")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        b"object one"
+    );
+    assert!(
+        s3_ro
+            .head_object()
+            .bucket("data")
+            .key("obj")
+            .send()
+            .await
+            .is_ok()
+    );
+    let denied = |r: Result<(), String>, what: &str| {
+        let e = r.expect_err(what);
+        assert!(
+            e.contains("AccessDenied")
+                || e.contains("SignatureDoesNotMatch")
+                || e.contains("InvalidAccessKeyId"),
+            "{what}: {e}"
+        );
+    };
+    let err = |e: &dyn std::fmt::Debug| format!("{e:?}");
+    denied(
+        s3_ro
+            .put_object()
+            .bucket("data")
+            .key("s3-ro")
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| err(&e)),
+        "read-only PutObject",
+    );
+    denied(
+        s3_ro
+            .delete_object()
+            .bucket("data")
+            .key("obj")
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| err(&e)),
+        "read-only DeleteObject",
+    );
+    denied(
+        s3_ro
+            .create_bucket()
+            .bucket("s3new")
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| err(&e)),
+        "read-only CreateBucket",
+    );
+    denied(
+        s3_ro
+            .create_multipart_upload()
+            .bucket("data")
+            .key("mp")
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| err(&e)),
+        "read-only CreateMultipartUpload",
+    );
+    denied(
+        s3_ro
+            .copy_object()
+            .bucket("data")
+            .key("copy")
+            .copy_source("data/obj")
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| err(&e)),
+        "read-only CopyObject",
+    );
+    denied(
+        s3_stranger
+            .get_object()
+            .bucket("data")
+            .key("obj")
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| err(&e)),
+        "stranger GetObject",
+    );
+    denied(
+        s3_bad
+            .list_objects_v2()
+            .bucket("data")
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| err(&e)),
+        "wrong secret",
+    );
+    s3_rw
+        .put_object()
+        .bucket("data")
+        .key("s3-rw")
+        .body(ByteStream::from_static(b"rw"))
+        .send()
+        .await
+        .unwrap();
+    let mp = s3_rw
+        .create_multipart_upload()
+        .bucket("data")
+        .key("mp")
+        .send()
+        .await
+        .unwrap();
+    s3_rw
+        .abort_multipart_upload()
+        .bucket("data")
+        .key("mp")
+        .upload_id(mp.upload_id().unwrap())
+        .send()
+        .await
+        .unwrap();
+    s3_rw
+        .delete_object()
+        .bucket("data")
+        .key("s3-rw")
+        .send()
+        .await
+        .unwrap();
+    // Unsigned S3 requests are refused (the playground's default key is off too).
+    for (method, path) in [
+        (Method::GET, "/"),
+        (Method::GET, "/data/obj"),
+        (Method::PUT, "/data/anon"),
+    ] {
+        let r = no_follow
+            .request(method, c.url(path))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "anonymous S3 {path}");
+    }
+    let anon_default = s3(gristmill_tests_default_key(), "gristmill-secret");
+    assert!(anon_default.list_buckets().send().await.is_err());
+}
+
+fn gristmill_tests_default_key() -> &'static str {
+    "gristmill"
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tokens_die_with_their_user_and_the_cli_logs_in() {
+    let mut c = SecureCluster::start(SecureOptions {
+        targets: 1,
+        auth: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.create_bucket("cli").await.unwrap();
+    // Revocation: removing a user kills its tokens on every node; re-creating it does not
+    // bring old tokens back.
+    let v = c.add_user("victim", &["write:cli"], false).await.unwrap();
+    let old = c.login("victim", &v.password, "").await.unwrap();
+    let smap = c.smap().await.unwrap();
+    let target = smap.tmap.values().next().unwrap().url().to_owned();
+    let put = |token: String, url: String| async move {
+        reqwest::Client::new()
+            .put(url)
+            .bearer_auth(token)
+            .body("v")
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(
+        put(old.clone(), format!("{target}/v1/objects/cli/v")).await,
+        StatusCode::OK
+    );
+    let r = c
+        .http
+        .delete(c.url("/v1/auth/users/victim"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        put(old.clone(), format!("{target}/v1/objects/cli/v")).await,
+        StatusCode::UNAUTHORIZED
+    );
+    let v2 = c.add_user("victim", &["write:cli"], false).await.unwrap();
+    assert_eq!(
+        put(old.clone(), c.url("/v1/objects/cli/v")).await,
+        StatusCode::UNAUTHORIZED
+    );
+    let new = c.login("victim", &v2.password, "").await.unwrap();
+    assert_eq!(
+        put(new, format!("{target}/v1/objects/cli/v")).await,
+        StatusCode::OK
+    );
+    // Wrong passwords and the last admin.
+    assert!(c.login("victim", "wrong-password", "").await.is_err());
+    let r = c
+        .http
+        .delete(c.url("/v1/auth/users/admin"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+
+    // The CLI: login saves a token (0600); later commands use it.
+    let home = c.dir.path().join("home");
+    let token_file = home.join("token");
+    let grist = |args: &[&str], password: Option<&str>| {
+        let bin = gristmill_tests::gristd_bin().with_file_name("grist");
+        let mut cmd = std::process::Command::new(&bin);
+        cmd.args(args)
+            .env("GRIST_ENDPOINT", &c.endpoint)
+            .env("GRIST_TOKEN_FILE", &token_file)
+            .env_remove("GRIST_TOKEN");
+        if let Some(p) = password {
+            cmd.env("GRIST_PASSWORD", p);
+        }
+        cmd.output().unwrap()
+    };
+    let ok = |out: std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = grist(&["auth", "login", "admin"], Some(&c.admin_password));
+    assert!(ok(out).contains("logged in as admin"));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(ok(grist(&["auth", "whoami"], None)).contains("admin"));
+    let created: serde_json::Value = serde_json::from_str(&ok(grist(
+        &[
+            "auth", "user", "add", "carol", "--role", "read:cli", "--s3-key", "--json",
+        ],
+        None,
+    )))
+    .unwrap();
+    let carol_pw = created["password"].as_str().unwrap().to_owned();
+    assert!(!created["s3_secret_key"].as_str().unwrap().is_empty());
+    let ls = ok(grist(&["auth", "user", "ls"], None));
+    assert!(ls.contains("carol") && ls.contains("read:cli") && ls.contains("admin"));
+    let token = ok(grist(&["auth", "token", "--ttl", "1h"], None));
+    assert_eq!(token.trim().split('.').count(), 3);
+    ok(grist(&["bucket", "create", "ais://cli2"], None));
+    let src = c.dir.path().join("f.txt");
+    std::fs::write(&src, "from the cli").unwrap();
+    ok(grist(
+        &["put", src.to_str().unwrap(), "ais://cli/f.txt"],
+        None,
+    ));
+    // As carol (read-only): get works, put is refused with a clear message.
+    ok(grist(&["auth", "login", "carol"], Some(&carol_pw)));
+    let got = ok(grist(&["get", "ais://cli/f.txt", "-"], None));
+    assert_eq!(got, "from the cli");
+    assert!(ok(grist(&["ls", "ais://cli"], None)).contains("f.txt"));
+    let out = grist(&["put", src.to_str().unwrap(), "ais://cli/g.txt"], None);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("403") && err.contains("write access to ais://cli"),
+        "{err}"
+    );
+    let out = grist(&["auth", "user", "rm", "victim"], None);
+    assert!(!out.status.success());
+    ok(grist(&["auth", "logout"], None));
+    assert!(!token_file.exists());
+    let out = grist(&["ls", "ais://cli"], None);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("401"));
+
+    // The first admin's password was printed once, and a restart prints nothing new.
+    let log_path = c.dir.path().join("proxy.log");
+    let log = || std::fs::read_to_string(&log_path).unwrap();
+    assert_eq!(log().matches("password: ").count(), 1);
+    c.proxy.stop();
+    c.proxy.start().unwrap();
+    c.wait_for_targets(1).await.unwrap();
+    assert_eq!(log().matches("password: ").count(), 1);
+    assert!(!log().contains(&format!("\"{}\"", c.admin_password)));
+    let r = c.http.get(c.url("/v1/auth/whoami")).send().await.unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::OK,
+        "the admin token survives a restart"
+    );
+}

@@ -1,0 +1,554 @@
+//! An elastic cluster: a target joins under GET load (rebalance, GETs served from the previous
+//! owner until objects move, listings exact throughout), maintenance moves a target's objects
+//! away and back, a rebalance interrupted by kill -9 finishes after the restart, and a silent
+//! target is detected and removed, then re-joins with its data.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use gristmill_core::job::{JobState, JobStatus};
+use gristmill_core::{Bck, ClusterMap, Provider};
+use gristmill_tests::{Cluster, content};
+
+const KEEPALIVE: &[(&str, &str)] = &[("GRISTD_KEEPALIVE_INTERVAL_MS", "500")];
+
+async fn cluster(targets: usize) -> Cluster {
+    let env: Vec<(String, String)> = KEEPALIVE
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Cluster::start_full(
+        targets,
+        1,
+        &["--keepalive-interval-ms", "500", "--keepalive-retries", "4"],
+        &env,
+    )
+    .await
+    .unwrap()
+}
+
+fn name(i: usize) -> String {
+    format!("el-{i:05}")
+}
+
+async fn fill(c: &Cluster, bucket: &str, n: usize, size: usize) {
+    c.create_bucket(bucket).await.unwrap();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let (http, url) = (
+                c.http.clone(),
+                c.url(&format!("/v1/objects/{bucket}/{}", name(i))),
+            );
+            async move {
+                let r = http
+                    .put(url)
+                    .body(content(i as u64, size))
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(r.status().is_success());
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<()>()
+        .await;
+}
+
+/// Waits until no target runs a rebalance and the rebalance of the current map version has
+/// finished (on the targets that ran one: those whose placement changed, or that restarted).
+async fn rebalanced(c: &Cluster) -> (ClusterMap, Option<JobStatus>) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    // Map changes reach targets asynchronously: give them a moment to start.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    loop {
+        let running: Vec<JobStatus> = c
+            .http
+            .get(c.url("/v1/jobs?kind=rebalance&running=true"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if running.is_empty() {
+            let smap = c.smap().await.unwrap();
+            let r = c
+                .http
+                .get(c.url(&format!("/v1/jobs/rb{}", smap.version)))
+                .send()
+                .await
+                .unwrap();
+            // Every map change here moves (or re-checks) objects: its rebalance must exist.
+            if r.status().is_success() {
+                let j: JobStatus = r.json().await.unwrap();
+                assert_ne!(j.state, JobState::Aborted, "rebalance aborted: {j:?}");
+                if j.state == JobState::Finished {
+                    return (smap, Some(j));
+                }
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rebalance did not finish: {running:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every object on its owner, once; returns objects per target.
+async fn assert_placement(c: &Cluster, bucket: &str, n: usize) -> HashMap<String, usize> {
+    let smap = c.smap().await.unwrap();
+    let bck = Bck::new(bucket, Provider::Ais).unwrap();
+    let mut seen = BTreeSet::new();
+    let mut per = HashMap::new();
+    for t in smap.tmap.values() {
+        let page: gristmill_core::api::ListObjectsPage = c
+            .http
+            .get(format!("{}/v1/buckets/{bucket}?provider=ais", t.url()))
+            .json(&serde_json::json!({"action": "list", "value": {"pagesize": 100000}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        per.insert(t.daemon_id.clone(), page.entries.len());
+        for e in page.entries {
+            let owner = smap.owner(&bck.object_uname(&e.name)).unwrap();
+            if owner.daemon_id != t.daemon_id {
+                for (i, n) in c.targets.iter().enumerate() {
+                    eprintln!("--- target {i} log:\n{}", n.log_tail());
+                }
+            }
+            assert_eq!(owner.daemon_id, t.daemon_id, "{} misplaced", e.name);
+            assert!(
+                seen.insert(e.name),
+                "an object on two targets after rebalance"
+            );
+        }
+    }
+    assert_eq!(seen.len(), n, "objects lost");
+    per
+}
+
+/// The proxy's listing: every name exactly once.
+async fn assert_listing(c: &Cluster, bucket: &str, n: usize) {
+    let mut names = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page: gristmill_core::api::ListObjectsPage = c
+            .http
+            .get(c.url(&format!("/v1/buckets/{bucket}")))
+            .json(&serde_json::json!({"action": "list", "value": {"pagesize": 700, "continuation_token": token}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        names.extend(page.entries.into_iter().map(|e| e.name));
+        if page.continuation_token.is_empty() {
+            break;
+        }
+        token = page.continuation_token;
+    }
+    let unique: BTreeSet<_> = names.iter().collect();
+    assert_eq!(
+        (names.len(), unique.len()),
+        (n, n),
+        "listing not exactly once"
+    );
+}
+
+/// GETs of random objects until stopped; returns (ok, failed).
+fn get_load(
+    c: &Cluster,
+    bucket: &str,
+    n: usize,
+    size: usize,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<(u64, Vec<String>)> {
+    let (http, endpoint, bucket) = (c.http.clone(), c.endpoint.clone(), bucket.to_owned());
+    let ok = Arc::new(AtomicU64::new(0));
+    tokio::spawn(async move {
+        let mut failed = Vec::new();
+        let mut i = 0usize;
+        while !stop.load(Ordering::SeqCst) {
+            i = (i * 7919 + 13) % n;
+            let url = format!("{endpoint}/v1/objects/{bucket}/{}", name(i));
+            match http.get(&url).send().await {
+                Ok(r) if r.status().is_success() => match r.bytes().await {
+                    Ok(b) if b == content(i as u64, size) => {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => failed.push(format!("{}: bad body", name(i))),
+                },
+                Ok(r) => failed.push(format!("{}: {}", name(i), r.status())),
+                Err(e) => failed.push(format!("{}: {e}", name(i))),
+            }
+        }
+        (ok.load(Ordering::Relaxed), failed)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn add_target_and_maintenance_under_get_load() {
+    const N: usize = 2000;
+    const SIZE: usize = 8192;
+    let mut c = cluster(3).await;
+    fill(&c, "el", N, SIZE).await;
+    let before = c.smap().await.unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = get_load(&c, "el", N, SIZE, stop.clone());
+    let added = c.add_target().await.unwrap();
+    // Listings stay exact while objects move.
+    assert_listing(&c, "el", N).await;
+    let (smap, job) = rebalanced(&c).await;
+    let job = job.expect("a rebalance for the join");
+    assert_eq!(job.targets.len(), 4, "every target ran its share");
+    assert_listing(&c, "el", N).await;
+    let moved = job.objects - job.skipped;
+    let ratio = moved as f64 / N as f64;
+    println!("join: {moved} of {N} objects moved ({ratio:.3}; ideal 1/4 = 0.25)");
+    assert!(
+        (0.15..0.35).contains(&ratio),
+        "moved {ratio:.3} of the objects"
+    );
+    let per = assert_placement(&c, "el", N).await;
+    let new_id = smap
+        .tmap
+        .keys()
+        .find(|id| !before.tmap.contains_key(*id))
+        .unwrap()
+        .clone();
+    assert_eq!(
+        per[&new_id], moved as usize,
+        "exactly the moved objects are on the new target"
+    );
+
+    // Maintenance: the new target's objects move away; it keeps serving until they have.
+    c.grist_ok(&["cluster", "maintenance", "start", &new_id]);
+    let (_, job) = rebalanced(&c).await;
+    assert_listing(&c, "el", N).await;
+    let per = assert_placement(&c, "el", N).await;
+    assert_eq!(per.get(&new_id).copied().unwrap_or(0), 0, "{job:?}");
+    c.grist_ok(&["cluster", "maintenance", "stop", &new_id]);
+    rebalanced(&c).await;
+    assert_placement(&c, "el", N).await;
+
+    stop.store(true, Ordering::SeqCst);
+    let (ok, failed) = load.await.unwrap();
+    println!("GET load: {ok} ok, {} failed", failed.len());
+    assert!(ok > 100, "the load ran ({ok} GETs)");
+    assert!(
+        failed.is_empty(),
+        "failed GETs during rebalance: {:?}",
+        &failed[..failed.len().min(10)]
+    );
+    let _ = added;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rebalance_interrupted_by_kill9_finishes_after_restart() {
+    const N: usize = 3000;
+    const SIZE: usize = 48 * 1024;
+    let mut c = cluster(3).await;
+    fill(&c, "kl", N, SIZE).await;
+    c.add_target().await.unwrap();
+    // Kill a sender as soon as its share of the rebalance is under way.
+    let smap = c.smap().await.unwrap();
+    let id = format!("rb{}", smap.version);
+    let victim_url = c
+        .smap()
+        .await
+        .unwrap()
+        .tmap
+        .values()
+        .next()
+        .unwrap()
+        .url()
+        .to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let victim_id = loop {
+        let r = c
+            .http
+            .get(c.url(&format!("/v1/jobs/{id}")))
+            .send()
+            .await
+            .unwrap();
+        if r.status().is_success() {
+            let s: JobStatus = r.json().await.unwrap();
+            if let Some(t) = s
+                .targets
+                .iter()
+                .find(|t| t.state == JobState::Running && t.objects > 0)
+            {
+                break t.node.clone();
+            }
+            assert!(
+                s.state == JobState::Running,
+                "rebalance finished before the kill: {s:?}"
+            );
+        }
+        assert!(Instant::now() < deadline, "rebalance never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let _ = victim_url;
+    let idx = {
+        let smap = c.smap().await.unwrap();
+        let url = smap.tmap[&victim_id].url().to_owned();
+        // Targets listen on port 0: find the process by its log's advertised URL.
+        (0..c.targets.len())
+            .find(|i| {
+                let log = c.targets[*i].log_text();
+                log.lines()
+                    .rfind(|l| l.contains("target starting"))
+                    .is_some_and(|l| l.contains(&url))
+            })
+            .expect("victim process")
+    };
+    c.targets[idx].kill9();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.restart_target(idx).await.unwrap();
+    rebalanced(&c).await;
+    let jobs: serde_json::Value = c
+        .http
+        .get(c.url("/v1/jobs?kind=rebalance"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    println!("rebalance jobs after the restart: {jobs}");
+    assert_placement(&c, "kl", N).await;
+    assert_listing(&c, "kl", N).await;
+    // Nothing lost or corrupt.
+    let bad: Vec<usize> = futures::stream::iter(0..N)
+        .map(|i| {
+            let (http, url) = (
+                c.http.clone(),
+                c.url(&format!("/v1/objects/kl/{}", name(i))),
+            );
+            async move {
+                let r = http.get(url).send().await.unwrap();
+                (
+                    i,
+                    r.status().is_success() && r.bytes().await.unwrap() == content(i as u64, SIZE),
+                )
+            }
+        })
+        .buffer_unordered(16)
+        .filter_map(|(i, ok)| async move { (!ok).then_some(i) })
+        .collect()
+        .await;
+    assert!(bad.is_empty(), "lost or corrupt: {bad:?}");
+    // And the next rebalance works.
+    let some = c.smap().await.unwrap().tmap.keys().next().unwrap().clone();
+    c.grist_ok(&["cluster", "maintenance", "start", &some]);
+    rebalanced(&c).await;
+    assert_placement(&c, "kl", N).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_target_is_removed_and_rejoins_with_its_data() {
+    let mut c = cluster(3).await;
+    fill(&c, "sl", 300, 1024).await;
+    let before = c.smap().await.unwrap();
+    let victim = c.targets[1].log_text();
+    let victim = victim
+        .lines()
+        .rfind(|l| l.contains("target starting"))
+        .unwrap_or("")
+        .to_owned();
+    let victim_id = before
+        .tmap
+        .values()
+        .find(|n| victim.contains(n.url()))
+        .expect("victim in the map")
+        .daemon_id
+        .clone();
+    c.targets[1].kill9();
+    let started = Instant::now();
+    loop {
+        let smap = c.smap().await.unwrap();
+        if !smap.tmap.contains_key(&victim_id) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "silent target not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "silent target removed after {:?} (keepalive 500 ms x 4)",
+        started.elapsed()
+    );
+    c.restart_target(1).await.unwrap();
+    let smap = c.smap().await.unwrap();
+    assert!(
+        smap.tmap.contains_key(&victim_id),
+        "re-joined with the same id"
+    );
+    rebalanced(&c).await;
+    assert_placement(&c, "sl", 300).await;
+}
+
+/// `mirror.copies = 2` under a continuous PUT + GET load: kill -9 a target; no acknowledged
+/// object is lost or corrupt, GETs fail only until the dead target is detected, and
+/// re-replication restores two copies of everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn copies_2_survive_a_kill9_under_load() {
+    let mut c = cluster(4).await;
+    c.create_bucket("cp").await.unwrap();
+    c.grist_ok(&["bucket", "props", "set", "ais://cp", "mirror.copies=2"]);
+    let acked: Arc<std::sync::Mutex<Vec<usize>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (http, endpoint, acked, stop) = (
+            c.http.clone(),
+            c.endpoint.clone(),
+            acked.clone(),
+            stop.clone(),
+        );
+        tokio::spawn(async move {
+            let mut i = 0usize;
+            while !stop.load(Ordering::SeqCst) {
+                let url = format!("{endpoint}/v1/objects/cp/{}", name(i));
+                if let Ok(r) = http.put(&url).body(content(i as u64, 4096)).send().await
+                    && r.status().is_success()
+                {
+                    acked.lock().unwrap().push(i);
+                }
+                i += 1;
+            }
+        })
+    };
+    let failures: Arc<std::sync::Mutex<Vec<Instant>>> = Arc::default();
+    let reader = {
+        let (http, endpoint, acked, stop, failures) = (
+            c.http.clone(),
+            c.endpoint.clone(),
+            acked.clone(),
+            stop.clone(),
+            failures.clone(),
+        );
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            let mut k = 0usize;
+            while !stop.load(Ordering::SeqCst) {
+                let pick = {
+                    let a = acked.lock().unwrap();
+                    if a.is_empty() {
+                        None
+                    } else {
+                        k = (k * 7919 + 13) % a.len();
+                        Some(a[k])
+                    }
+                };
+                let Some(i) = pick else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                let ok = match http
+                    .get(format!("{endpoint}/v1/objects/cp/{}", name(i)))
+                    .timeout(Duration::from_secs(5))
+                    .send()
+                    .await
+                {
+                    Ok(r) if r.status().is_success() => {
+                        r.bytes().await.is_ok_and(|b| b == content(i as u64, 4096))
+                    }
+                    _ => false,
+                };
+                if !ok {
+                    failures.lock().unwrap().push(Instant::now());
+                }
+                n += 1;
+            }
+            n
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    c.targets[2].kill9();
+    let killed = Instant::now();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    stop.store(true, Ordering::SeqCst);
+    writer.await.unwrap();
+    let gets = reader.await.unwrap();
+    let acked: Vec<usize> = acked.lock().unwrap().clone();
+    let failures = failures.lock().unwrap().clone();
+    let last_failure = failures.iter().max().map(|t| t.duration_since(killed));
+    println!(
+        "copies=2: {} acknowledged PUTs, {gets} GETs, {} failed GETs, last failure {:?} after the kill",
+        acked.len(),
+        failures.len(),
+        last_failure
+    );
+    // Failed GETs only inside the detection window (4 × 500 ms) plus a map push.
+    assert!(
+        last_failure.is_none_or(|d| d < Duration::from_secs(5)),
+        "GETs still failed {last_failure:?} after the kill"
+    );
+    let (smap, _) = rebalanced(&c).await;
+    // Nothing acknowledged is lost or corrupt.
+    let bad: Vec<usize> = futures::stream::iter(acked.clone())
+        .map(|i| {
+            let (http, url) = (
+                c.http.clone(),
+                c.url(&format!("/v1/objects/cp/{}", name(i))),
+            );
+            async move {
+                let r = http.get(url).send().await.unwrap();
+                (
+                    i,
+                    r.status().is_success() && r.bytes().await.unwrap() == content(i as u64, 4096),
+                )
+            }
+        })
+        .buffer_unordered(16)
+        .filter_map(|(i, ok)| async move { (!ok).then_some(i) })
+        .collect()
+        .await;
+    assert!(
+        bad.is_empty(),
+        "{} acknowledged objects lost or corrupt: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(10)]
+    );
+    // Two copies of everything again, on the first two HRW targets.
+    let bck = Bck::new("cp", Provider::Ais).unwrap();
+    let mut holders: HashMap<String, Vec<String>> = HashMap::new();
+    for t in smap.tmap.values() {
+        let page: gristmill_core::api::ListObjectsPage = c
+            .http
+            .get(format!("{}/v1/buckets/cp?provider=ais", t.url()))
+            .json(&serde_json::json!({"action": "list", "value": {"pagesize": 100000}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        for e in page.entries {
+            holders.entry(e.name).or_default().push(t.daemon_id.clone());
+        }
+    }
+    for i in &acked {
+        let n = name(*i);
+        let mut want: Vec<String> = smap
+            .owners(&bck.object_uname(&n), 2)
+            .iter()
+            .map(|o| o.daemon_id.clone())
+            .collect();
+        want.sort();
+        let mut got = holders.get(&n).cloned().unwrap_or_default();
+        got.sort();
+        assert_eq!(got, want, "{n}: copies not restored");
+    }
+}
