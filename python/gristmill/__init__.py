@@ -27,6 +27,7 @@ from .errors import (
     TooManyRequests,
     Unauthorized,
 )
+from .jobs import Etl, Job, JobFailed
 from .retry import RetryPolicy
 from .template import expand_template
 
@@ -34,7 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Bucket", "Object", "ObjectProps", "ObjectReader", "ListEntry", "ListPage",
-    "RetryPolicy", "expand_template",
+    "RetryPolicy", "expand_template", "Job", "JobFailed", "Etl",
     "GristError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "BucketNotFound",
     "ObjectNotFound", "Conflict", "BucketExists", "RangeNotSatisfiable", "TooManyRequests",
     "ServiceUnavailable", "ConnectionFailed",

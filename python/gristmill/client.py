@@ -173,6 +173,24 @@ class Client:
 
     # ---- cluster ---------------------------------------------------------------------------
 
+    def job(self, job_id: str) -> "Job":
+        """A handle to a running or finished job."""
+        from .jobs import Job
+
+        return Job(self, job_id)
+
+    def jobs(self, kind: str = "", running: bool = False) -> List[Dict[str, Any]]:
+        """Jobs across the cluster, newest first (``kind``: prefetch, evict, copy, etl, lru,
+        rebalance, ...)."""
+        query = urlencode({"kind": kind, "running": "true" if running else "false"})
+        return json.loads(self._request("GET", f"/v1/jobs?{query}", subject="job").data)
+
+    def etl(self, name: str) -> "Etl":
+        """A handle to an ETL (define it with ``init_code``/``init_command``/``init_http``)."""
+        from .jobs import Etl
+
+        return Etl(self, name)
+
     def bucket(self, name: str, provider: str = "ais", namespace: str = "") -> "Bucket":
         """A handle to bucket ``name`` (no request is sent)."""
         return Bucket(self, name, provider, namespace)
@@ -491,6 +509,92 @@ class Bucket:
         """Every entry of the listing, as a list."""
         return list(self.list_objects_iter(prefix, page_size, props))
 
+    # --- jobs (see gristmill.jobs) -------------------------------------------------------
+
+    def _job(self, method: str, action: str, value: Dict[str, Any], query: str = "") -> "Job":
+        from .jobs import Job
+
+        url = self._url + (f"&{query}" if query else "")
+        resp = self.client._request(method, url, body=_action(action, value), headers=_JSON,
+                                    subject="bucket", idempotent=False)
+        return Job(self.client, resp.data.decode().strip())
+
+    def prefetch(self, names: Optional[List[str]] = None, template: Optional[str] = None,
+                 prefix: Optional[str] = None, latest: bool = False, num_workers: int = 0) -> "Job":
+        """Caches objects of a remote bucket in the cluster (a job; ``.wait()`` it).
+        ``template``: ``"shard-{0000..0999}.tar"``; none of the three = the whole bucket."""
+        from .jobs import selection
+
+        v = {**selection(names, template, prefix), "latest-ver": latest, "num-workers": num_workers}
+        return self._job("POST", "prefetch-listrange", v)
+
+    def evict(self, names: Optional[List[str]] = None, template: Optional[str] = None,
+              prefix: Optional[str] = None) -> "Job":
+        """Drops cached copies of remote objects (the remote keeps them); a job."""
+        from .jobs import selection
+
+        return self._job("DELETE", "evict-listrange", selection(names, template, prefix))
+
+    def evict_all(self, keep_metadata: bool = False) -> None:
+        """Drops every cached object of this remote bucket (and forgets the bucket unless
+        ``keep_metadata``); returns when done."""
+        url = f"{self._url}&keep_md={'true' if keep_metadata else 'false'}"
+        self.client._request("DELETE", url, body=_action("evict-remote-bck"), headers=_JSON, subject="bucket")
+
+    def _bck_to(self, to: "Bucket") -> str:
+        ns = to.namespace or "@#"
+        return urlencode({"bck_to": f"{to.provider}/{ns}/{to.name}/"})
+
+    def copy(self, to: "Bucket", names: Optional[List[str]] = None, template: Optional[str] = None,
+             prefix: Optional[str] = None, prepend: str = "", to_prefix: Optional[str] = None,
+             dry_run: bool = False, num_workers: int = 0) -> "Job":
+        """Copies this bucket (or a selection) to ``to``, across any providers (a job). With
+        ``prefix`` and ``to_prefix`` the prefix is rewritten; ``prepend`` goes in front."""
+        from .jobs import selection
+
+        v: Dict[str, Any] = {**selection(names, template, prefix), "prepend": prepend,
+                             "dry_run": dry_run, "num-workers": num_workers}
+        if to_prefix is not None:
+            v["to_prefix"] = to_prefix
+        return self._job("POST", "copy-bck", v, self._bck_to(to))
+
+    def transform(self, etl: Union[str, List[str]], to: "Bucket", names: Optional[List[str]] = None,
+                  template: Optional[str] = None, prefix: Optional[str] = None,
+                  ext: Optional[Dict[str, str]] = None, args: str = "", dry_run: bool = False,
+                  num_workers: int = 0) -> "Job":
+        """Runs objects through an ETL (or a pipeline: a list of names) into ``to`` (a job);
+        ``ext`` maps extensions of output names (``{"jpg": "npy"}``)."""
+        from .jobs import selection
+
+        names_ = etl if isinstance(etl, str) else ",".join(etl)
+        v: Dict[str, Any] = {**selection(names, template, prefix), "id": names_, "etl_args": args,
+                             "ext": ext or {}, "dry_run": dry_run, "num-workers": num_workers}
+        return self._job("POST", "etl-bck", v, self._bck_to(to))
+
+    def set_props(self, **patch: Any) -> None:
+        """Changes bucket properties: ``set_props(lru={"quota": 10 << 30}, mirror={"copies": 2},
+        versioning={"validate_warm_get": True})``."""
+        self.client._request("PATCH", self._url, body=_action("set-bprops", patch), headers=_JSON,
+                             subject="bucket")
+
+    def list_cached(self, prefix: str = "", cached: bool = True) -> List["ListEntry"]:
+        """A remote bucket's objects that are (``cached``) or are not cached in the cluster."""
+        flags = 1 if cached else 1 << 9
+        out: List[ListEntry] = []
+        token, uuid = "", ""
+        while True:
+            value = {"prefix": prefix, "continuation_token": token, "uuid": uuid, "flags": str(flags)}
+            resp = self.client._request("GET", self._url, body=_action("list", value),
+                                        headers={**_JSON, "Accept": MSGPACK}, subject="bucket")
+            if resp.headers.get("Content-Type", "").startswith(MSGPACK):
+                page = ListPage._from_msgpack(msgpack.unpackb(resp.data, raw=False))
+            else:
+                page = ListPage._from_json(json.loads(resp.data))
+            out.extend(page.entries)
+            if not page.continuation_token:
+                return out
+            token, uuid = page.continuation_token, page.uuid
+
     def object(self, name: str) -> "Object":
         """A handle to object ``name`` in this bucket (no request is sent)."""
         return Object(self, name)
@@ -512,6 +616,11 @@ class ListEntry:
     location: str = ""
     copies: int = 0
     flags: int = 0
+
+    @property
+    def is_cached(self) -> bool:
+        """Whether the object is present in the cluster (for remote buckets: cached)."""
+        return bool(self.flags & (1 << 6))
 
 
 @dataclass
@@ -644,12 +753,18 @@ class Object:
         resp = self._send("PUT", body=data, headers=headers, direct=True)
         return ObjectProps.from_headers(resp.headers, size=size)
 
-    def get(self, byte_range: Optional[ByteRange] = None, validate_checksum: bool = False) -> bytes:
+    def get(self, byte_range: Optional[ByteRange] = None, validate_checksum: bool = False,
+            etl: Union[str, List[str], None] = None, etl_args: str = "") -> bytes:
         """The object's content, or one byte range of it (see ``ByteRange``).
 
         ``validate_checksum`` makes the target verify the stored checksum before serving.
+        ``etl``: the object run through an ETL (or a pipeline, a list of names) on its target.
         Raises ``ObjectNotFound``, ``BucketNotFound``, ``RangeNotSatisfiable``.
         """
+        if etl:
+            names = etl if isinstance(etl, str) else ",".join(etl)
+            query = urlencode({"etl_name": names, "etl_args": etl_args})
+            return self._send("GET", query=query).data
         return self._get(byte_range, validate_checksum, stream=False).data
 
     def get_stream(self, chunk_size: int = _CHUNK, byte_range: Optional[ByteRange] = None,

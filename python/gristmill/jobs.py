@@ -1,0 +1,153 @@
+"""Jobs and ETLs: long operations that run on every target (prefetch, evict, copy, transform,
+LRU, rebalance) and the transforms that run next to the data.
+
+    >>> job = client.bucket("data", provider="aws").prefetch(template="shard-{0000..0999}.tar")
+    >>> job.wait(progress=lambda s: print(s["objects"], "/", s["total_objects"]))
+    >>> etl = client.etl("upper")
+    >>> etl.init_code(lambda data, path, args: data.upper())   # or source text
+    >>> bucket.object("a.txt").get(etl="upper")
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import textwrap
+import time
+from typing import Any, Callable, Dict, List, Optional, Union
+from urllib.parse import quote
+
+from .errors import GristError
+
+_JSON = {"Content-Type": "application/json"}
+
+
+class JobFailed(GristError):
+    """A job ended aborted, or with failed objects (``status`` holds the job's status)."""
+
+    def __init__(self, message: str, status: Dict[str, Any]):
+        super().__init__(0, message)
+        self.status = status
+
+
+class Job:
+    """A cluster-wide job (its id is the same on every target)."""
+
+    def __init__(self, client: Any, job_id: str):
+        self.client = client
+        self.id = job_id
+
+    def __repr__(self) -> str:
+        return f"Job({self.id})"
+
+    def status(self) -> Dict[str, Any]:
+        """Totals and per-target progress: ``state`` (running, finished, aborted),
+        ``objects``, ``total_objects``, ``bytes``, ``skipped``, ``errors``, ``targets``."""
+        resp = self.client._request("GET", f"/v1/jobs/{quote(self.id, safe='')}", subject="job")
+        return json.loads(resp.data)
+
+    def errors(self) -> List[Dict[str, str]]:
+        """Failed objects (name and error), as sampled by each target."""
+        return [e for t in self.status().get("targets", []) for e in t.get("error_samples", [])]
+
+    def stop(self) -> None:
+        """Aborts the job on every target."""
+        self.client._request("DELETE", f"/v1/jobs/{quote(self.id, safe='')}", subject="job")
+
+    def wait(self, timeout: float = 3600, progress: Optional[Callable[[Dict[str, Any]], None]] = None,
+             raise_on_error: bool = True) -> Dict[str, Any]:
+        """Polls until the job ends; returns its final status. Raises ``JobFailed`` if it was
+        aborted or any object failed (unless ``raise_on_error`` is False), ``TimeoutError``
+        after ``timeout`` seconds (the job keeps running)."""
+        deadline = time.monotonic() + timeout
+        pause = 0.05
+        while True:
+            s = self.status()
+            if progress is not None:
+                progress(s)
+            if s["state"] != "running":
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {self.id} still running after {timeout}s")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
+        if raise_on_error and (s["state"] == "aborted" or s.get("errors", 0) > 0):
+            raise JobFailed(f"job {self.id} {s['state']} with {s.get('errors', 0)} failed objects", s)
+        return s
+
+
+def selection(names: Optional[List[str]] = None, template: Optional[str] = None,
+              prefix: Optional[str] = None) -> Dict[str, Any]:
+    """The selection fields of a job request (one of them; none = the whole bucket)."""
+    given = [x for x in (names, template, prefix) if x]
+    if len(given) > 1:
+        raise ValueError("give one of names, template or prefix")
+    v: Dict[str, Any] = {}
+    if names:
+        v["objnames"] = list(names)
+    if template:
+        v["template"] = template
+    if prefix:
+        v["prefix"] = prefix
+    return v
+
+
+class Etl:
+    """A named transform, run by every target on its own objects."""
+
+    def __init__(self, client: Any, name: str):
+        self.client = client
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Etl({self.name})"
+
+    def _init(self, spec: Dict[str, Any]) -> "Etl":
+        spec = {"name": self.name, **spec}
+        self.client._request("PUT", "/v1/etl", body=json.dumps(spec).encode(), headers=_JSON, subject="etl")
+        return self
+
+    def init_code(self, transform: Union[str, Callable[[bytes, str, str], bytes]], *,
+                  workers: int = 0, timeout: int = 0, memory_limit: int = 0,
+                  env: Optional[Dict[str, str]] = None) -> "Etl":
+        """Defines a Python ETL from a function ``transform(data, path, args) -> bytes`` (its
+        source is shipped, so it must not use closures; module-level imports go inside it) or
+        from module source text that defines ``transform``."""
+        if callable(transform):
+            src = textwrap.dedent(inspect.getsource(transform))
+            fname = transform.__name__
+            if fname == "<lambda>":
+                raise ValueError("pass a def function or source text, not a lambda")
+            code = f"{src}\n\ntransform = {fname}\n" if fname != "transform" else src
+        else:
+            code = transform
+        return self._init({"runtime": "python", "code": code, "workers": workers,
+                           "timeout_secs": timeout, "memory_limit": memory_limit, "env": env or {}})
+
+    def init_command(self, command: List[str], *, framed: bool = False, workers: int = 0,
+                     timeout: int = 0, memory_limit: int = 0) -> "Etl":
+        """Defines a command ETL: per object stdin → stdout (``["gzip", "-c", "-n"]``), or a
+        long-lived program speaking the framed protocol."""
+        return self._init({"runtime": "command", "command": list(command), "framed": framed,
+                           "workers": workers, "timeout_secs": timeout, "memory_limit": memory_limit})
+
+    def init_http(self, url: str, *, timeout: int = 0) -> "Etl":
+        """Defines an ETL served by an HTTP service (POST per object)."""
+        return self._init({"runtime": "http", "url": url, "timeout_secs": timeout})
+
+    def show(self) -> Dict[str, Any]:
+        """The definition and per-target counters (objects, errors, worker restarts)."""
+        return json.loads(self.client._request("GET", f"/v1/etl/{quote(self.name, safe='')}", subject="etl").data)
+
+    def logs(self) -> Dict[str, List[str]]:
+        return json.loads(self.client._request("GET", f"/v1/etl/{quote(self.name, safe='')}/logs",
+                                               subject="etl").data)
+
+    def stop(self) -> None:
+        self.client._request("POST", f"/v1/etl/{quote(self.name, safe='')}/stop", subject="etl")
+
+    def start(self) -> None:
+        self.client._request("POST", f"/v1/etl/{quote(self.name, safe='')}/start", subject="etl")
+
+    def delete(self) -> None:
+        self.client._request("DELETE", f"/v1/etl/{quote(self.name, safe='')}", subject="etl")
