@@ -179,7 +179,51 @@ async fn prefetch_evict_copy_jobs_with_progress_wait_and_abort() {
     let out = c.grist(&["job", "wait", &id2]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("aborted"));
+
+    // Copy and evict abort the same way (copy reads uncached objects from the slow backend;
+    // evict of many objects is stopped by the same cancellation between objects).
+    for (what, args_) in [
+        ("copy", args(&["cp", "s3://gm-jobs", "ais://gm-aborted"])),
+        (
+            "evict",
+            args(&["evict", "s3://gm-jobs", "--prefix", "obj-"]),
+        ),
+    ] {
+        let id = grist_job(&c, args_).await;
+        if what == "copy" {
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+        }
+        run_grist(&c, args(&["job", "stop", &id])).await;
+        let s = loop {
+            let s = job(&c, &id).await;
+            if s.state != JobState::Running {
+                break s;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        // An evict of 1,000 local deletions may finish before the stop arrives.
+        if what == "copy" || s.objects < s.total_objects.unwrap_or(0) {
+            assert_eq!(s.state, JobState::Aborted, "{what}: {s:?}");
+            assert!(
+                s.targets.iter().all(|t| t.state != JobState::Running),
+                "{what}"
+            );
+            assert!(
+                s.objects < s.total_objects.unwrap_or(u64::MAX),
+                "{what}: {s:?}"
+            );
+        }
+    }
     relay.throttle.store(0, Ordering::SeqCst);
+    // Re-cache what the evict dropped, for the checks below.
+    let again: JobStatus = json_of(
+        &run_grist(
+            &c,
+            args(&["prefetch", "s3://gm-jobs", "--prefix", "obj-", "--wait"]),
+        )
+        .await,
+    );
+    assert_eq!(again.errors, 0);
 
     // Copy s3 → ais with a prefix rewrite; a dry run copies nothing.
     let copied: JobStatus = json_of(
