@@ -12,7 +12,8 @@
    shards of --reshard-size; input bytes / wall time of the job.
 
 Starts its own `gristd playground` (1 proxy + 3 targets) from --bin-dir (default
-build/release) on free ports unless --endpoint is given; stops it by pid. Prints a markdown
+build/release) on free ports unless --endpoint is given; stops it by pid and removes its data
+directory (unless --keep). Prints a markdown
 table; --json FILE also writes the raw numbers.
 
 Usage: .venv/bin/python benches/shards_bench.py [--samples 10000] [--batch 1000] [--seconds 10]
@@ -26,6 +27,7 @@ import io
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -113,9 +115,10 @@ def main() -> None:
     ap.add_argument("--bin-dir", default=str(ROOT / "build" / "release"))
     ap.add_argument("--endpoint")
     ap.add_argument("--json")
+    ap.add_argument("--keep", action="store_true", help="keep the playground's data directory")
     args = ap.parse_args()
 
-    proc = None
+    proc, data_dir = None, None
     if args.endpoint:
         endpoint = args.endpoint
     else:
@@ -128,6 +131,8 @@ def main() -> None:
     finally:
         if proc is not None:
             stop(proc)
+        if data_dir and not args.keep:
+            shutil.rmtree(data_dir, ignore_errors=True)
     rows = [
         ("GET per sample, via proxy (307)", results["get_proxy"], "samples/s"),
         ("GET per sample, direct to owner", results["get_direct"], "samples/s"),
@@ -135,6 +140,7 @@ def main() -> None:
         (f"get-batch of {args.batch} shard members (archpath items)", results["batch_members"], "samples/s"),
         ("archpath GET, 1 thread", results["archpath_1"], "ops/s"),
         (f"archpath GET, {args.threads} threads", results["archpath_n"], "ops/s"),
+        ("archpath GET, wrk 16 connections (server-side rate)", results.get("archpath_wrk", 0.0), "ops/s"),
         (f"reshard {results['reshard_input_mib']:.0f} MiB ({args.reshard_shards} shards) into {args.reshard_size}",
          results["reshard_mib_s"], "MiB/s"),
     ]
@@ -248,6 +254,15 @@ def run(endpoint: str, grist: Path, args, results: dict) -> None:
         th.join()
     results["archpath_n"] = sum(counts) / (time.perf_counter() - t0)
     results["archpath_via_proxy_urls_example"] = urls[0]
+    # Server-side rate, when wrk is installed: one member, 16 connections, straight to its owner.
+    wrk = shutil.which("wrk")
+    if wrk:
+        out = subprocess.run([wrk, "-t2", "-c16", f"-d{max(3, int(args.seconds))}s", direct[0]],
+                             capture_output=True, text=True)
+        for line in out.stdout.splitlines():
+            if line.startswith("Requests/sec:"):
+                results["archpath_wrk"] = float(line.split()[1])
+                results["archpath_wrk_cmd"] = f"wrk -t2 -c16 -d{max(3, int(args.seconds))}s <owner>/v1/objects/..?archpath="
     print(f"archpath: {results['archpath_1']:,.0f} ops/s (1 thread), {results['archpath_n']:,.0f} ops/s "
           f"({args.threads} threads)", file=sys.stderr)
 

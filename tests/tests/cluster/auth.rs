@@ -773,8 +773,19 @@ async fn read_only_user_redirects_internal_endpoints_and_s3() {
     // Unsigned S3 requests are refused (the playground's default key is off too).
     for (method, path) in [
         (Method::GET, "/"),
+        (Method::GET, "/data"),
+        (Method::GET, "/data?list-type=2"),
+        (Method::HEAD, "/data"),
+        (Method::GET, "/data?location"),
+        (Method::GET, "/data?uploads"),
         (Method::GET, "/data/obj"),
+        (Method::HEAD, "/data/obj"),
         (Method::PUT, "/data/anon"),
+        (Method::DELETE, "/data/obj"),
+        (Method::POST, "/data?delete"),
+        (Method::POST, "/data/anon?uploads"),
+        (Method::PUT, "/newbkt"),
+        (Method::DELETE, "/data"),
     ] {
         let r = no_follow
             .request(method, c.url(path))
@@ -786,6 +797,25 @@ async fn read_only_user_redirects_internal_endpoints_and_s3() {
     }
     let anon_default = s3(gristmill_tests_default_key(), "gristmill-secret");
     assert!(anon_default.list_buckets().send().await.is_err());
+    // Presigned URLs: good until they expire; a tampered one is refused.
+    let presigned = s3_ro
+        .get_object()
+        .bucket("data")
+        .key("obj")
+        .presigned(
+            aws_sdk_s3::presigning::PresigningConfig::expires_in(Duration::from_secs(2)).unwrap(),
+        )
+        .await
+        .unwrap();
+    let url = presigned.uri().to_owned();
+    let r = no_follow.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let tampered = url.replace("/data/obj?", "/data/obj2?");
+    let r = no_follow.get(&tampered).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN, "tampered presigned URL");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let r = no_follow.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN, "expired presigned URL");
 }
 
 fn gristmill_tests_default_key() -> &'static str {
