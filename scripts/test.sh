@@ -42,10 +42,14 @@ else
 fi
 
 step "fuzz targets, short (10 s each; scripts/fuzz.sh SECONDS for longer runs)"
-if cargo +nightly fuzz --version >/dev/null 2>&1; then
+if rustup run nightly rustc --version >/dev/null 2>&1; then
+  if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+    cargo install -q --locked cargo-fuzz
+  fi
   scripts/fuzz.sh 10
 else
-  echo "skipped: needs the nightly toolchain and cargo-fuzz"
+  echo "fuzzing needs the nightly toolchain (rustup toolchain install nightly); not installed here" >&2
+  exit 1
 fi
 
 step "Python venv (.venv)"
