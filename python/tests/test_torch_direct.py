@@ -213,3 +213,45 @@ def test_shard_streams_survive_connection_cuts(cluster, client):
         for r in relays:
             r.close()
         b.delete(missing_ok=True)
+
+
+def _pid_listening_on(port: int) -> int:
+    """The gristd process started with `--listen 127.0.0.1:<port>`."""
+    want = f"127.0.0.1:{port}"
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"target" in args and want.encode() in args:
+            return int(pid)
+    raise AssertionError(f"no target process listening on {want}")
+
+
+def test_epoch_survives_a_target_killed_and_restarted(tmp_path):
+    """copies = 2; mid-epoch a target is killed with SIGKILL (the playground restarts it): the
+    epoch completes with every sample exactly once (client retries, resumed shard streams,
+    replicas)."""
+    import signal
+
+    with _playground() as endpoint:
+        admin = Client(endpoint)
+        b = admin.bucket(f"kill-{uuid.uuid4().hex[:8]}")
+        b.create()
+        b.set_props(mirror={"copies": 2})
+        put_shards(b, 12, PER_SHARD)
+        ds = ShardDataset(Client(endpoint).bucket(b.name), prefix="train/", seed=3)
+        it = iter(DataLoader(ds, batch_size=10, num_workers=2, prefetch_factor=2))
+        keys = []
+        for _ in range(10):
+            keys += next(it)["__key__"]
+        victim = next(iter(admin.cluster_map()["tmap"].values()))
+        port = int(victim["public_net"]["daemon_port"])
+        os.kill(_pid_listening_on(port), signal.SIGKILL)
+        for batch in it:
+            keys += batch["__key__"]
+        assert len(keys) == len(set(keys)), "a sample was read twice"
+        assert set(keys) == all_keys(12, PER_SHARD), "a sample was lost"
