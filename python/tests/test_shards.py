@@ -183,7 +183,7 @@ def test_gen_shards_read_by_tarfile_and_webdataset(cluster, bucket, tmp_path):
             files = t.getnames()
         assert len(files) == 60
         assert files[:3] == [f"sample-{int(n[4:7]):06d}-000000.{e}" for e in ("jpg", "cls", "json")]
-    wds = pytest.importorskip("webdataset")
+    import webdataset as wds  # installed by the test command (python[torch])
     # From local copies, and straight from the cluster over HTTP (webdataset pipes curl).
     urls = [str(p) for p in paths] + [f"pipe:curl -s -L '{bucket.object(n).get_url()}'" for n in names]
     samples = list(wds.WebDataset(urls, shardshuffle=False))

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # installed by the test command (python[torch])
 from torch.utils.data import DataLoader  # noqa: E402
 
 import webdataset  # noqa: E402

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # installed by the test command (python[torch])
 from torch.utils.data import DataLoader  # noqa: E402
 
 from conftest import GRISTD, _playground  # noqa: E402
