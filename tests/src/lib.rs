@@ -328,6 +328,21 @@ impl Cluster {
         Ok(i)
     }
 
+    /// The names one target holds of a native bucket (its local listing, not the cluster's).
+    pub async fn names_on(&self, target_url: &str, bucket: &str) -> Vec<String> {
+        let page: gristmill_core::api::ListObjectsPage = self
+            .http
+            .get(format!("{target_url}/v1/buckets/{bucket}?provider=ais"))
+            .json(&serde_json::json!({"action": "list", "value": {"pagesize": 100000}}))
+            .send()
+            .await
+            .expect("target listing")
+            .json()
+            .await
+            .expect("target listing page");
+        page.entries.into_iter().map(|e| e.name).collect()
+    }
+
     /// Runs the `grist` CLI against this cluster (blocking); the caller checks the outcome.
     pub fn grist(&self, args: &[&str]) -> std::process::Output {
         let bin = gristd_bin().with_file_name("grist");

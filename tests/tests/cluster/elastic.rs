@@ -105,27 +105,18 @@ async fn assert_placement(c: &Cluster, bucket: &str, n: usize) -> HashMap<String
     let mut seen = BTreeSet::new();
     let mut per = HashMap::new();
     for t in smap.tmap.values() {
-        let page: gristmill_core::api::ListObjectsPage = c
-            .http
-            .get(format!("{}/v1/buckets/{bucket}?provider=ais", t.url()))
-            .json(&serde_json::json!({"action": "list", "value": {"pagesize": 100000}}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        per.insert(t.daemon_id.clone(), page.entries.len());
-        for e in page.entries {
-            let owner = smap.owner(&bck.object_uname(&e.name)).unwrap();
+        let names = c.names_on(t.url(), bucket).await;
+        per.insert(t.daemon_id.clone(), names.len());
+        for name in names {
+            let owner = smap.owner(&bck.object_uname(&name)).unwrap();
             if owner.daemon_id != t.daemon_id {
                 for (i, n) in c.targets.iter().enumerate() {
                     eprintln!("--- target {i} log:\n{}", n.log_tail());
                 }
             }
-            assert_eq!(owner.daemon_id, t.daemon_id, "{} misplaced", e.name);
+            assert_eq!(owner.daemon_id, t.daemon_id, "{name} misplaced");
             assert!(
-                seen.insert(e.name),
+                seen.insert(name),
                 "an object on two targets after rebalance"
             );
         }
@@ -525,18 +516,9 @@ async fn copies_2_survive_a_kill9_under_load() {
     let bck = Bck::new("cp", Provider::Ais).unwrap();
     let mut holders: HashMap<String, Vec<String>> = HashMap::new();
     for t in smap.tmap.values() {
-        let page: gristmill_core::api::ListObjectsPage = c
-            .http
-            .get(format!("{}/v1/buckets/cp?provider=ais", t.url()))
-            .json(&serde_json::json!({"action": "list", "value": {"pagesize": 100000}}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        for e in page.entries {
-            holders.entry(e.name).or_default().push(t.daemon_id.clone());
+        let names = c.names_on(t.url(), "cp").await;
+        for name in names {
+            holders.entry(name).or_default().push(t.daemon_id.clone());
         }
     }
     for i in &acked {

@@ -243,24 +243,15 @@ async fn offline_transform_with_extension_map_lists_bad_inputs() {
     let dst = Bck::new("etl-dst", Provider::Ais).unwrap();
     let mut seen = BTreeSet::new();
     for t in smap.tmap.values() {
-        let page: gristmill_core::api::ListObjectsPage = c
-            .http
-            .get(format!("{}/v1/buckets/etl-dst?provider=ais", t.url()))
-            .json(&serde_json::json!({"action": "list", "value": {"pagesize": 100000}}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        for e in page.entries {
+        let names = c.names_on(t.url(), "etl-dst").await;
+        for name in names {
             assert_eq!(
-                smap.owner(&dst.object_uname(&e.name)).unwrap().daemon_id,
+                smap.owner(&dst.object_uname(&name)).unwrap().daemon_id,
                 t.daemon_id,
                 "{} is not on its owner",
-                e.name
+                name
             );
-            assert!(seen.insert(e.name), "duplicate output");
+            assert!(seen.insert(name), "duplicate output");
         }
     }
     assert_eq!(seen.len(), 4997);
