@@ -328,6 +328,17 @@ impl Cluster {
         Ok(i)
     }
 
+    /// The URL of the first target in the cluster map (for tests that talk to a target).
+    pub async fn first_target_url(&self) -> String {
+        let smap = self.smap().await.expect("cluster map");
+        smap.tmap
+            .values()
+            .next()
+            .expect("a target in the map")
+            .url()
+            .to_owned()
+    }
+
     /// The names one target holds of a native bucket (its local listing, not the cluster's).
     pub async fn names_on(&self, target_url: &str, bucket: &str) -> Vec<String> {
         let page: gristmill_core::api::ListObjectsPage = self

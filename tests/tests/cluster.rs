@@ -196,16 +196,7 @@ async fn thousand_objects_roundtrip_placement_and_paging() {
 async fn kill9_during_puts_leaves_no_partial_objects() {
     let mut c = Cluster::start(1, 2).await.unwrap();
     c.create_bucket("crash").await.unwrap();
-    let target_url = c
-        .smap()
-        .await
-        .unwrap()
-        .tmap
-        .values()
-        .next()
-        .unwrap()
-        .url()
-        .to_owned();
+    let target_url = c.first_target_url().await;
 
     // One slow streamed PUT that is guaranteed to be mid-body when the target dies.
     let slow_url = format!("{target_url}/v1/objects/crash/slow?provider=ais");

@@ -253,16 +253,6 @@ async fn rebalance_interrupted_by_kill9_finishes_after_restart() {
     // Kill a sender as soon as its share of the rebalance is under way.
     let smap = c.smap().await.unwrap();
     let id = format!("rb{}", smap.version);
-    let victim_url = c
-        .smap()
-        .await
-        .unwrap()
-        .tmap
-        .values()
-        .next()
-        .unwrap()
-        .url()
-        .to_owned();
     let deadline = Instant::now() + Duration::from_secs(60);
     let victim_id = loop {
         let r = c
@@ -288,7 +278,6 @@ async fn rebalance_interrupted_by_kill9_finishes_after_restart() {
         assert!(Instant::now() < deadline, "rebalance never started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let _ = victim_url;
     let idx = {
         let smap = c.smap().await.unwrap();
         let url = smap.tmap[&victim_id].url().to_owned();

@@ -654,16 +654,7 @@ async fn accounts_bucket_endpoints_moto_and_a_remote_cluster() {
     // proxy has seen yet: the target has the primary add it.
     mo.create_bucket().bucket("gm-direct").send().await.unwrap();
     put_direct(&mo, "gm-direct", "d.txt", b"direct".to_vec()).await;
-    let t0 = c
-        .smap()
-        .await
-        .unwrap()
-        .tmap
-        .values()
-        .next()
-        .unwrap()
-        .url()
-        .to_owned();
+    let t0 = c.first_target_url().await;
     let r = c
         .http
         .get(format!("{t0}/v1/objects/gm-direct/d.txt"))

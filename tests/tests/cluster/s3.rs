@@ -248,16 +248,7 @@ async fn aws_sdk_s3_end_to_end_with_auth() {
         .unwrap_err();
     assert!(err.into_service_error().is_not_found());
     // Targets accept S3 requests too (relayed to the proxy; the signature still verifies).
-    let target_url = c
-        .smap()
-        .await
-        .unwrap()
-        .tmap
-        .values()
-        .next()
-        .unwrap()
-        .url()
-        .to_owned();
+    let target_url = c.first_target_url().await;
     let via_target = Client::from_conf(s3.config().to_builder().endpoint_url(&target_url).build());
     via_target
         .put_object()
