@@ -34,6 +34,13 @@ if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
     || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q python3-numpy >/dev/null; }
 fi
 
+step "Python venv (.venv): the gristmill SDK and clients that Rust integration tests drive too"
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e "python[test,torch]"
+
 step "Rust tests"
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
@@ -51,13 +58,6 @@ else
   echo "fuzzing needs the nightly toolchain (rustup toolchain install nightly); not installed here" >&2
   exit 1
 fi
-
-step "Python venv (.venv)"
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
-fi
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e "python[test,torch]"
 
 step "Python tests"
 export GRISTD_BIN="$root/build/debug/gristd"
