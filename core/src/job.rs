@@ -40,6 +40,10 @@ pub enum JobKind {
     /// change that moves objects; id `rb<map version>` on every target).
     #[serde(rename = "rebalance")]
     Rebalance,
+    /// Bring one bucket to its `mirror.copies` (started by a change of that property): create
+    /// missing replicas on the next HRW targets, drop copies beyond the count.
+    #[serde(rename = "make-n-copies")]
+    MakeNCopies,
 }
 
 /// Every kind, for parsing and help texts.
@@ -52,6 +56,7 @@ pub const JOB_KINDS: &[JobKind] = &[
     JobKind::Archive,
     JobKind::Reshard,
     JobKind::Rebalance,
+    JobKind::MakeNCopies,
 ];
 
 impl JobKind {
@@ -65,6 +70,7 @@ impl JobKind {
             JobKind::Archive => "archive",
             JobKind::Reshard => "dsort",
             JobKind::Rebalance => "rebalance",
+            JobKind::MakeNCopies => "make-n-copies",
         }
     }
 
@@ -79,6 +85,7 @@ impl JobKind {
             "lru" | "lru-eviction" => Some(JobKind::Lru),
             "etl" | "etl-bck" | "etl-listrange" | "etl-objects" => Some(JobKind::Etl),
             "rebalance" | "rb" => Some(JobKind::Rebalance),
+            "make-n-copies" | "copies" | "mirror" => Some(JobKind::MakeNCopies),
             "archive" | "archive-listrange" => Some(JobKind::Archive),
             "reshard" | "dsort" => Some(JobKind::Reshard),
             _ => None,

@@ -287,12 +287,15 @@ async fn bucket_action(
         }
         ("PATCH", action::SET_BPROPS) => {
             crate::remote::ensure(&p, &bck).await?;
+            let mut copies_changed = false;
             p.change(|_, bmd| {
                 let rec = bmd
                     .buckets
                     .get_mut(&bck.uname())
                     .ok_or_else(|| bck.not_found())?;
-                rec.props = rec.props.patched(&msg.value)?;
+                let new = rec.props.patched(&msg.value)?;
+                copies_changed = new.mirror.copies() != rec.props.mirror.copies();
+                rec.props = new;
                 Ok(Changed {
                     smap: false,
                     bmd: true,
@@ -300,6 +303,11 @@ async fn bucket_action(
             })
             .await?;
             tracing::info!(bucket = %bck, props = %msg.value, "bucket properties changed");
+            if copies_changed {
+                // Existing objects get (or lose) their replicas now, not at the next rebalance;
+                // the answer is the job's id, as AIStore answers with its make-n-copies xaction.
+                return crate::job_api::start_make_n_copies(&p, &bck).await;
+            }
             Ok(StatusCode::OK.into_response())
         }
         (m, a) => Err(ApiError::bad_request(format!(

@@ -286,6 +286,19 @@ async fn evict_bucket(p: &Arc<Proxy>, bck: &Bck, params: &HashMap<String, String
     Ok(StatusCode::OK.into_response())
 }
 
+/// Starts the job that brings `bck`'s existing objects to its (changed) `mirror.copies`.
+pub(crate) async fn start_make_n_copies(p: &Arc<Proxy>, bck: &Bck) -> ApiResult {
+    let spec = JobSpec {
+        id: new_job_id(),
+        kind: JobKind::MakeNCopies,
+        bck: Some(bck.clone()),
+        to_bck: None,
+        selection: Selection::default(),
+        opts: Default::default(),
+    };
+    Ok(job_id_response(jobs::start(p, spec).await?))
+}
+
 /// `PUT /v1/cluster` with `{"action":"start","value":{"kind":"lru",...}}` or
 /// `{"action":"stop","value":{"id":...}}`.
 pub(crate) async fn cluster_action(p: &Arc<Proxy>, msg: &ActionMsg) -> ApiResult {

@@ -259,7 +259,7 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
         run.bytes.store(evicted.bytes, Ordering::Relaxed);
         return Ok(());
     }
-    if spec.kind == JobKind::Rebalance {
+    if matches!(spec.kind, JobKind::Rebalance | JobKind::MakeNCopies) {
         return crate::rebalance::run(t, run).await;
     }
     if spec.kind == JobKind::Archive {
@@ -296,9 +296,11 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
                     JobKind::Evict => evict_one(&t, &bck, &name).await,
                     JobKind::Copy | JobKind::Etl => copy_one(&t, &run.spec, &bck, &name).await,
                     // Node-wide kinds run in `execute` before the per-object loop.
-                    JobKind::Lru | JobKind::Rebalance | JobKind::Archive | JobKind::Reshard => {
-                        Ok(Outcome::Skipped)
-                    }
+                    JobKind::Lru
+                    | JobKind::Rebalance
+                    | JobKind::MakeNCopies
+                    | JobKind::Archive
+                    | JobKind::Reshard => Ok(Outcome::Skipped),
                 };
                 run.record(&name, result);
             }

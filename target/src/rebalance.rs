@@ -29,15 +29,21 @@ pub(crate) const REPLICA: &str = "replica";
 /// Query flag: do not look for the object on past owners (no chains of fallbacks).
 pub(crate) const NO_FALLBACK: &str = "nofb";
 
+/// Runs a rebalance (every bucket) or a `make-n-copies` job (the job's bucket only): the same
+/// walk, since both mean "bring every copy to where the map and `mirror.copies` want it".
 pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
     let smap = t.smap();
     let bmd = t.bmd();
     let me = t.id.clone();
     let store = t.store.clone();
     let map = smap.clone();
+    let only = run.spec.bck.as_ref().map(|b| b.uname());
     let misplaced: Vec<(Bck, ObjectMeta)> = tokio::task::spawn_blocking(move || {
         let mut out = Vec::new();
         let walked = store.for_each_object(|_, meta| {
+            if only.as_ref().is_some_and(|u| *u != meta.bucket) {
+                return;
+            }
             let Some(rec) = bmd.buckets.get(&meta.bucket) else {
                 return; // a destroyed bucket: its objects go with it
             };

@@ -205,10 +205,13 @@ enum PropsCmd {
     Show { bucket: String },
     /// Set properties: `lru.quota=10GiB`, `lru.dont_evict_time=30m`, `lru.enabled=false`,
     /// `versioning.validate_warm_get=true`, `versioning.synchronize=true`.
+    /// Set properties (`key=value`...); changing `mirror.copies` starts a make-n-copies job.
     Set {
         bucket: String,
         #[arg(required = true)]
         settings: Vec<String>,
+        #[command(flatten)]
+        follow: jobs::FollowArgs,
     },
 }
 
@@ -316,13 +319,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bucket(BucketCmd::Props(PropsCmd::Set {
             bucket: b,
             settings,
+            follow,
         })) => {
             let bck = bucket(&b)?;
             let patch = props_patch(&settings)?;
-            client
+            let job = client
                 .bucket_action(Method::PATCH, &bck, action::SET_BPROPS, patch, &[])
                 .await?;
             println!("\"{bck}\" properties updated");
+            if !job.trim().is_empty() {
+                let what = format!("make-n-copies {bck}");
+                jobs::started(&client, job.trim(), &what, &follow, cli.json).await?;
+            }
         }
         Command::Prefetch {
             bucket: b,

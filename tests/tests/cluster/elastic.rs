@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use gristmill_core::job::{JobState, JobStatus};
+use gristmill_core::job::{JobKind, JobState, JobStatus};
 use gristmill_core::{Bck, ClusterMap, Provider};
 use gristmill_tests::{Cluster, content};
 
@@ -521,5 +521,74 @@ async fn copies_2_survive_a_kill9_under_load() {
         let mut got = holders.get(&n).cloned().unwrap_or_default();
         got.sort();
         assert_eq!(got, want, "{n}: copies not restored");
+    }
+}
+
+/// Which targets hold each object of `bucket` (from every target's local listing).
+async fn holders(c: &Cluster, smap: &ClusterMap, bucket: &str) -> HashMap<String, Vec<String>> {
+    let mut out: HashMap<String, Vec<String>> = HashMap::new();
+    for t in smap.tmap.values() {
+        for name in c.names_on(t.url(), bucket).await {
+            out.entry(name).or_default().push(t.daemon_id.clone());
+        }
+    }
+    for ids in out.values_mut() {
+        ids.sort();
+    }
+    out
+}
+
+/// Setting `mirror.copies` on a bucket that already holds objects starts a make-n-copies job
+/// (up 1 → 3, down 3 → 2, down to 1): each object ends on exactly its first N HRW targets, and
+/// every object reads back intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn changing_copies_of_an_existing_bucket_runs_make_n_copies() {
+    const N: usize = 300;
+    const SIZE: usize = 2048;
+    let c = cluster(4).await;
+    fill(&c, "mk", N, SIZE).await;
+    let smap = c.smap().await.unwrap();
+    let bck = Bck::new("mk", Provider::Ais).unwrap();
+    for copies in [3usize, 2, 1] {
+        let out = c.grist_ok(&[
+            "--json",
+            "bucket",
+            "props",
+            "set",
+            "ais://mk",
+            &format!("mirror.copies={copies}"),
+            "--wait",
+        ]);
+        let json = &out[out.find('{').unwrap_or_else(|| panic!("no job in {out:?}"))..];
+        let status: JobStatus = serde_json::from_str(json).unwrap();
+        assert_eq!(status.kind, JobKind::MakeNCopies, "{out}");
+        assert_eq!(status.state, JobState::Finished, "{status:?}");
+        let held = holders(&c, &smap, "mk").await;
+        assert_eq!(held.len(), N, "copies={copies}: objects missing");
+        for (name, got) in &held {
+            let mut want: Vec<String> = smap
+                .owners(&bck.object_uname(name), copies)
+                .iter()
+                .map(|o| o.daemon_id.clone())
+                .collect();
+            want.sort();
+            assert_eq!(got, &want, "copies={copies}: {name} on the wrong targets");
+        }
+        println!(
+            "copies={copies}: job moved {} copies, skipped {}",
+            status.objects, status.skipped
+        );
+    }
+    // Same props again: nothing changes, no job.
+    let out = c.grist_ok(&["bucket", "props", "set", "ais://mk", "mirror.copies=1"]);
+    assert!(!out.contains("job"), "{out}");
+    for i in (0..N).step_by(7) {
+        let r = c
+            .http
+            .get(c.url(&format!("/v1/objects/mk/{}", name(i))))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.bytes().await.unwrap(), content(i as u64, SIZE));
     }
 }
