@@ -571,11 +571,17 @@ class Bucket:
                              "ext": ext or {}, "dry_run": dry_run, "num-workers": num_workers}
         return self._job("POST", "etl-bck", v, self._bck_to(to))
 
-    def set_props(self, **patch: Any) -> None:
+    def set_props(self, **patch: Any) -> Optional["Job"]:
         """Changes bucket properties: ``set_props(lru={"quota": 10 << 30}, mirror={"copies": 2},
-        versioning={"validate_warm_get": True})``."""
-        self.client._request("PATCH", self._url, body=_action("set-bprops", patch), headers=_JSON,
-                             subject="bucket")
+        versioning={"validate_warm_get": True})``. A change of ``mirror.copies`` starts a
+        make-n-copies job that adds or drops replicas of the existing objects: it is returned
+        (``.wait()`` it); otherwise ``None``."""
+        from .jobs import Job
+
+        resp = self.client._request("PATCH", self._url, body=_action("set-bprops", patch),
+                                    headers=_JSON, subject="bucket")
+        job_id = resp.data.decode().strip()
+        return Job(self.client, job_id) if job_id else None
 
     def list_cached(self, prefix: str = "", cached: bool = True) -> List["ListEntry"]:
         """A remote bucket's objects that are (``cached``) or are not cached in the cluster."""

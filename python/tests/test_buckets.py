@@ -86,3 +86,19 @@ def test_cluster_map(client):
         assert node["daemon_id"] == tid and node["daemon_type"] == "target"
         assert node["public_net"]["direct_url"].startswith("http://")
     assert client.health()
+
+
+def test_changing_copies_returns_a_make_n_copies_job(bucket):
+    for i in range(20):
+        bucket.object(f"o{i}").put(b"x" * (100 + i))
+    job = bucket.set_props(mirror={"copies": 2})
+    assert job is not None
+    status = job.wait(timeout=60)
+    assert status["kind"] == "make-n-copies"
+    assert status["state"] == "finished"
+    # Every object got its second copy (20 copies sent in all, one per object).
+    assert status["objects"] - status["skipped"] == 20
+    assert bucket.set_props(mirror={"copies": 2}) is None  # no change, no job
+    assert bucket.set_props(lru={"enabled": False}) is None
+    for i in range(20):
+        assert bucket.object(f"o{i}").get() == b"x" * (100 + i)
