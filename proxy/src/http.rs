@@ -387,6 +387,9 @@ async fn join(State(p): State<Arc<Proxy>>, req: Request) -> ApiResult {
 async fn keepalive(State(p): State<Arc<Proxy>>, body: Bytes) -> ApiResult {
     let ka: Keepalive = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid keepalive: {e}")))?;
+    if p.removed.contains(&ka.id) {
+        return Err(membership::Removed::refusal(&ka.id));
+    }
     match membership::keepalive(&p, &ka) {
         Some(sync) => Ok(axum::Json(sync).into_response()),
         None => Err(ApiError::not_found(format!(

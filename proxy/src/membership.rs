@@ -11,6 +11,55 @@ use tokio_util::sync::CancellationToken;
 
 use crate::meta::{Changed, Proxy};
 
+/// Ids of nodes an administrator removed, kept in `removed.json` in the proxy's state
+/// directory: a removed node that is still running must not walk back in through its own
+/// keepalives or join retries (that would undo the removal within a keepalive interval).
+pub(crate) struct Removed {
+    path: std::path::PathBuf,
+    ids: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+impl Removed {
+    pub(crate) fn load(state_dir: &std::path::Path) -> Self {
+        let path = state_dir.join("removed.json");
+        let ids = gristmill_core::persist::load_json(&path)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        Self {
+            path,
+            ids: std::sync::Mutex::new(ids),
+        }
+    }
+
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.ids.lock().expect("removed lock").contains(id)
+    }
+
+    /// The refusal a removed node gets (409: the node stops retrying until re-added).
+    pub(crate) fn refusal(id: &str) -> ApiError {
+        ApiError::new(
+            gristmill_core::ErrorKind::Conflict,
+            format!(
+                "node {id} was removed from the cluster by an administrator \
+                 (`grist cluster add URL` adds it back)"
+            ),
+        )
+    }
+
+    fn set(&self, id: &str, removed: bool) {
+        let mut ids = self.ids.lock().expect("removed lock");
+        let changed = if removed {
+            ids.insert(id.to_owned())
+        } else {
+            ids.remove(id)
+        };
+        if changed && let Err(e) = gristmill_core::persist::save_json(&self.path, &*ids) {
+            tracing::warn!(error = %e, "could not persist the removed-node list");
+        }
+    }
+}
+
 /// Registers `node` (primary only). Re-registering with the same URL changes nothing; a new id at
 /// a known URL replaces the node that was there.
 pub(crate) async fn register(proxy: &Proxy, mut node: Node) -> Result<MetaSync, ApiError> {
@@ -26,6 +75,9 @@ pub(crate) async fn register(proxy: &Proxy, mut node: Node) -> Result<MetaSync, 
             )));
         }
     };
+    if proxy.removed.contains(&node.daemon_id) {
+        return Err(Removed::refusal(&node.daemon_id));
+    }
     node.id_digest = gristmill_core::hrw::digest(&node.daemon_id);
     proxy
         .change(|smap, _| {
@@ -253,7 +305,7 @@ pub(crate) async fn node_action(
                 })
             })
             .await
-            .map(|_| ()),
+            .map(|_| proxy.removed.set(&sid, true)),
         "join-node" => {
             let url = value.get("url").and_then(|v| v.as_str()).unwrap_or("");
             join_by_url(proxy, url).await
@@ -285,6 +337,7 @@ async fn join_by_url(proxy: &Proxy, url: &str) -> Result<(), ApiError> {
         .json()
         .await
         .map_err(|e| ApiError::bad_request(format!("{url} is not a Gristmill node: {e}")))?;
+    proxy.removed.set(&node.daemon_id, false);
     register(proxy, node).await.map(|_| ())
 }
 
@@ -316,6 +369,7 @@ async fn remove_after_rebalance(proxy: Arc<Proxy>, sid: String, version: u64) {
         })
         .await;
     if removed.is_ok() {
+        proxy.removed.set(&sid, true);
         tracing::info!(node = %sid, "decommissioned node removed from the map");
     }
 }

@@ -27,6 +27,9 @@ pub(crate) struct Proxy {
     change_lock: tokio::sync::Mutex<()>,
     /// When each node was last heard from (keepalive or join).
     pub(crate) last_heard: Mutex<HashMap<String, Instant>>,
+    /// Nodes an administrator removed (`remove-node`, finished `decommission-node`): their
+    /// keepalives and joins are refused until `join-node` adds them back. Persisted.
+    pub(crate) removed: crate::membership::Removed,
     /// Requests to other nodes (signed with the cluster secret when auth is on).
     pub(crate) http: gristmill_core::auth::IntraClient,
     /// Keys derived from the cluster secret; `None` = auth off.
@@ -102,6 +105,7 @@ impl Proxy {
             bmd: RwLock::new(Arc::new(bmd)),
             change_lock: tokio::sync::Mutex::new(()),
             last_heard: Mutex::new(HashMap::new()),
+            removed: crate::membership::Removed::load(&config.state_dir),
             started: Instant::now(),
             http,
             auth: config.serve.auth.clone(),

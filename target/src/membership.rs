@@ -1,5 +1,7 @@
 //! Joining the cluster and staying in it: register with the primary proxy (retrying until it
-//! answers), then send keepalives; re-register whenever the primary no longer knows us.
+//! answers), then send keepalives; re-register whenever the primary no longer knows us. A
+//! target that an administrator removed (the primary answers 409) stops knocking and waits
+//! until a map that includes it arrives again (`grist cluster add URL`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,13 +12,35 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Target;
 
+/// What the primary said to a join or keepalive.
+enum Answer {
+    Ok,
+    /// It does not know us (re-join).
+    Unknown,
+    /// An administrator removed us.
+    Removed,
+}
+
 pub(crate) async fn run(target: Arc<Target>, interval: Duration, shutdown: CancellationToken) {
     let mut joined = false;
     let mut backoff = Duration::from_millis(200);
+    // The map version at our removal: a newer map that lists us means we were added back.
+    let mut removed_at: Option<u64> = None;
     loop {
-        if !joined {
+        if let Some(v) = removed_at {
+            let smap = target.smap();
+            if smap.version > v && smap.tmap.contains_key(&target.id) {
+                tracing::info!("added back to the cluster");
+                removed_at = None;
+                joined = true;
+            }
+        } else if !joined {
             match join(&target).await {
-                Ok(()) => {
+                Ok(Answer::Removed) => {
+                    tracing::warn!("removed from the cluster by an administrator; not re-joining");
+                    removed_at = Some(target.smap().version);
+                }
+                Ok(_) => {
                     joined = true;
                     backoff = Duration::from_millis(200);
                 }
@@ -27,8 +51,13 @@ pub(crate) async fn run(target: Arc<Target>, interval: Duration, shutdown: Cance
             }
         } else {
             match keepalive(&target).await {
-                Ok(true) => {}
-                Ok(false) => {
+                Ok(Answer::Ok) => {}
+                Ok(Answer::Removed) => {
+                    tracing::warn!("removed from the cluster by an administrator; not re-joining");
+                    removed_at = Some(target.smap().version);
+                    joined = false;
+                }
+                Ok(Answer::Unknown) => {
                     tracing::warn!("primary does not know this node; re-joining");
                     joined = false;
                     continue;
@@ -54,7 +83,7 @@ fn primary_url(target: &Target) -> String {
     }
 }
 
-async fn join(target: &Target) -> anyhow::Result<()> {
+async fn join(target: &Target) -> anyhow::Result<Answer> {
     let mut last = None;
     // Try the primary we know first, then the configured join URL.
     for base in [primary_url(target), target.join_url.clone()] {
@@ -74,8 +103,9 @@ async fn join(target: &Target) -> anyhow::Result<()> {
                 tracing::info!(primary = %base, "joined the cluster");
                 // After a restart: finish whatever rebalance was interrupted.
                 target.maybe_rebalance();
-                return Ok(());
+                return Ok(Answer::Ok);
             }
+            Ok(r) if r.status() == reqwest::StatusCode::CONFLICT => return Ok(Answer::Removed),
             Ok(r) => last = Some(anyhow::anyhow!("{base}: {}", r.status())),
             Err(e) => last = Some(e.into()),
         }
@@ -83,8 +113,7 @@ async fn join(target: &Target) -> anyhow::Result<()> {
     Err(last.unwrap_or_else(|| anyhow::anyhow!("no proxy to join (set --join)")))
 }
 
-/// Returns `Ok(false)` when the primary answers that it does not know us.
-async fn keepalive(target: &Target) -> anyhow::Result<bool> {
+async fn keepalive(target: &Target) -> anyhow::Result<Answer> {
     let smap = target.smap();
     let msg = Keepalive {
         id: target.id.clone(),
@@ -97,12 +126,14 @@ async fn keepalive(target: &Target) -> anyhow::Result<bool> {
         .json(&msg)
         .send()
         .await?;
-    if resp.status() == reqwest::StatusCode::NOT_FOUND {
-        return Ok(false);
+    match resp.status() {
+        reqwest::StatusCode::NOT_FOUND => return Ok(Answer::Unknown),
+        reqwest::StatusCode::CONFLICT => return Ok(Answer::Removed),
+        _ => {}
     }
     let resp = resp.error_for_status()?;
     // The primary piggybacks newer metadata on the reply when we are behind.
     let sync: MetaSync = resp.json().await?;
     target.apply_metasync(sync).await?;
-    Ok(true)
+    Ok(Answer::Ok)
 }

@@ -592,3 +592,85 @@ async fn changing_copies_of_an_existing_bucket_runs_make_n_copies() {
         assert_eq!(r.bytes().await.unwrap(), content(i as u64, SIZE));
     }
 }
+
+/// Waits until `id` is in (or out of) the cluster map.
+async fn wait_member(c: &Cluster, id: &str, member: bool) -> ClusterMap {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let smap = c.smap().await.unwrap();
+        if smap.tmap.contains_key(id) == member {
+            return smap;
+        }
+        assert!(Instant::now() < deadline, "{id} member={member} never");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `grist cluster decommission` moves a target's objects away and then drops it from the map;
+/// `grist cluster remove` drops it at once; a removed target that keeps running stays out
+/// (its keepalives and join retries are refused) until `grist cluster add URL` brings it back,
+/// and the rebalance after that puts every object on its owner again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn decommission_and_remove_stay_out_until_added_back() {
+    const N: usize = 600;
+    const SIZE: usize = 4096;
+    let mut c = cluster(3).await;
+    fill(&c, "dr", N, SIZE).await;
+    let before = c.smap().await.unwrap();
+    c.add_target().await.unwrap();
+    let (smap, _) = rebalanced(&c).await;
+    let (id, url) = smap
+        .tmap
+        .values()
+        .find(|n| !before.tmap.contains_key(&n.daemon_id))
+        .map(|n| (n.daemon_id.clone(), n.url().to_owned()))
+        .unwrap();
+    let per = assert_placement(&c, "dr", N).await;
+    assert!(per[&id] > 0, "the new target got objects");
+
+    c.grist_ok(&["cluster", "decommission", &id]);
+    wait_member(&c, &id, false).await;
+    assert_placement(&c, "dr", N).await;
+    assert_listing(&c, "dr", N).await;
+    assert!(
+        c.names_on(&url, "dr").await.is_empty(),
+        "objects left behind"
+    );
+    // Still running, still out: three detection windows (500 ms × 4) later.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(
+        !c.smap().await.unwrap().tmap.contains_key(&id),
+        "walked back in"
+    );
+
+    c.grist_ok(&["cluster", "add", &url]);
+    wait_member(&c, &id, true).await;
+    rebalanced(&c).await;
+    let per = assert_placement(&c, "dr", N).await;
+    assert!(per[&id] > 0);
+
+    // Remove at once: its objects are out of the cluster until it is added back.
+    c.grist_ok(&["cluster", "remove", &id]);
+    wait_member(&c, &id, false).await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        !c.smap().await.unwrap().tmap.contains_key(&id),
+        "walked back in"
+    );
+    let refused = c.grist(&["cluster", "remove", &id]);
+    assert!(!refused.status.success(), "removing an absent node");
+    c.grist_ok(&["cluster", "add", &url]);
+    wait_member(&c, &id, true).await;
+    rebalanced(&c).await;
+    assert_placement(&c, "dr", N).await;
+    assert_listing(&c, "dr", N).await;
+    for i in (0..N).step_by(13) {
+        let r = c
+            .http
+            .get(c.url(&format!("/v1/objects/dr/{}", name(i))))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.bytes().await.unwrap(), content(i as u64, SIZE));
+    }
+}
