@@ -889,6 +889,8 @@ async fn multipart(
                 .store
                 .mpu_complete(&bck, &name, &upload_id, &parts.parts, !bck.is_remote())
                 .await?;
+            // Like a PUT: acknowledged only once every copy is stored.
+            crate::rebalance::replicate(&t, &bck, &meta).await?;
             let mut resp = StatusCode::OK.into_response();
             object_headers(&t, &bck, &meta, resp.headers_mut());
             Ok(resp)

@@ -475,3 +475,75 @@ async fn malformed_s3_requests_are_refused_cleanly() {
         "{listing}"
     );
 }
+
+/// A multipart upload to a bucket with `mirror.copies = 2` is acknowledged only once both
+/// copies are stored, like a PUT: the completed object sits on its first two HRW targets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multipart_upload_is_replicated_before_complete_returns() {
+    let c = Cluster::start(3, 1).await.unwrap();
+    let s3 = client(&c, "gristmill", "gristmill-secret");
+    s3.create_bucket().bucket("mpu2").send().await.unwrap();
+    c.grist_ok(&["bucket", "props", "set", "ais://mpu2", "mirror.copies=2"]);
+    let big = content(7, 2 * (5 << 20) + 99);
+    let up = s3
+        .create_multipart_upload()
+        .bucket("mpu2")
+        .key("twice")
+        .send()
+        .await
+        .unwrap();
+    let id = up.upload_id().unwrap();
+    let mut parts = Vec::new();
+    for (n, chunk) in big.chunks(5 << 20).enumerate() {
+        let r = s3
+            .upload_part()
+            .bucket("mpu2")
+            .key("twice")
+            .upload_id(id)
+            .part_number(n as i32 + 1)
+            .body(ByteStream::from(chunk.to_vec()))
+            .send()
+            .await
+            .unwrap();
+        parts.push(
+            CompletedPart::builder()
+                .part_number(n as i32 + 1)
+                .e_tag(r.e_tag().unwrap())
+                .build(),
+        );
+    }
+    s3.complete_multipart_upload()
+        .bucket("mpu2")
+        .key("twice")
+        .upload_id(id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(parts))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let smap = c.smap().await.unwrap();
+    let bck = gristmill_core::Bck::new("mpu2", gristmill_core::Provider::Ais).unwrap();
+    let owners = smap.owners(&bck.object_uname("twice"), 2);
+    for t in smap.tmap.values() {
+        let here = c
+            .names_on(t.url(), "mpu2")
+            .await
+            .contains(&"twice".to_owned());
+        let want = owners.iter().any(|o| o.daemon_id == t.daemon_id);
+        assert_eq!(here, want, "target {}: holds a copy = {here}", t.daemon_id);
+    }
+    let got = s3
+        .get_object()
+        .bucket("mpu2")
+        .key("twice")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        &big[..]
+    );
+}
