@@ -144,6 +144,11 @@ pub fn finish(s: &JobStatus, json_out: bool) -> anyhow::Result<()> {
             human(s.bytes),
             s.errors
         );
+        if !s.counters.is_empty() {
+            let counters: Vec<String> =
+                s.counters.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            println!("  {}", counters.join(", "));
+        }
         for e in s.error_samples().take(20) {
             println!("  {}: {}", e.name, e.error);
         }
@@ -196,6 +201,9 @@ pub async fn show(
         }
         println!("job {} ({}) {}", s.id, s.kind, state_name(s.state));
         println!("{t}");
+        for (k, v) in &s.counters {
+            println!("  {k}: {v}");
+        }
         for e in s.error_samples().take(50) {
             println!("  error: {}: {}", e.name, e.error);
         }

@@ -487,12 +487,18 @@ impl LruProps {
 pub struct ChecksumProps {
     #[serde(rename = "type")]
     pub kind: String,
+    /// Every GET of a whole object verifies the stored checksum while it reads (small objects
+    /// before the first byte is sent; streamed ones end broken on a mismatch), quarantines a
+    /// corrupt copy and repairs it from a replica or the remote. On by default.
+    #[serde(default = "yes")]
+    pub validate_warm_get: bool,
 }
 
 impl Default for ChecksumProps {
     fn default() -> Self {
         Self {
             kind: "xxhash".into(),
+            validate_warm_get: true,
         }
     }
 }

@@ -6,6 +6,8 @@
 //! aggregated fresh from the targets ([`JobStatus::aggregate`]), so any proxy — including one
 //! that restarted after the job began — answers for any job.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::bucket::Bck;
@@ -44,6 +46,10 @@ pub enum JobKind {
     /// missing replicas on the next HRW targets, drop copies beyond the count.
     #[serde(rename = "make-n-copies")]
     MakeNCopies,
+    /// Re-read every object a target holds (owned copies and replicas), verify size and
+    /// checksum, quarantine corrupt copies and repair them from a replica or the remote.
+    #[serde(rename = "scrub")]
+    Scrub,
 }
 
 /// Every kind, for parsing and help texts.
@@ -57,6 +63,7 @@ pub const JOB_KINDS: &[JobKind] = &[
     JobKind::Reshard,
     JobKind::Rebalance,
     JobKind::MakeNCopies,
+    JobKind::Scrub,
 ];
 
 impl JobKind {
@@ -71,6 +78,7 @@ impl JobKind {
             JobKind::Reshard => "dsort",
             JobKind::Rebalance => "rebalance",
             JobKind::MakeNCopies => "make-n-copies",
+            JobKind::Scrub => "scrub",
         }
     }
 
@@ -86,6 +94,7 @@ impl JobKind {
             "etl" | "etl-bck" | "etl-listrange" | "etl-objects" => Some(JobKind::Etl),
             "rebalance" | "rb" => Some(JobKind::Rebalance),
             "make-n-copies" | "copies" | "mirror" => Some(JobKind::MakeNCopies),
+            "scrub" => Some(JobKind::Scrub),
             "archive" | "archive-listrange" => Some(JobKind::Archive),
             "reshard" | "dsort" => Some(JobKind::Reshard),
             _ => None,
@@ -196,6 +205,9 @@ pub struct JobOptions {
     /// Reshard: the whole request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reshard: Option<Box<crate::shards::ReshardSpec>>,
+    /// Scrub: only report corrupt copies (no quarantine, no repair).
+    #[serde(default)]
+    pub no_repair: bool,
 }
 
 /// What the primary sends to every target to start a job.
@@ -263,6 +275,9 @@ pub struct JobSnap {
     /// Why the job stopped early (abort request, enumeration failure).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub abort_reason: String,
+    /// Kind-specific counters (scrub: `corrupt`, `repaired`, `unrepairable`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub counters: BTreeMap<String, u64>,
 }
 
 /// A job across the cluster: totals and each target's snapshot.
@@ -285,6 +300,9 @@ pub struct JobStatus {
     pub bytes: u64,
     pub skipped: u64,
     pub errors: u64,
+    /// Kind-specific counters, summed over targets.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub counters: BTreeMap<String, u64>,
     pub targets: Vec<JobSnap>,
 }
 
@@ -306,6 +324,10 @@ impl JobStatus {
             .iter()
             .map(|s| s.total_objects)
             .try_fold(0u64, |acc, t| t.map(|t| acc + t));
+        let mut counters = BTreeMap::new();
+        for (k, v) in snaps.iter().flat_map(|s| s.counters.iter()) {
+            *counters.entry(k.clone()).or_insert(0) += v;
+        }
         Some(Self {
             id: first.id,
             kind: first.kind,
@@ -323,6 +345,7 @@ impl JobStatus {
             bytes: snaps.iter().map(|s| s.bytes).sum(),
             skipped: snaps.iter().map(|s| s.skipped).sum(),
             errors: snaps.iter().map(|s| s.errors).sum(),
+            counters,
             targets: snaps,
         })
     }
@@ -375,6 +398,7 @@ mod tests {
             errors: 0,
             error_samples: vec![],
             abort_reason: String::new(),
+            counters: [("corrupt".to_string(), 1)].into(),
         }
     }
 
@@ -394,6 +418,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.state, JobState::Aborted);
         assert_eq!((s.end_ns, s.total_objects), (20, Some(8)));
+        assert_eq!(s.counters["corrupt"], 2);
         assert!(JobStatus::aggregate(vec![]).is_none());
     }
 

@@ -308,6 +308,9 @@ pub(crate) async fn cluster_action(p: &Arc<Proxy>, msg: &ActionMsg) -> ApiResult
             let kind_name = str_field(v, &["kind", "Kind"]);
             let kind = JobKind::parse(&kind_name)
                 .ok_or_else(|| ApiError::bad_request(format!("unknown job kind {kind_name:?}")))?;
+            if kind == JobKind::Scrub {
+                return start_scrub(p, v).await;
+            }
             if !matches!(kind, JobKind::Lru | JobKind::Rebalance) {
                 return Err(ApiError::bad_request(format!(
                     "start {kind} through its bucket action; lru and rebalance start here"
@@ -339,6 +342,38 @@ pub(crate) async fn cluster_action(p: &Arc<Proxy>, msg: &ActionMsg) -> ApiResult
             "unsupported cluster action {other:?}"
         ))),
     }
+}
+
+/// `{"kind":"scrub","bck":"ais://b"|{"name","provider","namespace"},"prefix":"...",
+/// "no_repair":true}`: a scrub of one bucket, or of every bucket without `bck`.
+async fn start_scrub(p: &Arc<Proxy>, v: &Value) -> ApiResult {
+    let bck = match v.get("bck").or_else(|| v.get("bucket")) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(Value::String(s)) => Some(Bck::parse_uri(s)?.0),
+        Some(obj) => tobck(&serde_json::json!({ "tobck": obj }))?,
+    };
+    if let Some(b) = &bck {
+        if b.is_remote() {
+            crate::remote::ensure(p, b).await?;
+        } else if !p.bmd().contains(b) {
+            return Err(b.not_found());
+        }
+    }
+    let mut opts = options(v);
+    opts.no_repair = bool_field(v, &["no_repair", "no-repair"]);
+    let spec = JobSpec {
+        id: new_job_id(),
+        kind: JobKind::Scrub,
+        bck,
+        to_bck: None,
+        selection: Selection {
+            prefix: str_field(v, &["prefix"]),
+            ..Default::default()
+        },
+        opts,
+    };
+    Ok(job_id_response(jobs::start(p, spec).await?))
 }
 
 fn kind_param(params: &HashMap<String, String>) -> Result<Option<JobKind>, ApiError> {

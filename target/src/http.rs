@@ -561,7 +561,10 @@ pub(crate) fn file_stream(
     })
 }
 
-/// Streams an opened local object (GET of a native or a cached remote object).
+/// Streams an opened local object (GET of a native or a cached remote object). With checksum
+/// validation on (see `scrub`), a small object is checked before any byte leaves and a whole
+/// streamed one as it streams (its last chunk held back until the hash matches); a corrupt copy
+/// is quarantined and repaired, and the repaired copy is served when nothing was sent yet.
 pub(crate) async fn serve_local(
     t: &Target,
     bck: &Bck,
@@ -569,46 +572,78 @@ pub(crate) async fn serve_local(
     params: &HashMap<String, String>,
     headers: &HeaderMap,
 ) -> ApiResult {
-    if let Err(unmet) = check_preconditions(headers, &open.meta) {
-        return Ok(unmet.into_response());
-    }
-    if t.store.touch(&open.meta.bucket, &open.meta.name) {
-        t.space.nudge();
-    }
-    if params
-        .get(q::VALIDATE_CHECKSUM)
-        .is_some_and(|v| v == "true" || v == "1")
-    {
-        t.store.verify(&open).await?;
-    }
-    let size = open.meta.size;
-    let range = match request_range(headers, size) {
-        Ok(r) => r,
-        Err(resp) => return resp,
-    };
-    let (start, len) = range.map_or((0, size), |r| (r.start, r.len()));
-    let body = match &open.data {
-        Some(data) => Body::from(data.slice(start as usize..(start + len) as usize)),
-        None => file_body(open.file, start, len).await?,
-    };
-    let mut resp = Response::new(body);
-    object_headers(t, bck, &open.meta, resp.headers_mut());
-    resp.headers_mut()
-        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
-    if let Some(r) = range {
-        *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
-        if let Ok(v) = HeaderValue::from_str(&r.content_range(size)) {
-            resp.headers_mut().insert(header::CONTENT_RANGE, v);
+    let validate = crate::scrub::validates(t, bck, params);
+    let mut open = open;
+    let mut repaired = false;
+    loop {
+        if let Err(unmet) = check_preconditions(headers, &open.meta) {
+            return Ok(unmet.into_response());
         }
-        // A whole-object checksum on a partial response confuses clients that validate it.
-        resp.headers_mut().remove(h::CHECKSUM_VALUE);
-        resp.headers_mut().remove(h::CHECKSUM_TYPE);
+        let size = open.meta.size;
+        let range = match request_range(headers, size) {
+            Ok(r) => r,
+            Err(resp) => return resp,
+        };
+        // Checks that run before the first byte: a small object (already in memory), or any
+        // object when the request asked (`?validate_checksum=true`, even for a range).
+        let corrupt = match &open.data {
+            Some(data) if validate => crate::scrub::check_bytes(&open.meta, data).err(),
+            None if validate && range.is_some() && crate::scrub::explicit(params) => {
+                crate::scrub::check_open(&open).await?.err()
+            }
+            _ => None,
+        };
+        if let Some(why) = corrupt {
+            if repaired {
+                return Err(ApiError::internal(format!(
+                    "object {bck}/{} is still corrupt after its repair: {why}",
+                    open.meta.name
+                )));
+            }
+            crate::scrub::quarantine_and_repair(t, bck, &open.meta, &why, "get").await?;
+            repaired = true;
+            open = t.store.open_object(bck, &open.meta.name).await?;
+            continue;
+        }
+        if t.store.touch(&open.meta.bucket, &open.meta.name) {
+            t.space.nudge();
+        }
+        let (start, len) = range.map_or((0, size), |r| (r.start, r.len()));
+        let body = match open.data {
+            Some(data) => Body::from(data.slice(start as usize..(start + len) as usize)),
+            None if validate && range.is_none() => {
+                let (t2, bck2, meta) = (t.me.get().cloned(), bck.clone(), open.meta.clone());
+                Body::from_stream(crate::scrub::verified_stream(
+                    open.file,
+                    open.meta.clone(),
+                    move |why| {
+                        if let Some(t) = t2.and_then(|w| w.upgrade()) {
+                            crate::scrub::repair_in_background(t, &bck2, meta, why);
+                        }
+                    },
+                ))
+            }
+            None => file_body(open.file, start, len).await?,
+        };
+        let mut resp = Response::new(body);
+        object_headers(t, bck, &open.meta, resp.headers_mut());
+        resp.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        );
+        if let Some(r) = range {
+            *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
+            if let Ok(v) = HeaderValue::from_str(&r.content_range(size)) {
+                resp.headers_mut().insert(header::CONTENT_RANGE, v);
+            }
+            // A whole-object checksum on a partial response confuses clients that validate it.
+            resp.headers_mut().remove(h::CHECKSUM_VALUE);
+            resp.headers_mut().remove(h::CHECKSUM_TYPE);
+        }
+        return Ok(resp);
     }
-    Ok(resp)
 }
 
 async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) -> ApiResult {

@@ -48,6 +48,8 @@ pub(crate) struct JobRun {
     errors: AtomicU64,
     samples: Mutex<Vec<ObjectError>>,
     abort_reason: Mutex<String>,
+    /// Kind-specific counters (see [`JobRun::count`]).
+    counters: Mutex<std::collections::BTreeMap<String, u64>>,
     pub(crate) cancel: CancellationToken,
 }
 
@@ -77,7 +79,18 @@ impl JobRun {
             errors: self.errors.load(Ordering::Relaxed),
             error_samples: self.samples.lock().expect("job samples lock").clone(),
             abort_reason: self.abort_reason.lock().expect("job abort lock").clone(),
+            counters: self.counters.lock().expect("job counters lock").clone(),
         }
+    }
+
+    /// Adds to a kind-specific counter (scrub: corrupt, repaired, unrepairable).
+    pub(crate) fn count(&self, key: &str, n: u64) {
+        *self
+            .counters
+            .lock()
+            .expect("job counters lock")
+            .entry(key.to_owned())
+            .or_insert(0) += n;
     }
 
     pub(crate) fn record(&self, name: &str, result: Result<Outcome, ApiError>) {
@@ -142,6 +155,7 @@ impl Jobs {
                 errors: AtomicU64::new(0),
                 samples: Mutex::new(Vec::new()),
                 abort_reason: Mutex::new(String::new()),
+                counters: Mutex::default(),
                 cancel: CancellationToken::new(),
                 spec,
             });
@@ -225,7 +239,10 @@ impl Jobs {
 
 fn validate(spec: &JobSpec) -> Result<(), ApiError> {
     spec.selection.resolve()?;
-    let needs_bucket = !matches!(spec.kind, JobKind::Lru | JobKind::Rebalance);
+    let needs_bucket = !matches!(
+        spec.kind,
+        JobKind::Lru | JobKind::Rebalance | JobKind::Scrub
+    );
     if needs_bucket && spec.bck.is_none() {
         return Err(ApiError::bad_request(format!(
             "{} needs a bucket",
@@ -261,6 +278,9 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
     }
     if matches!(spec.kind, JobKind::Rebalance | JobKind::MakeNCopies) {
         return crate::rebalance::run(t, run).await;
+    }
+    if spec.kind == JobKind::Scrub {
+        return crate::scrub::run(t, run).await;
     }
     if spec.kind == JobKind::Archive {
         return crate::shards::execute_archive(t, run).await;
@@ -300,7 +320,8 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
                     | JobKind::Rebalance
                     | JobKind::MakeNCopies
                     | JobKind::Archive
-                    | JobKind::Reshard => Ok(Outcome::Skipped),
+                    | JobKind::Reshard
+                    | JobKind::Scrub => Ok(Outcome::Skipped),
                 };
                 run.record(&name, result);
             }

@@ -20,6 +20,7 @@ mod membership;
 mod meta;
 pub mod multipart;
 mod rebalance;
+mod scrub;
 mod shards;
 pub mod space;
 pub mod store;

@@ -13,7 +13,6 @@
 //! generation suffix and becomes visible only when the index commit that references it lands.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -407,33 +406,55 @@ impl Store {
         Ok(dropped)
     }
 
-    /// Recomputes an object's xxhash from its file (blocking read, off the runtime).
-    pub async fn verify(&self, open: &OpenObject) -> Result<(), StoreError> {
-        let mut file = open.file.try_clone()?;
-        let want = open.meta.cksum_value.clone();
-        let got = tokio::task::spawn_blocking(move || -> std::io::Result<String> {
-            file.seek(SeekFrom::Start(0))?;
-            let mut h = Xxh64::new(0);
-            let mut buf = vec![0u8; 1 << 20];
-            loop {
-                let n = file.read(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                h.update(&buf[..n]);
+    /// Takes a corrupt copy out of service: moves its data file (the very generation `meta`
+    /// names) into `<mountpath>/quarantine/` and drops its index record, so it is never served
+    /// again. False when the record no longer names that file (overwritten or quarantined
+    /// meanwhile): nothing changes then. A newer record that landed between the move and the
+    /// drop is put back.
+    pub async fn quarantine(&self, bck: &Bck, meta: &ObjectMeta) -> Result<bool, StoreError> {
+        let mp = self.mountpath_for(bck, &meta.name).clone();
+        match mp.index.get(&meta.bucket, &meta.name)? {
+            Some(now) if now.file == meta.file => {}
+            _ => return Ok(false),
+        }
+        let from = mp.path.join(&meta.file);
+        let dir = mp.path.join("quarantine");
+        let to = dir.join(format!(
+            "{}.{}",
+            bucket_dir(&meta.bucket),
+            Path::new(&meta.file)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ));
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            std::fs::create_dir_all(&dir)?;
+            match std::fs::rename(&from, &to) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
             }
-            Ok(format!("{:016x}", h.digest()))
         })
         .await
         .map_err(|e| StoreError::Index(e.to_string()))??;
-        if got != want {
-            return Err(ApiError::internal(format!(
-                "checksum mismatch on {}: stored {want}, computed {got}",
-                open.meta.name
-            ))
-            .into());
+        let applied = mp
+            .index
+            .apply(IndexOp::Delete {
+                bucket: meta.bucket.clone(),
+                name: meta.name.clone(),
+            })
+            .await?;
+        match applied.replaced {
+            Some(old) if old.file == meta.file => {
+                self.usage.account(&old.bucket, 0, old.size);
+                Ok(true)
+            }
+            // Overwritten between the check and the drop: the new record goes back.
+            Some(newer) => {
+                mp.index.apply(IndexOp::Put(newer)).await?;
+                Ok(false)
+            }
+            None => Ok(false),
         }
-        Ok(())
     }
 }
 

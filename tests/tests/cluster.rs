@@ -26,6 +26,8 @@ mod jobs;
 mod remote;
 #[path = "cluster/s3.rs"]
 mod s3;
+#[path = "cluster/scrub.rs"]
+mod scrub;
 #[path = "cluster/shards.rs"]
 mod shards;
 #[path = "cluster/tls.rs"]

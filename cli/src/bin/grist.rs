@@ -130,6 +130,20 @@ enum Command {
         #[command(flatten)]
         follow: FollowArgs,
     },
+    /// Re-read and verify every stored copy (checksum and size) of a bucket, or of all
+    /// buckets; quarantine and repair corrupt ones from a replica or the remote (a job).
+    Scrub {
+        /// Bucket (ais://b, s3://b); omit to scrub every bucket.
+        bucket: Option<String>,
+        /// Only objects whose names start with this.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// Only report corrupt copies: no quarantine, no repair.
+        #[arg(long)]
+        no_repair: bool,
+        #[command(flatten)]
+        follow: FollowArgs,
+    },
     /// Jobs: show, wait for, stop.
     #[command(subcommand)]
     Job(JobCmd),
@@ -440,6 +454,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if !gristmill_cli::cluster::run(&client, cmd, cli.json).await? {
                 show_cluster(&client, cli.json).await?;
             }
+        }
+        Command::Scrub {
+            bucket: b,
+            prefix,
+            no_repair,
+            follow,
+        } => {
+            let mut v = serde_json::json!({ "no_repair": no_repair });
+            let what = match &b {
+                Some(b) => {
+                    let bck = bucket(b)?;
+                    v["bck"] = bck.to_string().into();
+                    format!("scrub {bck}")
+                }
+                None => "scrub (all buckets)".to_owned(),
+            };
+            if let Some(p) = prefix {
+                v["prefix"] = p.into();
+            }
+            let id = client.start_job("scrub", v).await?;
+            jobs::started(&client, &id, &what, &follow, cli.json).await?;
         }
         Command::Space(SpaceCmd::Evict { force, follow }) => {
             let id = client
