@@ -535,6 +535,23 @@ class Bucket:
 
         return self._job("DELETE", "evict-listrange", selection(names, template, prefix))
 
+    def scrub(self, prefix: str = "", no_repair: bool = False, num_workers: int = 0) -> "Job":
+        """Re-reads every stored copy of this bucket's objects on every target (owned copies
+        and replicas), verifies size and checksum, and repairs corrupt copies from a replica or
+        the remote (a job; ``no_repair`` only reports). The job's status counts them in
+        ``counters``: ``corrupt``, ``repaired``, ``unrepairable``."""
+        from .jobs import Job
+
+        value = {
+            "kind": "scrub",
+            "bck": {"name": self.name, "provider": self.provider,
+                    "namespace": {"uuid": self._ns_uuid, "name": self._ns_name}},
+            "prefix": prefix, "no_repair": no_repair, "num-workers": num_workers,
+        }
+        resp = self.client._request("PUT", "/v1/cluster", body=_action("start", value), headers=_JSON,
+                                    subject="cluster", idempotent=False)
+        return Job(self.client, resp.data.decode().strip())
+
     def evict_all(self, keep_metadata: bool = False) -> None:
         """Drops every cached object of this remote bucket (and forgets the bucket unless
         ``keep_metadata``); returns when done."""
