@@ -416,6 +416,9 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
         }
     };
     let workers = spec.opts.num_workers.clamp(1, 16);
+    for k in [CORRUPT, REPAIRED, UNREPAIRABLE] {
+        run.count(k, 0); // shown as 0 rather than absent
+    }
     let mut listed = 0u64;
     for bck in buckets {
         let mut after = String::new();
@@ -459,7 +462,10 @@ async fn scrub_one(
     bck: &Bck,
     meta: ObjectMeta,
 ) -> Result<Outcome, ApiError> {
-    let path = t.store.mountpath_for(bck, &meta.name).path.join(&meta.file);
+    let path = match t.store.holder_of(bck, &meta)? {
+        Some(mp) => mp.path.join(&meta.file),
+        None => return Ok(Outcome::Skipped), // rewritten, deleted or moved meanwhile
+    };
     let m = meta.clone();
     let verdict = tokio::task::spawn_blocking(move || match std::fs::File::open(&path) {
         Ok(f) => check_file(&f, &m),
