@@ -352,6 +352,31 @@ async fn corrupt_object_without_replica_is_an_error_and_scrub_reports_it() {
     assert_ne!(status, 200);
     let (status, body) = get(&c, &obj(&c, "scrb", "fine")).await;
     assert_eq!((status, body), (200, Some(content(6, SMALL))));
+
+    // The property is honoured: with `checksum.validate_warm_get=false` a plain GET is not
+    // verified (the opt-out), `?validate_checksum=true` still is.
+    c.grist_ok(&[
+        "bucket",
+        "props",
+        "set",
+        "ais://scrb",
+        "checksum.validate_warm_get=false",
+    ]);
+    let fine = content(6, SMALL);
+    flip(&copies_of(&layout, &fine)[0].1, 7);
+    let (status, body) = get(&c, &obj(&c, "scrb", "fine")).await;
+    assert_eq!(status, 200);
+    assert!(body.unwrap() != fine, "unverified GET with validation off");
+    let r = c
+        .http
+        .get(format!(
+            "{}?validate_checksum=true",
+            obj(&c, "scrb", "fine")
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 500);
 }
 
 /// (c) copies = 2: several flipped copies, owners' and replicas' (one streamed) → scrub
