@@ -122,6 +122,12 @@ impl Client {
         self.http.request(method, self.url(path))
     }
 
+    /// A request to an absolute URL (a node found in the cluster map), with the client's
+    /// token and TLS settings.
+    pub fn request_url(&self, method: Method, url: &str) -> RequestBuilder {
+        self.http.request(method, url)
+    }
+
     /// Sends `req`; a non-success status becomes an error with the server's message.
     pub async fn send(req: RequestBuilder) -> anyhow::Result<Response> {
         check(req.send().await?).await

@@ -12,6 +12,7 @@ pub mod jobs;
 pub mod playground;
 pub mod security;
 pub mod shards;
+pub mod storage;
 
 /// Sets up `tracing` from `RUST_LOG` (default `info`), logging to stderr.
 pub fn init_tracing(default: &str) {

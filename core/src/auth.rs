@@ -618,6 +618,7 @@ pub const TARGET_ROUTES: &[Route] = &[
     r(POST, "/v1/shards/reshard/{job}/records", Access::Internal),
     r(POST, "/v1/shards/reshard/{job}/plan", Access::Internal),
     r(GET, "/v1/daemon", Access::ClusterQuery),
+    r(PUT, "/v1/daemon/mountpaths", Access::Admin),
     r(GET, "/v1/health", Access::Public),
     r(GET, "/metrics", Access::ClusterRead),
 ];

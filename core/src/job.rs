@@ -50,6 +50,11 @@ pub enum JobKind {
     /// checksum, quarantine corrupt copies and repair them from a replica or the remote.
     #[serde(rename = "scrub")]
     Scrub,
+    /// Move every object of one target to its HRW mountpath after a mountpath was attached,
+    /// detached, enabled or disabled (a local job of that target: id
+    /// `resilver-<target>-<epoch>`; started by the change, superseded by the next one).
+    #[serde(rename = "resilver")]
+    Resilver,
 }
 
 /// Every kind, for parsing and help texts.
@@ -64,6 +69,7 @@ pub const JOB_KINDS: &[JobKind] = &[
     JobKind::Rebalance,
     JobKind::MakeNCopies,
     JobKind::Scrub,
+    JobKind::Resilver,
 ];
 
 impl JobKind {
@@ -79,6 +85,7 @@ impl JobKind {
             JobKind::Rebalance => "rebalance",
             JobKind::MakeNCopies => "make-n-copies",
             JobKind::Scrub => "scrub",
+            JobKind::Resilver => "resilver",
         }
     }
 
@@ -95,6 +102,7 @@ impl JobKind {
             "rebalance" | "rb" => Some(JobKind::Rebalance),
             "make-n-copies" | "copies" | "mirror" => Some(JobKind::MakeNCopies),
             "scrub" => Some(JobKind::Scrub),
+            "resilver" => Some(JobKind::Resilver),
             "archive" | "archive-listrange" => Some(JobKind::Archive),
             "reshard" | "dsort" => Some(JobKind::Reshard),
             _ => None,

@@ -56,6 +56,7 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
         .route("/v1/jobs/{id}", axum::routing::delete(abort_job))
         .route("/v1/metasync", put(metasync))
         .route("/v1/daemon", get(daemon))
+        .route("/v1/daemon/mountpaths", put(crate::resilver::change))
         .route("/v1/health", get(gristmill_core::server::health))
         .route("/metrics", get(gristmill_core::server::metrics_endpoint));
     let router = router.merge(crate::shards::routes());
@@ -832,15 +833,7 @@ async fn daemon(State(t): State<Arc<Target>>, Query(params): Params) -> ApiResul
         Some("smap") => Ok(axum::Json(t.smap().as_ref().clone()).into_response()),
         Some("bmd") => Ok(axum::Json(t.bmd().as_ref().clone()).into_response()),
         Some("snode") | None => Ok(axum::Json(t.node()).into_response()),
-        Some("mountpaths") => {
-            let mps: Vec<String> = t
-                .store
-                .mountpaths()
-                .iter()
-                .map(|m| m.path.to_string_lossy().into_owned())
-                .collect();
-            Ok(axum::Json(serde_json::json!({ "available": mps })).into_response())
-        }
+        Some("mountpaths") => Ok(axum::Json(crate::resilver::list(&t)).into_response()),
         Some("space") => Ok(axum::Json(t.space.report(&t.bmd())).into_response()),
         Some(other) => Err(ApiError::bad_request(format!(
             "unknown ?what={other} (expected smap, bmd, snode, mountpaths, space)"

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use redb::{Database, Durability, ReadableTable, TableDefinition};
+use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::StoreError;
@@ -45,6 +45,20 @@ pub enum IndexOp {
     /// Record access times (bucket, name, atime ns) of objects that still exist; older times
     /// than the stored ones are ignored.
     Touch(Vec<(String, String, i64)>),
+    /// Store the record as given (version included) only if the current record's data file is
+    /// `expect` (`None`: only if there is no record). The resilver's compare-and-swap; answers
+    /// with the current record in `replaced` and, if stored, the record in `stored`.
+    PutIf {
+        meta: ObjectMeta,
+        expect: Option<String>,
+    },
+    /// Remove the record only if it still names data file `file`; answers with the removed
+    /// record, or none.
+    DeleteIf {
+        bucket: String,
+        name: String,
+        file: String,
+    },
 }
 
 /// The outcome of one committed change.
@@ -144,6 +158,13 @@ impl ObjectIndex {
         Ok(out)
     }
 
+    /// Whether the index holds no record. Blocking.
+    pub fn is_empty(&self) -> Result<bool, StoreError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(OBJECTS)?;
+        Ok(table.is_empty()?)
+    }
+
     /// Every record, in key order (startup scans, rebuilds). Blocking.
     pub fn for_each(&self, mut f: impl FnMut(ObjectMeta)) -> Result<(), StoreError> {
         let tx = self.db.begin_read()?;
@@ -236,6 +257,40 @@ fn apply_one(table: &mut redb::Table<&[u8], &[u8]>, op: &IndexOp) -> Result<Appl
             };
             Ok(Applied {
                 replaced,
+                ..Default::default()
+            })
+        }
+        IndexOp::PutIf { meta, expect } => {
+            let key = object_key(&meta.bucket, &meta.name);
+            let current = match table.get(key.as_slice())? {
+                Some(v) => Some(ObjectMeta::decode(v.value())?),
+                None => None,
+            };
+            if current.as_ref().map(|m| &m.file) != expect.as_ref() {
+                return Ok(Applied {
+                    replaced: current,
+                    ..Default::default()
+                });
+            }
+            table.insert(key.as_slice(), meta.encode().as_slice())?;
+            Ok(Applied {
+                replaced: current,
+                stored: Some(meta.clone()),
+                dropped: 0,
+            })
+        }
+        IndexOp::DeleteIf { bucket, name, file } => {
+            let key = object_key(bucket, name);
+            let current = match table.get(key.as_slice())? {
+                Some(v) => ObjectMeta::decode(v.value())?,
+                None => return Ok(Applied::default()),
+            };
+            if current.file != *file {
+                return Ok(Applied::default());
+            }
+            table.remove(key.as_slice())?;
+            Ok(Applied {
+                replaced: Some(current),
                 ..Default::default()
             })
         }

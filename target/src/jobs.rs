@@ -241,7 +241,7 @@ fn validate(spec: &JobSpec) -> Result<(), ApiError> {
     spec.selection.resolve()?;
     let needs_bucket = !matches!(
         spec.kind,
-        JobKind::Lru | JobKind::Rebalance | JobKind::Scrub
+        JobKind::Lru | JobKind::Rebalance | JobKind::Resilver | JobKind::Scrub
     );
     if needs_bucket && spec.bck.is_none() {
         return Err(ApiError::bad_request(format!(
@@ -278,6 +278,9 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
     }
     if matches!(spec.kind, JobKind::Rebalance | JobKind::MakeNCopies) {
         return crate::rebalance::run(t, run).await;
+    }
+    if spec.kind == JobKind::Resilver {
+        return crate::resilver::run(t, run).await;
     }
     if spec.kind == JobKind::Scrub {
         return crate::scrub::run(t, run).await;
@@ -318,6 +321,7 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
                     // Node-wide kinds run in `execute` before the per-object loop.
                     JobKind::Lru
                     | JobKind::Rebalance
+                    | JobKind::Resilver
                     | JobKind::MakeNCopies
                     | JobKind::Archive
                     | JobKind::Reshard

@@ -20,6 +20,7 @@ mod membership;
 mod meta;
 pub mod multipart;
 mod rebalance;
+mod resilver;
 mod scrub;
 mod shards;
 pub mod space;
@@ -219,7 +220,11 @@ pub async fn run(
     } else {
         config.public_url.trim_end_matches('/').to_owned()
     };
-    let store = Store::open(&config.mountpaths).await?;
+    let store = Store::open_with_state(
+        &config.mountpaths,
+        Some(&config.state_dir.join("mountpaths.json")),
+    )
+    .await?;
     let space = Arc::new(space::Space::new(config.space.clone(), store.clone()));
     let smap: Option<ClusterMap> = persist::load_json(&config.state_dir.join("smap.json"))?;
     let bmd: Option<BucketMetadata> = persist::load_json(&config.state_dir.join("bmd.json"))?;
@@ -259,6 +264,10 @@ pub async fn run(
     });
     let _ = target.me.set(Arc::downgrade(&target));
     target.etls.apply(&target.bmd().etls);
+    if target.store.resilver_pending() {
+        // A mountpath change not fully resilvered before the restart (or a new --mountpath).
+        resilver::start(&target, "restarted");
+    }
     tracing::info!(node = %id, %url, mountpaths = config.mountpaths.len(), "target starting");
 
     let members = tokio::spawn(membership::run(

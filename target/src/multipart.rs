@@ -60,11 +60,14 @@ impl Store {
         if !valid_upload_id(upload_id) {
             return Err(no_such_upload(upload_id));
         }
-        Ok(self
-            .mountpath_for(bck, key)
-            .path
-            .join("mpu")
-            .join(upload_id))
+        // Where the upload began: its HRW mountpath then, which a mountpath change may
+        // have moved since.
+        let dirs: Vec<PathBuf> = self
+            .lookup_order(bck, key)
+            .iter()
+            .map(|m| m.path.join("mpu").join(upload_id))
+            .collect();
+        Ok(dirs.iter().find(|d| d.exists()).unwrap_or(&dirs[0]).clone())
     }
 
     async fn load_upload(

@@ -215,9 +215,10 @@ impl Space {
             quota > 0 && self.store.bucket_usage(&uname) + size > c.mark(quota, c.high_wm);
         let over_cache =
             max_cache > 0 && self.cached_bytes(bmd) + size > c.mark(max_cache, c.high_wm);
-        let over_fs = capacity(&self.store.mountpaths()[mp].path).is_some_and(|(total, avail)| {
-            total.saturating_sub(avail) + size > c.mark(total, c.high_wm)
-        });
+        let over_fs =
+            capacity(&self.store.mountpath_for(bck, name).path).is_some_and(|(total, avail)| {
+                total.saturating_sub(avail) + size > c.mark(total, c.high_wm)
+            });
         if over_quota || over_cache || over_fs {
             let incoming = Incoming {
                 bucket: &uname,

@@ -29,6 +29,9 @@ use crate::error::StoreError;
 use crate::index::{IndexOp, ObjectIndex};
 use crate::meta::{META_XATTR, ObjectMeta};
 
+mod mountset;
+pub use mountset::{Changed, Misplaced, MountSet, Moved, MpAction, MpState};
+
 /// Default checksum algorithm (AIStore's default too).
 pub const CKSUM_XXHASH: &str = "xxhash";
 
@@ -92,7 +95,10 @@ pub const PREFETCH_MAX: u64 = 128 * 1024;
 /// The storage engine of one target.
 #[derive(Debug)]
 pub struct Store {
-    mountpaths: Vec<Arc<Mountpath>>,
+    /// The current mountpath set; replaced as a whole by runtime changes (see `mountset`).
+    mountpaths: std::sync::RwLock<Arc<MountSet>>,
+    /// Persistence of the set, the resilver's state and writes in flight.
+    dynamic: Arc<mountset::Dynamic>,
     generation: AtomicU64,
     /// Bytes stored per bucket uname, across mountpaths; kept current by every commit, delete
     /// and drop, so quota checks never walk the index.
@@ -119,36 +125,35 @@ pub const ATIME_FLUSH_AT: usize = 100_000;
 
 impl Store {
     /// Opens every mountpath (creating its layout), then removes orphans left by a crash.
+    /// The set can change at runtime but is not persisted (see [`Store::open_with_state`]).
     pub async fn open(paths: &[PathBuf]) -> Result<Arc<Self>, StoreError> {
+        Self::open_with_state(paths, None).await
+    }
+
+    /// Like [`Store::open`], with the mountpath set persisted in `state_file`: runtime
+    /// changes survive a restart, and `paths` are merged with the persisted set (see
+    /// `mountset`).
+    pub async fn open_with_state(
+        paths: &[PathBuf],
+        state_file: Option<&Path>,
+    ) -> Result<Arc<Self>, StoreError> {
         if paths.is_empty() {
             return Err(ApiError::bad_request("a target needs at least one mountpath").into());
         }
-        let mut mountpaths = Vec::new();
-        for p in paths {
-            std::fs::create_dir_all(p)?;
-            let path = std::fs::canonicalize(p)?;
-            // Only the target's user may enter: ETL workers (another user) and others never
-            // read object files directly.
-            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
-            for sub in ["obj", "tmp", "trash", "mpu"] {
-                std::fs::create_dir_all(path.join(sub))?;
-            }
-            let index = ObjectIndex::open(&path.join("index.redb"))?;
-            let digest = hrw::digest(&path.to_string_lossy());
-            mountpaths.push(Arc::new(Mountpath {
-                path,
-                digest,
-                index,
-            }));
+        let (plan, dynamic) = mountset::plan(paths, state_file)?;
+        let mut set = MountSet::default();
+        for (path, state) in plan {
+            set.push(state, Arc::new(open_mountpath(&path)?));
         }
-        mountpaths.sort_by(|a, b| a.path.cmp(&b.path));
+        set.sort();
         let store = Arc::new(Self {
-            mountpaths,
+            mountpaths: std::sync::RwLock::new(Arc::new(set)),
+            dynamic: Arc::new(dynamic),
             generation: AtomicU64::new(now_ns() as u64),
             usage: Arc::default(),
             atimes: Mutex::new(HashMap::new()),
         });
-        for mp in store.mountpaths.clone() {
+        for mp in store.mountpaths() {
             let removed = tokio::task::spawn_blocking(move || remove_orphans(&mp))
                 .await
                 .map_err(|e| StoreError::Index(e.to_string()))??;
@@ -159,7 +164,8 @@ impl Store {
                 );
             }
         }
-        let indexes: Vec<ObjectIndex> = store.mountpaths.iter().map(|m| m.index.clone()).collect();
+        let indexes: Vec<ObjectIndex> =
+            store.mountpaths().iter().map(|m| m.index.clone()).collect();
         let usage = tokio::task::spawn_blocking(move || -> Result<_, StoreError> {
             let mut usage: HashMap<String, u64> = HashMap::new();
             for index in &indexes {
@@ -209,13 +215,14 @@ impl Store {
             atimes.drain().collect()
         };
         let n = pending.len();
+        let set = self.set();
         let mut by_mp: HashMap<usize, Vec<(String, String, i64)>> = HashMap::new();
         for ((bucket, name), t) in pending {
-            let i = self.mountpath_index(&bucket, &name);
+            let i = set.pick(&bucket, &name);
             by_mp.entry(i).or_default().push((bucket, name, t));
         }
         for (i, entries) in by_mp {
-            self.mountpaths[i]
+            set.available[i]
                 .index
                 .apply(IndexOp::Touch(entries))
                 .await?;
@@ -223,25 +230,27 @@ impl Store {
         Ok(n)
     }
 
-    pub fn mountpaths(&self) -> &[Arc<Mountpath>] {
-        &self.mountpaths
+    /// Every open mountpath: the enabled ones (in placement order) first, then disabled and
+    /// detaching ones (see [`MountSet`]).
+    pub fn mountpaths(&self) -> Vec<Arc<Mountpath>> {
+        self.set().all().cloned().collect()
     }
 
-    /// The mountpath that owns an object, by HRW over mountpath digests.
-    pub fn mountpath_for(&self, bck: &Bck, name: &str) -> &Arc<Mountpath> {
-        &self.mountpaths[self.mountpath_index(&bck.uname(), name)]
+    /// The mountpath that owns an object, by HRW over the enabled mountpaths' digests.
+    pub fn mountpath_for(&self, bck: &Bck, name: &str) -> Arc<Mountpath> {
+        self.set().owner(&bck.uname(), name).clone()
     }
 
-    /// Position of the mountpath that owns an object (by bucket uname and name).
+    /// Position of the mountpath that owns an object (by bucket uname and name) among the
+    /// enabled ones (which come first in [`Store::mountpaths`]).
     pub fn mountpath_index(&self, bucket_uname: &str, name: &str) -> usize {
-        let d = hrw::digest(&format!("{bucket_uname}/{name}"));
-        hrw::pick(d, self.mountpaths.iter().map(|m| m.digest)).unwrap_or(0)
+        self.set().pick(bucket_uname, name)
     }
 
-    /// Every object record of every mountpath, with the mountpath's position (blocking; for
-    /// LRU scans and rebuilds).
+    /// Every object record of every mountpath, with the mountpath's position in
+    /// [`Store::mountpaths`] (blocking; for LRU scans and rebuilds).
     pub fn for_each_object(&self, mut f: impl FnMut(usize, ObjectMeta)) -> Result<(), StoreError> {
-        for (i, mp) in self.mountpaths.iter().enumerate() {
+        for (i, mp) in self.mountpaths().iter().enumerate() {
             mp.index.for_each(|m| f(i, m))?;
         }
         Ok(())
@@ -256,12 +265,16 @@ impl Store {
         name: &str,
         opts: PutOptions,
     ) -> Result<PendingWrite, StoreError> {
-        let mp = self.mountpath_for(bck, name).clone();
+        let ticket = self.write_ticket();
+        let mp = self.mountpath_for(bck, name);
+        let others = self.other_copies(&mp);
         let generation = self.generation.fetch_add(1, Ordering::Relaxed);
         let tmp = mp.tmp_dir().join(format!("{:016x}", generation));
         let file = tokio::fs::File::create(&tmp).await?;
         Ok(PendingWrite {
             mp,
+            others,
+            _ticket: ticket,
             usage: self.usage.clone(),
             bucket: bck.uname(),
             name: name.to_owned(),
@@ -296,9 +309,8 @@ impl Store {
 
     /// Metadata of one object.
     pub fn head(&self, bck: &Bck, name: &str) -> Result<ObjectMeta, StoreError> {
-        let mp = self.mountpath_for(bck, name);
-        mp.index
-            .get(&bck.uname(), name)?
+        self.locate(bck, name)?
+            .map(|(_, meta)| meta)
             .ok_or_else(|| StoreError::not_found(format!("object {bck}/{name}")))
     }
 
@@ -307,15 +319,14 @@ impl Store {
     /// concurrent overwrite replaced the file between the lookup and the open.
     pub async fn open_object(&self, bck: &Bck, name: &str) -> Result<OpenObject, StoreError> {
         use std::os::unix::fs::FileExt;
-        let mp = self.mountpath_for(bck, name).clone();
+        let mps = self.lookup_order(bck, name);
         let bucket = bck.uname();
         let key = name.to_owned();
         let missing = format!("object {bck}/{name}");
         tokio::task::spawn_blocking(move || {
             for _ in 0..3 {
-                let meta = mp
-                    .index
-                    .get(&bucket, &key)?
+                // The file vanishes when an overwrite or a resilver move replaced it: look again.
+                let (mp, meta) = mountset::find_in(&mps, &bucket, &key)?
                     .ok_or_else(|| StoreError::not_found(&missing))?;
                 let file = match std::fs::File::open(mp.path.join(&meta.file)) {
                     Ok(f) => f,
@@ -337,22 +348,30 @@ impl Store {
         .map_err(|e| StoreError::Index(e.to_string()))?
     }
 
-    /// Removes an object; `NotFound` if it was not there.
+    /// Removes an object — from its HRW mountpath and from any other that still holds a
+    /// copy (a resilver in progress); `NotFound` if it was nowhere.
     pub async fn delete(&self, bck: &Bck, name: &str) -> Result<ObjectMeta, StoreError> {
-        let mp = self.mountpath_for(bck, name).clone();
-        let applied = mp
-            .index
-            .apply(IndexOp::Delete {
-                bucket: bck.uname(),
-                name: name.to_owned(),
-            })
-            .await?;
-        let old = applied
-            .replaced
-            .ok_or_else(|| StoreError::not_found(format!("object {bck}/{name}")))?;
-        remove_data_file(&mp, &old.file).await;
-        self.usage.account(&old.bucket, 0, old.size);
-        Ok(old)
+        let bucket = bck.uname();
+        let mut removed = None;
+        for (i, mp) in self.lookup_order(bck, name).into_iter().enumerate() {
+            // Other mountpaths: a read first, so a settled store commits only once.
+            if i > 0 && mp.index.get(&bucket, name)?.is_none() {
+                continue;
+            }
+            let applied = mp
+                .index
+                .apply(IndexOp::Delete {
+                    bucket: bucket.clone(),
+                    name: name.to_owned(),
+                })
+                .await?;
+            if let Some(old) = applied.replaced {
+                remove_data_file(&mp, &old.file).await;
+                self.usage.account(&old.bucket, 0, old.size);
+                removed.get_or_insert(old);
+            }
+        }
+        removed.ok_or_else(|| StoreError::not_found(format!("object {bck}/{name}")))
     }
 
     /// Up to `limit` objects of a bucket after `start_after`, in name order, merged across
@@ -367,13 +386,15 @@ impl Store {
         let bucket = bck.uname();
         let prefix = prefix.to_owned();
         let start_after = start_after.to_owned();
-        let indexes: Vec<ObjectIndex> = self.mountpaths.iter().map(|m| m.index.clone()).collect();
+        let indexes: Vec<ObjectIndex> = self.mountpaths().iter().map(|m| m.index.clone()).collect();
         tokio::task::spawn_blocking(move || {
             let mut all = Vec::new();
             for index in &indexes {
                 all.extend(index.list(&bucket, &prefix, &start_after, limit)?);
             }
-            all.sort_by(|a, b| a.name.cmp(&b.name));
+            // Newest first among copies of one name (a resilver moving it), then one each.
+            all.sort_by(|a, b| a.name.cmp(&b.name).then(b.mtime_ns.cmp(&a.mtime_ns)));
+            all.dedup_by(|later, first| later.name == first.name);
             all.truncate(limit);
             Ok(all)
         })
@@ -387,7 +408,7 @@ impl Store {
         let bucket = bck.uname();
         self.usage.0.lock().expect("usage lock").remove(&bucket);
         let mut dropped = 0;
-        for mp in &self.mountpaths {
+        for mp in self.mountpaths() {
             dropped += mp
                 .index
                 .apply(IndexOp::DropBucket {
@@ -412,11 +433,11 @@ impl Store {
     /// meanwhile): nothing changes then. A newer record that landed between the move and the
     /// drop is put back.
     pub async fn quarantine(&self, bck: &Bck, meta: &ObjectMeta) -> Result<bool, StoreError> {
-        let mp = self.mountpath_for(bck, &meta.name).clone();
-        match mp.index.get(&meta.bucket, &meta.name)? {
-            Some(now) if now.file == meta.file => {}
-            _ => return Ok(false),
-        }
+        // The mountpath whose record names this file (not necessarily the HRW one while a
+        // resilver runs).
+        let Some(mp) = self.holder_of(bck, meta)? else {
+            return Ok(false);
+        };
         let from = mp.path.join(&meta.file);
         let dir = mp.path.join("quarantine");
         let to = dir.join(format!(
@@ -463,6 +484,11 @@ impl Store {
 /// object; [`abort`](Self::abort) or dropping it leaves nothing behind.
 pub struct PendingWrite {
     mp: Arc<Mountpath>,
+    /// Mountpaths to clear of older copies after the commit (only while a mountpath change
+    /// is not yet resilvered).
+    others: Vec<Arc<Mountpath>>,
+    /// Counts this write as in flight (the resilver waits for writes older than a change).
+    _ticket: mountset::WriteTicket,
     usage: Arc<Usage>,
     bucket: String,
     name: String,
@@ -652,6 +678,10 @@ impl PendingWrite {
         if let Some(old) = applied.replaced {
             remove_data_file(&mp, &old.file).await;
         }
+        if !self.others.is_empty() {
+            mountset::drop_other_copies(&self.others, &self.usage, &self.bucket, &self.name)
+                .await?;
+        }
         applied
             .stored
             .ok_or_else(|| StoreError::Index("put committed without a record".into()))
@@ -677,6 +707,25 @@ impl Drop for PendingWrite {
             let _ = std::fs::remove_file(tmp);
         }
     }
+}
+
+/// Opens one mountpath: its layout (created if missing; mode 0700) and its index.
+fn open_mountpath(p: &Path) -> Result<Mountpath, StoreError> {
+    std::fs::create_dir_all(p)?;
+    let path = std::fs::canonicalize(p)?;
+    // Only the target's user may enter: ETL workers (another user) and others never
+    // read object files directly.
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    for sub in ["obj", "tmp", "trash", "mpu"] {
+        std::fs::create_dir_all(path.join(sub))?;
+    }
+    let index = ObjectIndex::open(&path.join("index.redb"))?;
+    let digest = hrw::digest(&path.to_string_lossy());
+    Ok(Mountpath {
+        path,
+        digest,
+        index,
+    })
 }
 
 /// `obj/<bucket-hash>/<xx>/<name-hash>.<generation>`.

@@ -24,6 +24,8 @@ mod hardening;
 mod jobs;
 #[path = "cluster/remote.rs"]
 mod remote;
+#[path = "cluster/resilver.rs"]
+mod resilver;
 #[path = "cluster/s3.rs"]
 mod s3;
 #[path = "cluster/scrub.rs"]

@@ -163,6 +163,9 @@ enum Command {
     /// Cluster membership: add, remove, maintenance, decommission, rebalance.
     #[command(subcommand)]
     Cluster(gristmill_cli::cluster::ClusterCmd),
+    /// Storage: a target's mountpaths at runtime (show, attach, detach, enable, disable).
+    #[command(subcommand)]
+    Storage(gristmill_cli::storage::StorageCmd),
     /// Log in, tokens and users (when the cluster runs with auth on).
     #[command(subcommand)]
     Auth(gristmill_cli::auth::AuthCmd),
@@ -446,6 +449,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("job {id} stopped");
         }
         Command::Etl(cmd) => gristmill_cli::etl::run(&client, cmd, cli.json).await?,
+        Command::Storage(cmd) => gristmill_cli::storage::run(&client, cmd, cli.json).await?,
         Command::Auth(cmd) => gristmill_cli::auth::run(&client, cmd, cli.json).await?,
         Command::Archive(cmd) => gristmill_cli::shards::archive(&client, cmd, cli.json).await?,
         Command::Batch(args) => gristmill_cli::shards::batch(&client, args).await?,

@@ -95,9 +95,11 @@ pub(crate) fn open_local(
     bck: &Bck,
     name: &str,
 ) -> Result<(ObjectMeta, File), ApiError> {
-    let mp = store.mountpath_for(bck, name);
     for _ in 0..3 {
-        let meta = store.head(bck, name)?;
+        // Any mountpath: a resilver may not have moved it to its HRW mountpath yet.
+        let Some((mp, meta)) = store.locate(bck, name)? else {
+            break;
+        };
         match File::open(mp.path.join(&meta.file)) {
             Ok(f) => return Ok((meta, f)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
