@@ -30,9 +30,22 @@ pub struct BucketMetadata {
     /// node checks requests against the same list). Verifiers only; see [`crate::users`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub users: crate::users::Users,
+    /// Election term of the primary that made this version (see `ClusterMap::term`): bucket
+    /// metadata orders by (term, version). Omitted while 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub term: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl BucketMetadata {
+    /// Whether this version is newer than `other`: by term first, then version.
+    pub fn supersedes(&self, other: &BucketMetadata) -> bool {
+        (self.term, self.version) > (other.term, other.version)
+    }
+
     pub fn get(&self, bck: &Bck) -> Option<&BucketRecord> {
         self.buckets.get(&bck.uname())
     }

@@ -51,6 +51,10 @@ pub struct ServeOptions {
     /// PEM bundle of the CA(s) this node trusts when it calls its peers over HTTPS (besides
     /// the system roots).
     pub peer_ca: Option<Vec<u8>>,
+    /// Source address of requests to peers (the node's listen IP when it listens on a
+    /// specific address, so that a partition between addresses cuts them); `None` = the
+    /// system's choice.
+    pub source_ip: Option<std::net::IpAddr>,
 }
 
 impl std::fmt::Debug for ServeOptions {
@@ -73,6 +77,9 @@ impl ServeOptions {
         node: &str,
     ) -> reqwest::Result<crate::auth::IntraClient> {
         let mut builder = builder;
+        if let Some(ip) = self.source_ip {
+            builder = builder.local_address(ip);
+        }
         if let Some(pem) = &self.peer_ca {
             for cert in reqwest::Certificate::from_pem_bundle(pem)? {
                 builder = builder.add_root_certificate(cert);

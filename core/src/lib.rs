@@ -11,6 +11,7 @@ pub mod bmd;
 pub mod bucket;
 #[cfg(feature = "server")]
 pub mod conn;
+pub mod election;
 pub mod error;
 pub mod etl;
 pub mod hrw;

@@ -95,6 +95,16 @@ pub struct ClusterMap {
     pub uuid: String,
     #[serde(default)]
     pub creation_time: String,
+    /// Election term: 0 until the first primary failover; each elected primary starts a new
+    /// one. Maps order by (term, version), so a map made by an elected primary supersedes
+    /// any map a deposed primary may still have made in its old term. (Not an AIStore field;
+    /// omitted while 0.)
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub term: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl ClusterMap {
@@ -109,7 +119,23 @@ impl ClusterMap {
             version: 1,
             uuid,
             creation_time,
+            term: 0,
         }
+    }
+
+    /// Whether this map is newer than `other`: by term first, then version.
+    pub fn supersedes(&self, other: &ClusterMap) -> bool {
+        (self.term, self.version) > (other.term, other.version)
+    }
+
+    /// Nodes (proxies and targets) in the map.
+    pub fn node_count(&self) -> usize {
+        self.pmap.len() + self.tmap.len()
+    }
+
+    /// A strict majority of the map's nodes.
+    pub fn majority(&self) -> usize {
+        self.node_count() / 2 + 1
     }
 
     /// Targets eligible for placement, in id order.

@@ -74,6 +74,7 @@ pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<S3Service>) -> Router {
         .route("/v1/cluster/join", post(join))
         .route("/v1/cluster/keepalive", post(keepalive))
         .route("/v1/metasync", put(metasync))
+        .route("/v1/vote", post(crate::election::vote))
         .route("/v1/health", get(gristmill_core::server::health))
         // Only GET /metrics is ours; other methods on /metrics are S3 requests for a bucket of
         // that name, answered by the S3 front (which refuses the name with an S3 error).
@@ -399,9 +400,12 @@ async fn keepalive(State(p): State<Arc<Proxy>>, body: Bytes) -> ApiResult {
     }
 }
 
-async fn metasync(State(p): State<Arc<Proxy>>, body: Bytes) -> ApiResult {
+async fn metasync(State(p): State<Arc<Proxy>>, Query(params): Params, body: Bytes) -> ApiResult {
     let sync: MetaSync = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid metasync body: {e}")))?;
+    if let Some(from) = params.get(gristmill_core::election::PUSH_FROM) {
+        gristmill_core::election::check_push(from, sync.smap.as_ref(), &p.smap())?;
+    }
     p.apply(sync).await?;
     Ok(StatusCode::OK.into_response())
 }

@@ -7,6 +7,7 @@
 //! register with it and send keepalives ([`membership`]).
 
 mod auth_api;
+mod election;
 mod etl_api;
 mod http;
 mod job_api;
@@ -69,7 +70,14 @@ pub async fn run(
     } else {
         config.public_url.trim_end_matches('/').to_owned()
     };
+    let mut config = config;
+    let ip = listener.local_addr()?.ip();
+    if !ip.is_unspecified() {
+        // Requests to peers leave from the listen address (a partition by address cuts them).
+        config.serve.source_ip = Some(ip);
+    }
     let proxy = Arc::new(Proxy::load(&config, url)?);
+    election::startup(&proxy).await;
     tracing::info!(node = %proxy.id, url = %proxy.url, primary = proxy.is_primary(), "proxy starting");
     auth_api::bootstrap(&proxy).await?;
     if let Some(tls) = &config.serve.tls {

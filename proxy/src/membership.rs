@@ -66,6 +66,10 @@ pub(crate) async fn register(proxy: &Proxy, mut node: Node) -> Result<MetaSync, 
     if node.daemon_id.is_empty() || node.url().is_empty() {
         return Err(ApiError::bad_request("join: node id and URL are required"));
     }
+    // A node asking to join is alive (counts toward the primary's quorum).
+    if proxy.smap().node(&node.daemon_id).is_some() {
+        proxy.heard_from(&node.daemon_id);
+    }
     let is_target = match node.daemon_type.as_str() {
         smap::TARGET => true,
         smap::PROXY => false,
@@ -106,6 +110,9 @@ pub(crate) async fn register(proxy: &Proxy, mut node: Node) -> Result<MetaSync, 
     Ok(proxy.newer_than(0, 0))
 }
 
+/// How long a keepalive to the primary may take.
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Handles a keepalive: `None` when the sender is not in the cluster map.
 pub(crate) fn keepalive(proxy: &Proxy, ka: &Keepalive) -> Option<MetaSync> {
     proxy.smap().node(&ka.id)?;
@@ -135,10 +142,24 @@ pub(crate) async fn run(
     loop {
         if !joined {
             joined = join(&proxy, &join_url).await;
+            if !joined {
+                // The primary we know may be dead: elect one (or learn of the new one).
+                crate::election::maybe_elect(&proxy).await;
+            }
         } else if !proxy.is_primary() {
             joined = send_keepalive(&proxy).await;
+            crate::election::maybe_elect(&proxy).await;
         } else {
-            remove_silent_nodes(&proxy, interval * retries).await;
+            if proxy.smap().pmap.len() > 1 && proxy.check_quorum().is_err() {
+                // A primary cut off from the majority (or back from the dead): maybe the
+                // others elected a new primary.
+                crate::election::catch_up(&proxy).await;
+            }
+            if proxy.is_primary() {
+                remove_silent_nodes(&proxy, interval * retries).await;
+            } else {
+                joined = false;
+            }
         }
         let pause = if joined {
             interval
@@ -154,9 +175,21 @@ pub(crate) async fn run(
 
 async fn join(proxy: &Proxy, join_url: &str) -> bool {
     let me = Node::new(&proxy.id, smap::PROXY, &proxy.url);
+    // The primary of our map (after a failover, not the one we were started with), else
+    // the configured one.
+    let smap = proxy.smap();
+    let primary = smap.proxy_si.url();
+    let base = if smap.version > 0 && !primary.is_empty() && !proxy.is_primary() {
+        primary
+    } else {
+        join_url
+    };
+    if base.is_empty() {
+        return false;
+    }
     let resp = proxy
         .http
-        .post(format!("{join_url}/v1/cluster/join"))
+        .post(format!("{base}/v1/cluster/join"))
         .json(&me)
         .send()
         .await;
@@ -179,12 +212,15 @@ async fn send_keepalive(proxy: &Proxy) -> bool {
     let resp = proxy
         .http
         .post(format!("{}/v1/cluster/keepalive", proxy.primary_url()))
+        // Short: a primary cut off by a partition must not stall failure detection.
+        .timeout(KEEPALIVE_TIMEOUT)
         .json(&ka)
         .send()
         .await;
     match resp {
         Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => false,
         Ok(r) if r.status().is_success() => {
+            proxy.heard_from(&proxy.smap().proxy_si.daemon_id);
             if let Ok(sync) = r.json::<MetaSync>().await {
                 let _ = proxy.apply(sync).await;
             }

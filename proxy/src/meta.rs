@@ -36,6 +36,10 @@ pub(crate) struct Proxy {
     pub(crate) auth: Option<Arc<gristmill_core::auth::Keys>>,
     /// When this proxy started (failure detection waits a window after it).
     pub(crate) started: Instant,
+    /// Failure window: keepalive interval × retries (failure detection, elections, quorum).
+    pub(crate) window: Duration,
+    /// The last vote this proxy cast (persisted): one candidate per term.
+    pub(crate) vote: Mutex<gristmill_core::election::VoteRecord>,
 }
 
 /// Which parts a change touched.
@@ -56,9 +60,13 @@ impl Proxy {
             persist::load_json(&config.state_dir.join("bmd.json"))?.unwrap_or_default();
         let be_primary = config.join_url.is_empty();
         let smap = match saved {
+            // Several proxies and another one is primary (elected while this one was away):
+            // never take over on a stale map; the startup check and the join follow the
+            // cluster's current primary.
+            Some(m) if m.pmap.len() > 1 && !m.is_primary(&id) => m,
             Some(mut m) => {
                 let stale = m.pmap.get(&id) != Some(&me) || (be_primary && !m.is_primary(&id));
-                if stale {
+                if stale && (be_primary || m.is_primary(&id)) {
                     m.pmap.insert(id.clone(), me.clone());
                     if be_primary {
                         m.proxy_si = me.clone();
@@ -86,7 +94,7 @@ impl Proxy {
         } else {
             bmd
         };
-        if be_primary {
+        if smap.is_primary(&id) {
             persist::save_json(&config.state_dir.join("smap.json"), &smap)?;
             persist::save_json(&config.state_dir.join("bmd.json"), &bmd)?;
         }
@@ -107,6 +115,10 @@ impl Proxy {
             last_heard: Mutex::new(HashMap::new()),
             removed: crate::membership::Removed::load(&config.state_dir),
             started: Instant::now(),
+            window: config.keepalive_interval * config.keepalive_retries.max(1),
+            vote: Mutex::new(
+                persist::load_json(&config.state_dir.join("vote.json"))?.unwrap_or_default(),
+            ),
             http,
             auth: config.serve.auth.clone(),
         })
@@ -144,6 +156,11 @@ impl Proxy {
         let mut smap = self.smap().as_ref().clone();
         let mut bmd = self.bmd().as_ref().clone();
         let changed = edit(&mut smap, &mut bmd)?;
+        // Several proxies: the majority rule (one proxy alone cannot be outvoted).
+        let guarded = self.smap().pmap.len() > 1 || smap.pmap.len() > 1;
+        if guarded && (changed.smap || changed.bmd) {
+            self.check_quorum()?;
+        }
         let mut sync = MetaSync::default();
         if changed.smap {
             smap.version += 1;
@@ -160,7 +177,17 @@ impl Proxy {
             sync.bmd = Some(bmd);
         }
         if changed.smap || changed.bmd {
-            self.push(&sync).await;
+            let acks = self.push(&sync).await;
+            let smap = self.smap();
+            if guarded && acks + 1 < smap.majority() {
+                return Err(ApiError::unavailable(format!(
+                    "no quorum: cluster map v{} acknowledged by {} of {} nodes (a majority is {})",
+                    smap.version,
+                    acks + 1,
+                    smap.node_count(),
+                    smap.majority()
+                )));
+            }
         }
         Ok(sync)
     }
@@ -204,10 +231,46 @@ impl Proxy {
         Ok(added)
     }
 
-    /// Sends a metadata update to every other node, concurrently; failures are logged (the node
-    /// catches up through its next keepalive).
-    async fn push(&self, sync: &MetaSync) {
+    /// Nodes of the map heard from within the failure window, this proxy included.
+    pub(crate) fn heard_count(&self) -> usize {
         let smap = self.smap();
+        let heard = self.last_heard.lock().expect("last_heard lock");
+        1 + smap
+            .tmap
+            .keys()
+            .chain(smap.pmap.keys())
+            .filter(|id| **id != self.id)
+            .filter(|id| heard.get(*id).is_some_and(|t| t.elapsed() <= self.window))
+            .count()
+    }
+
+    /// The majority rule: a primary changes metadata only while it has heard from a strict
+    /// majority of the map's nodes within the failure window.
+    pub(crate) fn check_quorum(&self) -> Result<(), ApiError> {
+        let smap = self.smap();
+        let heard = self.heard_count();
+        if heard < smap.majority() {
+            return Err(ApiError::unavailable(format!(
+                "no quorum: the primary heard from {heard} of {} nodes within {:?} (a majority is {}); metadata changes refused",
+                smap.node_count(),
+                self.window,
+                smap.majority()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sends a metadata update (always with the current cluster map, so receivers can check
+    /// that it comes from the primary of a map at least as new as theirs) to every other node,
+    /// concurrently; returns how many acknowledged. Failures are logged (the node catches up
+    /// through its next keepalive).
+    pub(crate) async fn push(&self, sync: &MetaSync) -> usize {
+        let smap = self.smap();
+        let mut sync = sync.clone();
+        if sync.smap.is_none() {
+            sync.smap = Some(smap.as_ref().clone());
+        }
+        let sync = &sync;
         let nodes: Vec<Node> = smap
             .tmap
             .values()
@@ -218,19 +281,55 @@ impl Proxy {
         let pushes = nodes.iter().map(|n| {
             let req = self
                 .http
-                .put(format!("{}/v1/metasync", n.url()))
+                .put(format!(
+                    "{}/v1/metasync?{}={}",
+                    n.url(),
+                    gristmill_core::election::PUSH_FROM,
+                    self.id
+                ))
                 .timeout(PUSH_TIMEOUT)
                 .json(sync)
                 .send();
             async move {
                 match req.await {
-                    Ok(r) if r.status().is_success() => {}
-                    Ok(r) => tracing::warn!(node = %n.daemon_id, status = %r.status(), "metadata push refused"),
-                    Err(e) => tracing::warn!(node = %n.daemon_id, error = %e, "metadata push failed"),
+                    Ok(r) if r.status().is_success() => true,
+                    Ok(r) => {
+                        tracing::warn!(node = %n.daemon_id, status = %r.status(), "metadata push refused");
+                        false
+                    }
+                    Err(e) => {
+                        tracing::warn!(node = %n.daemon_id, error = %e, "metadata push failed");
+                        false
+                    }
                 }
             }
         });
-        futures::future::join_all(pushes).await;
+        futures::future::join_all(pushes)
+            .await
+            .into_iter()
+            .filter(|ok| *ok)
+            .count()
+    }
+
+    pub(crate) fn state_dir(&self) -> &std::path::Path {
+        &self.state_dir
+    }
+
+    /// Persists and publishes `smap` and `bmd` as this proxy's metadata (an election's
+    /// result).
+    pub(crate) async fn install(
+        &self,
+        smap: ClusterMap,
+        bmd: BucketMetadata,
+    ) -> Result<(), ApiError> {
+        let _guard = self.change_lock.lock().await;
+        persist::save_json(&self.state_dir.join("smap.json"), &smap)
+            .map_err(|e| ApiError::internal(format!("persisting cluster map: {e}")))?;
+        persist::save_json(&self.state_dir.join("bmd.json"), &bmd)
+            .map_err(|e| ApiError::internal(format!("persisting bucket metadata: {e}")))?;
+        *self.smap.write().expect("smap lock") = Arc::new(smap);
+        *self.bmd.write().expect("bmd lock") = Arc::new(bmd);
+        Ok(())
     }
 
     /// Non-primary: applies metadata pushed by the primary, each part only if newer.
@@ -239,13 +338,16 @@ impl Proxy {
         let persist_err =
             |e: std::io::Error| ApiError::internal(format!("persisting metadata: {e}"));
         if let Some(new) = sync.smap
-            && new.version > self.smap().version
+            && new.supersedes(&self.smap())
         {
+            if new.proxy_si.daemon_id != self.smap().proxy_si.daemon_id {
+                tracing::info!(primary = %new.proxy_si.daemon_id, version = new.version, term = new.term, "new primary");
+            }
             persist::save_json(&self.state_dir.join("smap.json"), &new).map_err(persist_err)?;
             *self.smap.write().expect("smap lock") = Arc::new(new);
         }
         if let Some(new) = sync.bmd
-            && new.version > self.bmd().version
+            && new.supersedes(&self.bmd())
         {
             persist::save_json(&self.state_dir.join("bmd.json"), &new).map_err(persist_err)?;
             *self.bmd.write().expect("bmd lock") = Arc::new(new);
@@ -258,8 +360,10 @@ impl Proxy {
         let smap = self.smap();
         let bmd = self.bmd();
         MetaSync {
-            smap: (smap.version > smap_version).then(|| smap.as_ref().clone()),
-            bmd: (bmd.version > bmd_version).then(|| bmd.as_ref().clone()),
+            // Any other version: the node applies it only if it supersedes its own (a map of a
+            // newer term can have a lower version).
+            smap: (smap.version != smap_version).then(|| smap.as_ref().clone()),
+            bmd: (bmd.version != bmd_version).then(|| bmd.as_ref().clone()),
         }
     }
 }

@@ -434,7 +434,34 @@ async fn get_transformed(
 /// A whole object in memory, for transforms (bounded by [`gristmill_core::etl::MAX_ETL_OBJECT`]);
 /// an uncached remote object is cold-fetched (and cached) first.
 pub(crate) async fn object_bytes(t: &Target, bck: &Bck, name: &str) -> Result<Bytes, ApiError> {
-    let open = open_or_fetch(t, bck, name).await?;
+    // Verified like a GET (`checksum.validate_warm_get`): a corrupt copy is repaired once.
+    let validate = crate::scrub::validates(t, bck, &HashMap::new());
+    let mut repaired = false;
+    loop {
+        let open = open_or_fetch(t, bck, name).await?;
+        let meta = open.meta.clone();
+        let (data, verdict) = read_whole(bck, name, open, validate).await?;
+        let Err(why) = verdict else {
+            return Ok(data);
+        };
+        if repaired {
+            return Err(ApiError::internal(format!(
+                "object {bck}/{name} is still corrupt after its repair: {why}"
+            )));
+        }
+        crate::scrub::quarantine_and_repair(t, bck, &meta, &why, "get").await?;
+        repaired = true;
+    }
+}
+
+/// An opened object's bytes (bounded by the ETL limit), checked against its metadata when
+/// `validate` (off the runtime for large ones).
+async fn read_whole(
+    bck: &Bck,
+    name: &str,
+    open: crate::store::OpenObject,
+    validate: bool,
+) -> Result<(Bytes, Result<(), String>), ApiError> {
     let size = open.meta.size;
     if size > gristmill_core::etl::MAX_ETL_OBJECT {
         return Err(ApiError::new(
@@ -445,14 +472,26 @@ pub(crate) async fn object_bytes(t: &Target, bck: &Bck, name: &str) -> Result<By
             ),
         ));
     }
+    let meta = open.meta;
     if let Some(data) = open.data {
-        return Ok(data);
+        let verdict = if validate {
+            crate::scrub::check_bytes(&meta, &data)
+        } else {
+            Ok(())
+        };
+        return Ok((data, verdict));
     }
     let file = open.file;
     tokio::task::spawn_blocking(move || {
         use std::os::unix::fs::FileExt;
         let mut buf = vec![0u8; size as usize];
-        file.read_exact_at(&mut buf, 0).map(|_| Bytes::from(buf))
+        file.read_exact_at(&mut buf, 0)?;
+        let verdict = if validate {
+            crate::scrub::check_bytes(&meta, &buf)
+        } else {
+            Ok(())
+        };
+        Ok::<_, std::io::Error>((Bytes::from(buf), verdict))
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?

@@ -25,6 +25,7 @@ mod scrub;
 mod shards;
 pub mod space;
 pub mod store;
+mod vote;
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -165,7 +166,7 @@ impl Target {
     pub(crate) async fn apply_metasync(&self, sync: MetaSync) -> Result<(), StoreError> {
         let _guard = self.apply_lock.lock().await;
         if let Some(new) = sync.smap
-            && new.version > self.smap().version
+            && new.supersedes(&self.smap())
         {
             persist::save_json(&self.state_dir.join("smap.json"), &new)?;
             tracing::info!(
@@ -179,7 +180,7 @@ impl Target {
         }
         if let Some(new) = sync.bmd {
             let old = self.bmd();
-            if new.version > old.version {
+            if new.supersedes(&old) {
                 persist::save_json(&self.state_dir.join("bmd.json"), &new)?;
                 tracing::info!(
                     version = new.version,
@@ -209,6 +210,13 @@ pub async fn run(
     // Install the metrics recorder before anything records.
     gristmill_core::server::metrics_handle();
     std::fs::create_dir_all(&config.state_dir)?;
+    vote::mark_start();
+    let mut config = config;
+    let ip = listener.local_addr()?.ip();
+    if !ip.is_unspecified() {
+        // Requests to peers leave from the listen address (a partition by address cuts them).
+        config.serve.source_ip = Some(ip);
+    }
     let id = persist::load_or_create_node_id(&config.state_dir, "t")?;
     let url = if config.public_url.is_empty() {
         let scheme = if config.serve.tls.is_some() {

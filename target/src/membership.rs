@@ -62,7 +62,11 @@ pub(crate) async fn run(target: Arc<Target>, interval: Duration, shutdown: Cance
                     joined = false;
                     continue;
                 }
-                Err(e) => tracing::warn!(error = %e, "keepalive failed"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "keepalive failed");
+                    // The primary may be gone: another proxy may know a newer map.
+                    catch_up(&target).await;
+                }
             }
         }
         let pause = if joined { interval } else { backoff };
@@ -98,6 +102,7 @@ async fn join(target: &Target) -> anyhow::Result<Answer> {
             .await;
         match resp {
             Ok(r) if r.status().is_success() => {
+                crate::vote::primary_reached();
                 let sync: MetaSync = r.json().await?;
                 target.apply_metasync(sync).await?;
                 tracing::info!(primary = %base, "joined the cluster");
@@ -123,6 +128,8 @@ async fn keepalive(target: &Target) -> anyhow::Result<Answer> {
     let resp = target
         .http
         .post(format!("{}/v1/cluster/keepalive", primary_url(target)))
+        // Short: a primary cut off by a partition must not stall the switch to a new one.
+        .timeout(Duration::from_secs(3))
         .json(&msg)
         .send()
         .await?;
@@ -132,8 +139,40 @@ async fn keepalive(target: &Target) -> anyhow::Result<Answer> {
         _ => {}
     }
     let resp = resp.error_for_status()?;
+    crate::vote::primary_reached();
     // The primary piggybacks newer metadata on the reply when we are behind.
     let sync: MetaSync = resp.json().await?;
     target.apply_metasync(sync).await?;
     Ok(Answer::Ok)
+}
+
+/// Asks the other proxies of this target's map for theirs; applies any that supersedes it
+/// (a primary elected while this target could not hear of it).
+async fn catch_up(target: &Target) {
+    let smap = target.smap();
+    for node in smap.pmap.values() {
+        if node.daemon_id == smap.proxy_si.daemon_id {
+            continue;
+        }
+        let resp = target
+            .http
+            .get(format!("{}/v1/daemon?what=smap", node.url()))
+            .timeout(Duration::from_secs(1))
+            .send()
+            .await;
+        if let Ok(r) = resp
+            && r.status().is_success()
+            && let Ok(m) = r.json::<gristmill_core::ClusterMap>().await
+            && m.uuid == smap.uuid
+            && m.supersedes(&smap)
+        {
+            let _ = target
+                .apply_metasync(MetaSync {
+                    smap: Some(m),
+                    bmd: None,
+                })
+                .await;
+            return;
+        }
+    }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use gristmill_core::{Bck, ClusterMap, Provider};
 
+pub mod proxies;
 pub mod secure;
 
 /// Path of the `gristd` binary under test.

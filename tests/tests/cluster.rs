@@ -22,6 +22,8 @@ mod etl;
 mod hardening;
 #[path = "cluster/jobs.rs"]
 mod jobs;
+#[path = "cluster/proxies.rs"]
+mod proxies;
 #[path = "cluster/remote.rs"]
 mod remote;
 #[path = "cluster/resilver.rs"]

@@ -290,6 +290,11 @@ fn moved(s: &JobStatus) -> u64 {
     s.objects - s.skipped - s.errors
 }
 
+/// The job's run time in seconds (for the printed figures only).
+fn secs(s: &JobStatus) -> f64 {
+    (s.end_ns - s.start_ns) as f64 / 1e9
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn mountpath_attach_detach_disable_enable_under_load() {
     let mut c = Cluster::start(1, 2).await.unwrap();
@@ -343,10 +348,11 @@ async fn mountpath_attach_detach_disable_enable_under_load() {
     let counts = check_placement(&all, &[], &names);
     let ratio = counts[2] as f64 / names.len() as f64;
     println!(
-        "attach: resilver moved {} of {} objects ({:.3}, expected ~1/3); per mountpath {counts:?}; {gets} GETs, 0 failed",
+        "attach: resilver moved {} of {} objects ({:.3}, expected ~1/3) in {:.2} s; per mountpath {counts:?}; {gets} GETs, 0 failed",
         moved(&status),
         N + OVERWRITTEN,
-        moved(&status) as f64 / (N + OVERWRITTEN) as f64
+        moved(&status) as f64 / (N + OVERWRITTEN) as f64,
+        secs(&status)
     );
     assert!(
         (0.25..0.42).contains(&ratio),
@@ -381,8 +387,9 @@ async fn mountpath_attach_detach_disable_enable_under_load() {
     let enabled = [mps[1].clone(), mp2.clone()];
     check_placement(&enabled, &[mps[0].clone()], &names);
     println!(
-        "detach: resilver moved {} objects; {gets} GETs, 0 failed",
-        moved(&status)
+        "detach: resilver moved {} objects in {:.2} s; {gets} GETs, 0 failed",
+        moved(&status),
+        secs(&status)
     );
     let v = mountpaths_of(&c, &turl).await;
     let canon = |p: &Path| std::fs::canonicalize(p).unwrap();
@@ -420,6 +427,11 @@ async fn mountpath_attach_detach_disable_enable_under_load() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("last enabled mountpath"));
     let status = mountpath(&c, "enable", &tid, &mps[1]).await;
     assert_eq!(status.errors, 0, "{status:?}");
+    println!(
+        "disable/enable: enable moved {} objects back in {:.2} s",
+        moved(&status),
+        secs(&status)
+    );
     let (gets, failed) = load.finish().await;
     assert!(
         failed.is_empty(),
