@@ -110,7 +110,8 @@ pub(crate) async fn register(proxy: &Proxy, mut node: Node) -> Result<MetaSync, 
     Ok(proxy.newer_than(0, 0))
 }
 
-/// How long a keepalive to the primary may take.
+/// How long a keepalive to the primary may take, at most (half the failure window if less:
+/// failure detection runs between keepalives).
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Handles a keepalive: `None` when the sender is not in the cluster map.
@@ -213,7 +214,7 @@ async fn send_keepalive(proxy: &Proxy) -> bool {
         .http
         .post(format!("{}/v1/cluster/keepalive", proxy.primary_url()))
         // Short: a primary cut off by a partition must not stall failure detection.
-        .timeout(KEEPALIVE_TIMEOUT)
+        .timeout((proxy.window / 2).clamp(Duration::from_millis(500), KEEPALIVE_TIMEOUT))
         .json(&ka)
         .send()
         .await;

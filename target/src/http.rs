@@ -55,6 +55,7 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
         .route("/v1/etl/{name}/logs", get(etl_logs))
         .route("/v1/jobs/{id}", axum::routing::delete(abort_job))
         .route("/v1/metasync", put(metasync))
+        .route("/v1/vote", axum::routing::post(crate::vote::vote))
         .route("/v1/daemon", get(daemon))
         .route("/v1/daemon/mountpaths", put(crate::resilver::change))
         .route("/v1/health", get(gristmill_core::server::health))
@@ -860,9 +861,12 @@ async fn abort_job(State(t): State<Arc<Target>>, Path(id): Path<String>) -> ApiR
     }
 }
 
-async fn metasync(State(t): State<Arc<Target>>, body: Bytes) -> ApiResult {
+async fn metasync(State(t): State<Arc<Target>>, Query(params): Params, body: Bytes) -> ApiResult {
     let sync: MetaSync = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid metasync body: {e}")))?;
+    if let Some(from) = params.get(gristmill_core::election::PUSH_FROM) {
+        gristmill_core::election::check_push(from, sync.smap.as_ref(), &t.smap())?;
+    }
     t.apply_metasync(sync).await?;
     Ok(StatusCode::OK.into_response())
 }

@@ -213,8 +213,11 @@ pub async fn run(
     vote::mark_start();
     let mut config = config;
     let ip = listener.local_addr()?.ip();
-    if !ip.is_unspecified() {
-        // Requests to peers leave from the listen address (a partition by address cuts them).
+    if ip.is_loopback() && ip != std::net::IpAddr::from([127, 0, 0, 1]) {
+        // Listening on a loopback alias (127.a.b.c, e.g. several nodes on one machine cut
+        // apart by address rules): requests to peers leave from it, not from 127.0.0.1. (Other
+        // addresses are left to the kernel: a specific interface address is chosen by the
+        // route anyway, and binding every outgoing socket costs ephemeral ports.)
         config.serve.source_ip = Some(ip);
     }
     let id = persist::load_or_create_node_id(&config.state_dir, "t")?;
