@@ -211,6 +211,9 @@ pub struct Dynamic {
     inflight: Mutex<BTreeMap<u64, usize>>,
     /// Serializes changes (and the resilver's final step).
     changes: tokio::sync::Mutex<()>,
+    /// Mountpaths dropped by a detach: attached again while something still holds them, they
+    /// are reused (their index file stays locked until the last holder lets go).
+    retired: Mutex<Vec<std::sync::Weak<Mountpath>>>,
 }
 
 /// Held by a write from `begin_write` until it committed or was dropped.
@@ -494,11 +497,7 @@ impl Store {
                         )));
                     }
                 }
-                let p = path.clone();
-                let mp = tokio::task::spawn_blocking(move || super::open_mountpath(&p))
-                    .await
-                    .map_err(|e| StoreError::Index(e.to_string()))??;
-                (Arc::new(mp), MpState::Enabled)
+                (self.reopen(&path).await?, MpState::Enabled)
             }
             (_, None) => {
                 return Err(ApiError::not_found(format!(
@@ -546,6 +545,38 @@ impl Store {
             epoch,
             resilver: true,
         })
+    }
+
+    /// Opens a mountpath being attached: the same one if a detach dropped it but something
+    /// still holds it, else anew (retrying for a few seconds while its index file is still
+    /// being closed).
+    async fn reopen(&self, path: &Path) -> Result<Arc<Mountpath>, StoreError> {
+        let mut attempts = 0;
+        loop {
+            let alive = {
+                let mut retired = self.dynamic.retired.lock().expect("retired lock");
+                retired.retain(|w| w.strong_count() > 0);
+                retired
+                    .iter()
+                    .filter_map(std::sync::Weak::upgrade)
+                    .find(|m| m.path == path)
+            };
+            if let Some(mp) = alive {
+                return Ok(mp);
+            }
+            let p = path.to_path_buf();
+            let opened = tokio::task::spawn_blocking(move || super::open_mountpath(&p))
+                .await
+                .map_err(|e| StoreError::Index(e.to_string()))?;
+            match opened {
+                Ok(mp) => return Ok(Arc::new(mp)),
+                Err(StoreError::Index(e)) if e.contains("already open") && attempts < 50 => {
+                    attempts += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn persist(&self, set: &MountSet, pending: bool, epoch: u64) -> Result<(), StoreError> {
@@ -724,6 +755,11 @@ impl Store {
                 .map_err(|e| StoreError::Index(e.to_string()))??;
             if empty {
                 dropped.push(mp.path.clone());
+                self.dynamic
+                    .retired
+                    .lock()
+                    .expect("retired lock")
+                    .push(Arc::downgrade(mp));
             } else {
                 next.detaching.push(mp.clone());
             }
@@ -892,6 +928,29 @@ mod tests {
         assert_eq!(dropped.len(), 1);
         assert_eq!(store.mountpaths().len(), 1);
         assert_eq!(store.list(&bck, "", "", 1000).await.unwrap().len(), 59);
+        drop(misplaced); // the scan's entries held the detached mountpath open
+        // Attached again (its index file was closed when it left the set): objects move back.
+        let changed = store
+            .change_mountpath(MpAction::Attach, &mp0)
+            .await
+            .unwrap();
+        assert!(changed.resilver);
+        for m in store.misplaced().await.unwrap() {
+            assert!(matches!(
+                store.move_object(&m).await.unwrap(),
+                Moved::Moved(_)
+            ));
+        }
+        store.finish_resilver(changed.epoch, true).await.unwrap();
+        assert_eq!(store.mountpaths().len(), 2);
+        let changed = store
+            .change_mountpath(MpAction::Detach, &mp0)
+            .await
+            .unwrap();
+        for m in store.misplaced().await.unwrap() {
+            store.move_object(&m).await.unwrap();
+        }
+        store.finish_resilver(changed.epoch, true).await.unwrap();
         drop(store);
         let (plan, _) = plan(std::slice::from_ref(&mp0), Some(&state)).unwrap();
         assert_eq!(plan.len(), 1);
