@@ -66,6 +66,37 @@ pub struct ClientOptions {
     pub insecure: bool,
 }
 
+/// `endpoints` may list several proxies, comma-separated (any proxy serves any request): the
+/// first that accepts a TCP connection within a second is used, else the first listed.
+fn pick_endpoint(endpoints: &str) -> String {
+    let list: Vec<&str> = endpoints
+        .split(',')
+        .map(|e| e.trim().trim_end_matches('/'))
+        .filter(|e| !e.is_empty())
+        .collect();
+    if list.len() <= 1 {
+        return list.first().copied().unwrap_or("").to_owned();
+    }
+    for e in &list {
+        let Ok(url) = reqwest::Url::parse(e) else {
+            continue;
+        };
+        let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+            continue;
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(&(host, port)) else {
+            continue;
+        };
+        for a in addrs {
+            if std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_secs(1)).is_ok() {
+                return (*e).to_owned();
+            }
+        }
+    }
+    list[0].to_owned()
+}
+
 impl Client {
     pub fn new(endpoint: &str) -> anyhow::Result<Self> {
         Self::with_options(endpoint, &ClientOptions::default())
@@ -105,7 +136,7 @@ impl Client {
             b.build()
         };
         Ok(Self {
-            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            endpoint: pick_endpoint(endpoint),
             http: build(true)?,
             no_redirect: build(false)?,
             smap: OnceCell::new(),

@@ -14,7 +14,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 #[derive(Parser)]
 #[command(name = "grist", version, about = "Gristmill command line")]
 struct Cli {
-    /// Cluster endpoint (any proxy).
+    /// Cluster endpoint (any proxy); several, comma-separated: the first that accepts a
+    /// connection is used.
     #[arg(
         long,
         global = true,

@@ -266,6 +266,23 @@ async fn primary_kill9_under_load_fails_over() {
         assert!(r.status().is_success(), "create via {u}: {}", r.status());
     }
 
+    // The CLI with the three endpoints (the first one dead) fails over.
+    let endpoints = c.proxy_urls.join(",");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(gristmill_tests::gristd_bin().with_file_name("grist"))
+            .args(["bucket", "create", "ais://cli-failover"])
+            .env("GRIST_ENDPOINT", endpoints)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "grist with several endpoints: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // The old primary comes back: it finds the newer map and rejoins as a non-primary.
     c.proxy.start().unwrap();
     let nodes: Vec<String> = c
@@ -291,7 +308,7 @@ async fn primary_kill9_under_load_fails_over() {
     same_buckets(
         &c,
         &c.proxy_urls,
-        &["after-0", "after-1", "load", "rejoined"],
+        &["after-0", "after-1", "cli-failover", "load", "rejoined"],
     )
     .await;
     println!(
