@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use gristmill_core::{Bck, Provider};
 use gristmill_tests::proxies::{Partition, ProxiesCluster, ProxiesSpec};
 use gristmill_tests::{Cluster, content};
 
@@ -56,9 +57,16 @@ impl Failover {
     }
 }
 
-/// One client request of the load.
+/// Size of load object `i`.
+fn len_of(i: u64) -> usize {
+    1000 + (i as usize * 7919) % 60_000
+}
+
+/// One client request of the load (a failed one counts as inside a failure window when
+/// [started, ended] overlaps it).
 struct Op {
     started: Instant,
+    ended: Instant,
     ok: bool,
     what: String,
 }
@@ -76,7 +84,7 @@ fn start_load(
         let mut acked = Vec::new();
         let mut i = 0u64;
         while !stop.load(Ordering::Relaxed) {
-            let len = 1000 + (i as usize * 7919) % 60_000;
+            let len = len_of(i);
             let started = Instant::now();
             let body = content(i, len);
             let r = client
@@ -88,6 +96,7 @@ fn start_load(
             let ok = matches!(&r, Ok(r) if r.status().is_success());
             ops.push(Op {
                 started,
+                ended: Instant::now(),
                 ok,
                 what: format!("PUT obj-{i}: {:?}", r.as_ref().map(|r| r.status())),
             });
@@ -101,13 +110,15 @@ fn start_load(
                     .send(|h, u| h.get(format!("{u}/v1/objects/{bucket}/obj-{j}")))
                     .await;
                 let ok = match r {
-                    Ok(r) if r.status().is_success() => r.bytes().await.is_ok_and(|b| {
-                        b[..] == content(j, 1000 + (j as usize * 7919) % 60_000)[..]
-                    }),
+                    Ok(r) if r.status().is_success() => r
+                        .bytes()
+                        .await
+                        .is_ok_and(|b| b[..] == content(j, len_of(j))[..]),
                     _ => false,
                 };
                 ops.push(Op {
                     started,
+                    ended: Instant::now(),
                     ok,
                     what: format!("GET obj-{j}"),
                 });
@@ -240,7 +251,7 @@ async fn primary_kill9_under_load_fails_over() {
     let failed: Vec<&Op> = ops.iter().filter(|o| !o.ok).collect();
     let outside: Vec<&str> = failed
         .iter()
-        .filter(|o| o.started < killed || o.started > elected)
+        .filter(|o| o.ended < killed || o.started > elected)
         .map(|o| o.what.as_str())
         .collect();
     assert!(
@@ -255,7 +266,7 @@ async fn primary_kill9_under_load_fails_over() {
             .unwrap();
         assert_eq!(r.status(), 200, "obj-{i}");
         assert!(
-            r.bytes().await.unwrap()[..] == content(*i, 1000 + (*i as usize * 7919) % 60_000)[..],
+            r.bytes().await.unwrap()[..] == content(*i, len_of(*i))[..],
             "obj-{i} corrupt"
         );
     }
@@ -439,5 +450,147 @@ async fn partitioned_primary_minority_refuses_changes_and_heals() {
         last.version,
         last.term,
         healed.elapsed()
+    );
+}
+
+/// Stretch of the elastic scenario: `mirror.copies = 2`, 3 proxies + 4 targets, the load's
+/// client failing over across the 3 proxies; kill -9 a target and the primary proxy at once.
+/// A new primary is elected, it removes the dead target, no acknowledged object is lost or
+/// corrupt, requests fail only until the map without the dead nodes reached every node, and
+/// re-replication restores two copies of every object on its first two HRW targets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copies_2_survive_kill9_of_a_target_and_the_primary() {
+    let mut c = Cluster::start_proxies(spec(3, 4, Vec::new()))
+        .await
+        .unwrap();
+    let first = c.smap().await.unwrap();
+    let all = ProxiesCluster::node_urls(&first);
+    let first = c
+        .one_map(
+            &all,
+            |m| m.pmap.len() == 3 && m.tmap.len() == 4,
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let old = first.proxy_si.daemon_id.clone();
+    c.create_bucket("cp").await.unwrap();
+    c.grist_ok(&["bucket", "props", "set", "ais://cp", "mirror.copies=2"]);
+
+    let client = Arc::new(Failover {
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+        urls: c.proxy_urls.clone(),
+        current: AtomicUsize::new(0),
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
+    let load = start_load(client.clone(), "cp", stop.clone(), done.clone());
+    wait_count(&done, 30, &c).await;
+
+    // The victim: target 2 (its id from its state dir).
+    let victim_id = std::fs::read_to_string(c.dir.path().join("target-2").join("node_id"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let killed = Instant::now();
+    c.targets[2].kill9();
+    c.proxy.kill9();
+    let live: Vec<String> = c.proxy_urls[1..]
+        .iter()
+        .cloned()
+        .chain(
+            first
+                .tmap
+                .values()
+                .filter(|n| n.daemon_id != victim_id)
+                .map(|n| n.url().to_owned()),
+        )
+        .collect();
+    let settled_map = c
+        .one_map(
+            &live,
+            |m| {
+                m.proxy_si.daemon_id != old && !m.tmap.contains_key(&victim_id) && m.tmap.len() == 3
+            },
+            Duration::from_secs(90),
+        )
+        .await
+        .unwrap();
+    let settled = Instant::now();
+
+    let after = done.load(Ordering::Relaxed);
+    wait_count(&done, after + 30, &c).await;
+    stop.store(true, Ordering::Relaxed);
+    let (ops, acked) = load.await.unwrap();
+    let failed: Vec<&Op> = ops.iter().filter(|o| !o.ok).collect();
+    let outside: Vec<&str> = failed
+        .iter()
+        .filter(|o| o.ended < killed || o.started > settled)
+        .map(|o| o.what.as_str())
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "failed requests outside [kill, map without the dead nodes everywhere]: {outside:?}"
+    );
+    for i in &acked {
+        let r = client
+            .send(|h, u| h.get(format!("{u}/v1/objects/cp/obj-{i}")))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "acknowledged obj-{i} lost");
+        assert!(
+            r.bytes().await.unwrap()[..] == content(*i, len_of(*i))[..],
+            "obj-{i} corrupt"
+        );
+    }
+
+    // Two copies of every acknowledged object, on its first two HRW targets.
+    let bck = Bck::new("cp", Provider::Ais).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut holders: std::collections::HashMap<String, Vec<String>> = Default::default();
+        for t in settled_map.tmap.values() {
+            for name in c.names_on(t.url(), "cp").await {
+                holders.entry(name).or_default().push(t.daemon_id.clone());
+            }
+        }
+        let wrong: Vec<String> = acked
+            .iter()
+            .map(|i| format!("obj-{i}"))
+            .filter(|name| {
+                let mut want: Vec<String> = settled_map
+                    .owners(&bck.object_uname(name), 2)
+                    .iter()
+                    .map(|n| n.daemon_id.clone())
+                    .collect();
+                want.sort();
+                let mut have = holders.get(name).cloned().unwrap_or_default();
+                have.sort();
+                have != want
+            })
+            .collect();
+        if wrong.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} objects without their two HRW copies, e.g. {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(5)]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "copies=2, 3 proxies: target and primary killed; new primary {} and the dead target \
+         out of the map on every live node after {:?}; {} requests, {} failed (all inside that \
+         window); {} acknowledged objects intact, 2 HRW copies of each restored",
+        settled_map.proxy_si.daemon_id,
+        settled - killed,
+        ops.len(),
+        failed.len(),
+        acked.len()
     );
 }
