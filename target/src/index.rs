@@ -13,6 +13,7 @@ use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefi
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::StoreError;
+use crate::hot::MetaCache;
 use crate::meta::ObjectMeta;
 
 const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("objects");
@@ -61,6 +62,29 @@ pub enum IndexOp {
     },
 }
 
+/// What a change touches, for the hot-record cache.
+enum Changes {
+    Object(String, String),
+    Bucket(String),
+    /// Access times only: the cached records stay valid.
+    AccessTimes,
+}
+
+impl Changes {
+    fn of(op: &IndexOp) -> Self {
+        match op {
+            IndexOp::Put(m) | IndexOp::PutIf { meta: m, .. } => {
+                Changes::Object(m.bucket.clone(), m.name.clone())
+            }
+            IndexOp::Delete { bucket, name } | IndexOp::DeleteIf { bucket, name, .. } => {
+                Changes::Object(bucket.clone(), name.clone())
+            }
+            IndexOp::DropBucket { bucket } => Changes::Bucket(bucket.clone()),
+            IndexOp::Touch(_) => Changes::AccessTimes,
+        }
+    }
+}
+
 /// The outcome of one committed change.
 #[derive(Debug, Default)]
 pub struct Applied {
@@ -84,6 +108,8 @@ struct Pending {
 pub struct ObjectIndex {
     db: Arc<Database>,
     commits: mpsc::Sender<Pending>,
+    /// The store's cache of hot object records: every committed change drops its key.
+    hot: Arc<MetaCache>,
 }
 
 impl std::fmt::Debug for ObjectIndex {
@@ -94,7 +120,7 @@ impl std::fmt::Debug for ObjectIndex {
 
 impl ObjectIndex {
     /// Opens (or creates) the index file and starts its committer on the current runtime.
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
+    pub(crate) fn open(path: &Path, hot: Arc<MetaCache>) -> Result<Self, StoreError> {
         let db = Database::create(path)?;
         {
             let tx = db.begin_write()?;
@@ -104,18 +130,32 @@ impl ObjectIndex {
         let db = Arc::new(db);
         let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
         tokio::spawn(run_committer(db.clone(), rx));
-        Ok(Self { db, commits: tx })
+        Ok(Self {
+            db,
+            commits: tx,
+            hot,
+        })
     }
 
     /// Applies one change durably; returns after the batch holding it is on disk.
     pub async fn apply(&self, op: IndexOp) -> IndexReply {
+        let changes = Changes::of(&op);
         let (done, wait) = oneshot::channel();
         self.commits
             .send(Pending { op, done })
             .await
             .map_err(|_| StoreError::Index("index committer stopped".into()))?;
-        wait.await
-            .map_err(|_| StoreError::Index("index committer dropped a change".into()))?
+        let reply = wait
+            .await
+            .map_err(|_| StoreError::Index("index committer dropped a change".into()))?;
+        // After the commit (whatever its outcome): a lookup that read the old record cannot
+        // cache it any more.
+        match changes {
+            Changes::Object(bucket, name) => self.hot.forget(&bucket, &name),
+            Changes::Bucket(bucket) => self.hot.forget_bucket(&bucket),
+            Changes::AccessTimes => {}
+        }
+        reply
     }
 
     /// Point lookup.

@@ -13,6 +13,7 @@
 pub mod backend;
 mod cold;
 mod error;
+mod hot;
 mod http;
 mod index;
 mod jobs;

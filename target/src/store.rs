@@ -106,6 +106,20 @@ pub struct Store {
     /// Access times not yet written to the index, by (bucket uname, object name). Reads only
     /// touch this map; [`Store::flush_atimes`] writes them in one transaction per mountpath.
     atimes: Mutex<HashMap<(String, String), i64>>,
+    /// Records of recently read objects (shared with every mountpath's index, which drops
+    /// changed keys): warm GETs skip the index and the blocking pool.
+    hot: Arc<crate::hot::MetaCache>,
+}
+
+/// Entries of the hot-record cache (`GRISTD_META_CACHE` overrides): each costs a few hundred
+/// bytes, so the default bounds it to about 30 MiB.
+const META_CACHE_ENTRIES: usize = 100_000;
+
+fn meta_cache_entries() -> usize {
+    std::env::var("GRISTD_META_CACHE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(META_CACHE_ENTRIES)
 }
 
 /// Bytes per bucket uname.
@@ -141,9 +155,10 @@ impl Store {
             return Err(ApiError::bad_request("a target needs at least one mountpath").into());
         }
         let (plan, dynamic) = mountset::plan(paths, state_file)?;
+        let hot = Arc::new(crate::hot::MetaCache::new(meta_cache_entries()));
         let mut set = MountSet::default();
         for (path, state) in plan {
-            set.push(state, Arc::new(open_mountpath(&path)?));
+            set.push(state, Arc::new(open_mountpath(&path, hot.clone())?));
         }
         set.sort();
         let store = Arc::new(Self {
@@ -152,6 +167,7 @@ impl Store {
             generation: AtomicU64::new(now_ns() as u64),
             usage: Arc::default(),
             atimes: Mutex::new(HashMap::new()),
+            hot,
         });
         for mp in store.mountpaths() {
             let removed = tokio::task::spawn_blocking(move || remove_orphans(&mp))
@@ -316,15 +332,21 @@ impl Store {
 
     /// Opens an object's data file: index lookup, open and — for objects up to
     /// [`PREFETCH_MAX`] bytes — the whole read, in one trip to the blocking pool. Retries if a
-    /// concurrent overwrite replaced the file between the lookup and the open.
+    /// concurrent overwrite replaced the file between the lookup and the open. A recently read
+    /// object whose bytes are in the page cache is served without the trip (see `hot`).
     pub async fn open_object(&self, bck: &Bck, name: &str) -> Result<OpenObject, StoreError> {
         use std::os::unix::fs::FileExt;
-        let mps = self.lookup_order(bck, name);
         let bucket = bck.uname();
+        if let Some(open) = self.open_hot(&bucket, name) {
+            return Ok(open);
+        }
+        let mps = self.lookup_order(bck, name);
         let key = name.to_owned();
         let missing = format!("object {bck}/{name}");
+        let hot = self.hot.clone();
         tokio::task::spawn_blocking(move || {
             for _ in 0..3 {
+                let generation = hot.generation(&bucket, &key);
                 // The file vanishes when an overwrite or a resilver move replaced it: look again.
                 let (mp, meta) = mountset::find_in(&mps, &bucket, &key)?
                     .ok_or_else(|| StoreError::not_found(&missing))?;
@@ -333,6 +355,13 @@ impl Store {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                     Err(e) => return Err(e.into()),
                 };
+                hot.insert_if(
+                    generation,
+                    Arc::new(crate::hot::Cached {
+                        root: mp.path.clone(),
+                        meta: meta.clone(),
+                    }),
+                );
                 let data = if meta.size <= PREFETCH_MAX {
                     let mut buf = vec![0u8; meta.size as usize];
                     file.read_exact_at(&mut buf, 0)?;
@@ -346,6 +375,30 @@ impl Store {
         })
         .await
         .map_err(|e| StoreError::Index(e.to_string()))?
+    }
+
+    /// The warm path of [`Store::open_object`], on the calling (async) thread: only for a cached
+    /// record whose small content is entirely in the page cache (or a large object, whose
+    /// body streams through the blocking pool anyway). `None`: take the blocking path.
+    fn open_hot(&self, bucket: &str, name: &str) -> Option<OpenObject> {
+        let hit = self.hot.get(bucket, name)?;
+        // Opening a file whose directory entries were just used is a cached lookup; a file
+        // gone (overwritten, moved) sends us to the slow path, which looks again.
+        let file = std::fs::File::open(hit.root.join(&hit.meta.file)).ok()?;
+        let data = if hit.meta.size <= PREFETCH_MAX {
+            let mut buf = vec![0u8; hit.meta.size as usize];
+            if !crate::hot::read_if_cached(&file, &mut buf, 0).ok()? {
+                return None;
+            }
+            Some(Bytes::from(buf))
+        } else {
+            None
+        };
+        Some(OpenObject {
+            meta: hit.meta.clone(),
+            file,
+            data,
+        })
     }
 
     /// Removes an object — from its HRW mountpath and from any other that still holds a
@@ -710,7 +763,7 @@ impl Drop for PendingWrite {
 }
 
 /// Opens one mountpath: its layout (created if missing; mode 0700) and its index.
-fn open_mountpath(p: &Path) -> Result<Mountpath, StoreError> {
+fn open_mountpath(p: &Path, hot: Arc<crate::hot::MetaCache>) -> Result<Mountpath, StoreError> {
     std::fs::create_dir_all(p)?;
     let path = std::fs::canonicalize(p)?;
     // Only the target's user may enter: ETL workers (another user) and others never
@@ -719,7 +772,7 @@ fn open_mountpath(p: &Path) -> Result<Mountpath, StoreError> {
     for sub in ["obj", "tmp", "trash", "mpu"] {
         std::fs::create_dir_all(path.join(sub))?;
     }
-    let index = ObjectIndex::open(&path.join("index.redb"))?;
+    let index = ObjectIndex::open(&path.join("index.redb"), hot)?;
     let digest = hrw::digest(&path.to_string_lossy());
     Ok(Mountpath {
         path,

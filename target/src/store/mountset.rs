@@ -564,8 +564,8 @@ impl Store {
             if let Some(mp) = alive {
                 return Ok(mp);
             }
-            let p = path.to_path_buf();
-            let opened = tokio::task::spawn_blocking(move || super::open_mountpath(&p))
+            let (p, hot) = (path.to_path_buf(), self.hot.clone());
+            let opened = tokio::task::spawn_blocking(move || super::open_mountpath(&p, hot))
                 .await
                 .map_err(|e| StoreError::Index(e.to_string()))?;
             match opened {
