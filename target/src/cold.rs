@@ -7,6 +7,15 @@
 //! The download runs in its own task, so it survives any client disconnecting. It commits the
 //! copy (with the remote's ETag and version) only when every byte arrived and the size matches;
 //! a broken download removes the temp file and fails every reader's body stream.
+//!
+//! Per-byte work is pipelined: the download task only receives chunks, keeps the most recent
+//! ones in a bounded in-memory ring (readers that keep up take them from there, zero-copy) and
+//! hands them in batches to a blocking writer thread (file writes with `writev`, xxhash, and a
+//! final `fdatasync`) and — when the remote's ETag is an MD5 to check — to a second blocking
+//! thread that computes the MD5. The last chunk reaches readers only after the commit, so a
+//! download whose MD5 does not match never completes a client's body. The copy's index entry
+//! commits without its own fsync (`relaxed_index`): its data file is synced first, so a crash
+//! can lose the entry (the object is fetched again) but never expose a torn copy.
 
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
@@ -15,7 +24,8 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use futures::{Stream, StreamExt, TryStreamExt};
 use gristmill_core::{ApiError, Bck};
-use tokio::sync::{OnceCell, watch};
+use tokio::sync::{OnceCell, mpsc, watch};
+use xxhash_rust::xxh64::Xxh64;
 
 use crate::Target;
 use crate::backend::{
@@ -28,15 +38,22 @@ pub(crate) const REMOTE_VERSION_KEY: &str = "remote-version";
 pub(crate) const REMOTE_MTIME_KEY: &str = "remote-last-modified";
 pub(crate) const SOURCE_KEY: &str = "source";
 
-/// Flush the temp file (make bytes visible to readers) at least this often.
-const FLUSH_EVERY: u64 = 256 * 1024;
-/// Largest read a follower does at once.
-const READ_CHUNK: u64 = 256 * 1024;
+/// Chunks go to the writer (and MD5) threads in batches of at least this many bytes.
+const BATCH_BYTES: usize = 256 * 1024;
+/// Batches queued to each thread at most (backpressure on the download beyond that).
+const BATCHES_QUEUED: usize = 8;
+/// Written bytes the ring keeps for readers (besides the ones not written yet, which it holds
+/// until the writer is done with them: at most `BATCHES_QUEUED + 1` batches).
+const RING_BYTES: usize = 2 << 20;
+/// Readers are woken when at least this many new bytes arrived (or the download ended).
+const PUBLISH_EVERY: u64 = 64 * 1024;
+/// Largest read from the temp file (readers that fell behind the ring).
+const READ_CHUNK: u64 = 1 << 20;
 
 /// Where a download stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Progress {
-    /// This many bytes are in the temp file and readable.
+    /// This many bytes are readable (from the ring, or the temp file below the ring).
     Running(u64),
     /// All bytes written and the copy committed.
     Done(u64),
@@ -52,6 +69,64 @@ pub(crate) struct Fill {
     /// commit; readers use positioned reads, so sharing it is safe.
     file: Arc<std::fs::File>,
     progress: watch::Receiver<Progress>,
+    ring: Mutex<Ring>,
+}
+
+/// The most recent chunks of a download, `[start, start + held)`. Every byte below `start` is
+/// in the temp file: chunks leave the ring only once written, oldest first.
+#[derive(Default)]
+struct Ring {
+    start: u64,
+    /// (offset, bytes), contiguous.
+    chunks: std::collections::VecDeque<(u64, Bytes)>,
+    held: usize,
+    /// Bytes the writer has put into the temp file.
+    written: u64,
+}
+
+impl Ring {
+    fn push(&mut self, chunk: Bytes) {
+        let at = self.start + self.held as u64;
+        self.held += chunk.len();
+        self.chunks.push_back((at, chunk));
+        self.prune();
+    }
+
+    fn set_written(&mut self, written: u64) {
+        self.written = written;
+        self.prune();
+    }
+
+    fn prune(&mut self) {
+        while self.held > RING_BYTES {
+            let Some((at, front)) = self.chunks.front() else {
+                break;
+            };
+            let end = at + front.len() as u64;
+            if end > self.written {
+                break;
+            }
+            self.held -= front.len();
+            self.start = end;
+            self.chunks.pop_front();
+        }
+    }
+
+    /// The held bytes from `pos` (up to `limit`, within one chunk), for `pos` below the
+    /// received bytes. `Err(written)` when `pos` is below the ring: read the file, up to there.
+    fn slice(&self, pos: u64, limit: u64) -> Result<Bytes, u64> {
+        let i = self.chunks.partition_point(|(at, _)| *at <= pos);
+        if pos < self.start || i == 0 {
+            return Err(self.written);
+        }
+        let (at, chunk) = &self.chunks[i - 1];
+        let from = (pos - at) as usize;
+        let to = ((limit.max(pos) - at) as usize).min(chunk.len());
+        if from >= to {
+            return Err(self.written);
+        }
+        Ok(chunk.slice(from..to))
+    }
 }
 
 type Slot = Arc<OnceCell<Arc<Fill>>>;
@@ -161,13 +236,16 @@ async fn start(
         custom.insert(REMOTE_MTIME_KEY.to_owned(), attrs.last_modified.clone());
     }
     custom.insert(SOURCE_KEY.to_owned(), bck.provider.as_str().to_owned());
+    let want_md5 = expected_md5.is_some();
     let opts = PutOptions {
         durable: false,
         version: attrs.cache_version(),
         custom,
         expected_size: Some(attrs.size),
-        compute_md5: expected_md5.is_some(),
+        compute_md5: want_md5,
         expected_md5,
+        // The writer syncs the data file before the commit (see `write_file`).
+        relaxed_index: true,
         ..Default::default()
     };
     let mut pending = store
@@ -183,11 +261,13 @@ async fn start(
                 "opening the download file: {e}"
             )))
         })?;
+    let out = pending.take_file().await.map_err(|e| fail(e.into()))?;
     let (tx, rx) = watch::channel(Progress::Running(0));
     let fill = Arc::new(Fill {
         attrs: attrs.clone(),
         file: Arc::new(file),
         progress: rx,
+        ring: Mutex::default(),
     });
 
     // The download belongs to no request: it runs to the end (or failure) on its own.
@@ -199,41 +279,82 @@ async fn start(
     let inflight = inflight.clone();
     tokio::spawn(async move {
         let result: Result<u64, String> = async {
-            let mut unflushed = 0u64;
-            loop {
-                let next = match tokio::time::timeout(idle_timeout, body.next()).await {
-                    Err(_) => {
+            let (wtx, wrx) = mpsc::channel::<Batch>(BATCHES_QUEUED);
+            let ring_fill = done_fill.clone();
+            let writer = tokio::task::spawn_blocking(move || write_file(out, wrx, &ring_fill.ring));
+            let (mtx, md5_task) = if want_md5 {
+                let (mtx, mrx) = mpsc::channel::<Batch>(BATCHES_QUEUED);
+                (
+                    Some(mtx),
+                    Some(tokio::task::spawn_blocking(move || hash_md5(mrx))),
+                )
+            } else {
+                (None, None)
+            };
+            let received: Result<u64, String> = async {
+                let (mut received, mut published) = (0u64, 0u64);
+                let (mut batch, mut batch_bytes) = (Vec::new(), 0usize);
+                loop {
+                    let next = match tokio::time::timeout(idle_timeout, body.next()).await {
+                        Err(_) => {
+                            return Err(format!(
+                                "backend: download of {what} stalled for {idle_timeout:?}"
+                            ));
+                        }
+                        Ok(next) => next,
+                    };
+                    let Some(chunk) = next else { break };
+                    let chunk = chunk.map_err(|e| format!("backend: {}", e.message))?;
+                    if chunk.is_empty() {
+                        continue;
+                    }
+                    if received + chunk.len() as u64 > expected {
                         return Err(format!(
-                            "backend: download of {what} stalled for {idle_timeout:?}"
+                            "backend sent more than the announced {expected} bytes of {what}"
                         ));
                     }
-                    Ok(next) => next,
-                };
-                let Some(chunk) = next else { break };
-                let chunk = chunk.map_err(|e| format!("backend: {}", e.message))?;
-                if pending.size() + chunk.len() as u64 > expected {
-                    return Err(format!(
-                        "backend sent more than the announced {expected} bytes of {what}"
-                    ));
+                    received += chunk.len() as u64;
+                    batch_bytes += chunk.len();
+                    done_fill
+                        .ring
+                        .lock()
+                        .expect("ring lock")
+                        .push(chunk.clone());
+                    batch.push(chunk);
+                    // The last bytes wait for the commit (and its MD5 check).
+                    if received < expected && received - published >= PUBLISH_EVERY {
+                        tx.send_replace(Progress::Running(received));
+                        published = received;
+                    }
+                    if batch_bytes >= BATCH_BYTES {
+                        hand_on(&wtx, mtx.as_ref(), std::mem::take(&mut batch)).await?;
+                        batch_bytes = 0;
+                    }
                 }
-                pending
-                    .write_chunk(&chunk)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                unflushed += chunk.len() as u64;
-                if unflushed >= FLUSH_EVERY {
-                    pending.flush().await.map_err(|e| e.to_string())?;
-                    unflushed = 0;
-                    tx.send_replace(Progress::Running(pending.size()));
+                if !batch.is_empty() {
+                    hand_on(&wtx, mtx.as_ref(), batch).await?;
                 }
+                Ok(received)
             }
-            pending.flush().await.map_err(|e| e.to_string())?;
-            let size = pending.size();
-            if size != expected {
+            .await;
+            // The threads end when their channels close; wait for them even after a failure,
+            // so nothing writes the temp file once it is removed.
+            drop((wtx, mtx));
+            let written = writer.await.map_err(|e| e.to_string())?;
+            let md5 = match md5_task {
+                Some(t) => Some(t.await.map_err(|e| e.to_string())?),
+                None => None,
+            };
+            let (size, xxhash) = written.map_err(|e| format!("caching {what}: {e}"))?;
+            let received = received?;
+            if received != expected || size != received {
                 return Err(format!(
-                    "backend: download of {what} ended after {size} of {expected} bytes"
+                    "backend: download of {what} ended after {received} of {expected} bytes"
                 ));
             }
+            pending
+                .set_written(size, xxhash, md5)
+                .map_err(|e| format!("caching {what}: {e}"))?;
             // The last bytes become readable only with the commit: a client that read the
             // whole object will find the cached copy on its next request.
             pending
@@ -303,7 +424,16 @@ impl Fill {
                         }
                     };
                     if readable > pos {
-                        let want = (readable.min(end) - pos).min(READ_CHUNK) as usize;
+                        let limit = readable.min(end);
+                        let held = fill.ring.lock().expect("ring lock").slice(pos, limit);
+                        let in_file = match held {
+                            Ok(b) => {
+                                let n = b.len() as u64;
+                                return Some((Ok(b), (fill, progress, pos + n, end)));
+                            }
+                            Err(written) => written.min(limit),
+                        };
+                        let want = (in_file - pos).min(READ_CHUNK) as usize;
                         let file = fill.file.clone();
                         let read = tokio::task::spawn_blocking(move || {
                             let mut buf = vec![0u8; want];
@@ -424,4 +554,115 @@ fn ranged_body(
         },
     );
     Box::pin(head.chain(tail))
+}
+
+/// Chunks handed to the writer and MD5 threads together.
+type Batch = Arc<Vec<Bytes>>;
+
+async fn hand_on(
+    writer: &mpsc::Sender<Batch>,
+    md5: Option<&mpsc::Sender<Batch>>,
+    batch: Vec<Bytes>,
+) -> Result<(), String> {
+    let batch = Arc::new(batch);
+    if let Some(m) = md5 {
+        m.send(batch.clone())
+            .await
+            .map_err(|_| "the MD5 thread stopped".to_owned())?;
+    }
+    writer
+        .send(batch)
+        .await
+        .map_err(|_| "the writer thread stopped".to_owned())
+}
+
+/// The writer thread of one download: writes every batch to the temp file (`writev`, no
+/// copy), computes the xxhash, tells the ring what is written, and syncs the file at the end.
+/// Returns the size and the xxhash state.
+fn write_file(
+    mut out: std::fs::File,
+    mut batches: mpsc::Receiver<Batch>,
+    ring: &Mutex<Ring>,
+) -> std::io::Result<(u64, Xxh64)> {
+    use std::io::{IoSlice, Write};
+    let mut xxhash = Xxh64::new(0);
+    let mut size = 0u64;
+    while let Some(batch) = batches.blocking_recv() {
+        // At most 512 buffers per call (IOV_MAX is 1024 on Linux).
+        for group in batch.chunks(512) {
+            let mut slices: Vec<IoSlice<'_>> = group.iter().map(|b| IoSlice::new(b)).collect();
+            let mut bufs = &mut slices[..];
+            while !bufs.is_empty() {
+                let n = out.write_vectored(bufs)?;
+                if n == 0 {
+                    return Err(std::io::ErrorKind::WriteZero.into());
+                }
+                IoSlice::advance_slices(&mut bufs, n);
+            }
+        }
+        for b in batch.iter() {
+            xxhash.update(b);
+            size += b.len() as u64;
+        }
+        ring.lock().expect("ring lock").set_written(size);
+    }
+    // On disk before the (relaxed) index commit can be: never a torn copy after a crash.
+    out.sync_data()?;
+    Ok((size, xxhash))
+}
+
+/// The MD5 thread of one download.
+fn hash_md5(mut batches: mpsc::Receiver<Batch>) -> md5::Md5 {
+    let mut md5 = <md5::Md5 as md5::Digest>::new();
+    while let Some(batch) = batches.blocking_recv() {
+        for b in batch.iter() {
+            md5::Digest::update(&mut md5, b);
+        }
+    }
+    md5
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(at: u64, len: usize) -> Bytes {
+        Bytes::from(
+            (0..len)
+                .map(|i| (at as usize + i) as u8)
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn ring_serves_held_bytes_and_sends_older_ones_to_the_file() {
+        let mut ring = Ring::default();
+        let piece = RING_BYTES / 4;
+        let mut at = 0u64;
+        for _ in 0..8 {
+            ring.push(chunk(at, piece));
+            at += piece as u64;
+        }
+        // Nothing written yet: everything stays held, whatever the bound.
+        assert_eq!(ring.start, 0);
+        assert_eq!(ring.held, 8 * piece);
+        let b = ring.slice(10, at).unwrap();
+        assert_eq!(b.len(), piece - 10);
+        assert_eq!(b[0], 10u8);
+        // Limited by what is readable.
+        assert_eq!(
+            ring.slice(piece as u64 + 5, piece as u64 + 7)
+                .unwrap()
+                .len(),
+            2
+        );
+        // Written bytes leave the ring (oldest first) until it is back under its bound.
+        ring.set_written(6 * piece as u64);
+        assert_eq!(ring.start, 4 * piece as u64);
+        assert_eq!(ring.held, 4 * piece);
+        assert_eq!(ring.slice(10, at), Err(6 * piece as u64));
+        let b = ring.slice(5 * piece as u64 + 3, at).unwrap();
+        assert_eq!(b[0], (5 * piece + 3) as u8);
+        assert_eq!(b.len(), piece - 3);
+    }
 }

@@ -21,6 +21,32 @@ const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("objects");
 /// Most changes folded into one transaction.
 const MAX_BATCH: usize = 512;
 
+/// Most batches of relaxed changes committed in a row without an fsync (redb frees pages
+/// only in durable commits, so the file would grow without them).
+pub const RELAXED_MAX_COMMITS: u32 = 64;
+/// Oldest a relaxed change gets before a batch commits durably.
+pub const RELAXED_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Default memory each mountpath's index may use for its page cache (redb's own default is
+/// 1 GiB per database, which a target with millions of objects fills: its RSS then grows with
+/// the object count). Pages beyond it are read from the file (the OS page cache).
+pub const DEFAULT_CACHE_MIB: usize = 64;
+
+/// `GRISTD_INDEX_CACHE_MIB`, else [`DEFAULT_CACHE_MIB`]; in bytes.
+fn cache_bytes() -> usize {
+    let mib = match std::env::var("GRISTD_INDEX_CACHE_MIB") {
+        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                tracing::warn!(value = %v, "GRISTD_INDEX_CACHE_MIB is not a positive number of MiB; using the default");
+                DEFAULT_CACHE_MIB
+            }
+        },
+        _ => DEFAULT_CACHE_MIB,
+    };
+    mib.saturating_mul(1 << 20)
+}
+
 /// Key of one object: bucket uname, NUL, object name. Neither part may contain NUL.
 pub fn object_key(bucket: &str, name: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(bucket.len() + 1 + name.len());
@@ -100,6 +126,9 @@ pub type IndexReply = Result<Applied, StoreError>;
 
 struct Pending {
     op: IndexOp,
+    /// False for changes that may be lost in a crash (cache fills: a lost entry is fetched
+    /// again). A batch of only such changes commits without waiting for an fsync.
+    durable: bool,
     done: oneshot::Sender<IndexReply>,
 }
 
@@ -121,7 +150,9 @@ impl std::fmt::Debug for ObjectIndex {
 impl ObjectIndex {
     /// Opens (or creates) the index file and starts its committer on the current runtime.
     pub(crate) fn open(path: &Path, hot: Arc<MetaCache>) -> Result<Self, StoreError> {
-        let db = Database::create(path)?;
+        let db = redb::Builder::new()
+            .set_cache_size(cache_bytes())
+            .create(path)?;
         {
             let tx = db.begin_write()?;
             tx.open_table(OBJECTS)?;
@@ -139,10 +170,24 @@ impl ObjectIndex {
 
     /// Applies one change durably; returns after the batch holding it is on disk.
     pub async fn apply(&self, op: IndexOp) -> IndexReply {
+        self.submit(op, true).await
+    }
+
+    /// Applies one change atomically but without waiting for it to reach the disk: it is
+    /// visible to every reader when this returns, but a crash (of the process or the machine)
+    /// may undo it — never partly: the next durable commit persists it along with everything
+    /// committed before, and one happens at least every [`RELAXED_MAX_COMMITS`] batches or
+    /// [`RELAXED_MAX_AGE`]. For entries whose loss is harmless, such as cache fills of remote
+    /// objects (a lost entry is fetched again; its data file is removed by the startup scan).
+    pub async fn apply_relaxed(&self, op: IndexOp) -> IndexReply {
+        self.submit(op, false).await
+    }
+
+    async fn submit(&self, op: IndexOp, durable: bool) -> IndexReply {
         let changes = Changes::of(&op);
         let (done, wait) = oneshot::channel();
         self.commits
-            .send(Pending { op, done })
+            .send(Pending { op, durable, done })
             .await
             .map_err(|_| StoreError::Index("index committer stopped".into()))?;
         let reply = wait
@@ -218,6 +263,9 @@ impl ObjectIndex {
 }
 
 async fn run_committer(db: Arc<Database>, mut rx: mpsc::Receiver<Pending>) {
+    // Relaxed commits since the last durable one, and when the first of them happened.
+    let mut relaxed = 0u32;
+    let mut relaxed_since = std::time::Instant::now();
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -226,8 +274,19 @@ async fn run_committer(db: Arc<Database>, mut rx: mpsc::Receiver<Pending>) {
                 Err(_) => break,
             }
         }
+        let durable = batch.iter().any(|p| p.durable)
+            || relaxed >= RELAXED_MAX_COMMITS
+            || (relaxed > 0 && relaxed_since.elapsed() >= RELAXED_MAX_AGE);
+        if durable {
+            relaxed = 0;
+        } else {
+            if relaxed == 0 {
+                relaxed_since = std::time::Instant::now();
+            }
+            relaxed += 1;
+        }
         let db = db.clone();
-        let done = tokio::task::spawn_blocking(move || commit_batch(&db, batch)).await;
+        let done = tokio::task::spawn_blocking(move || commit_batch(&db, batch, durable)).await;
         if let Err(e) = done {
             tracing::error!(error = %e, "index commit task panicked");
         }
@@ -236,11 +295,17 @@ async fn run_committer(db: Arc<Database>, mut rx: mpsc::Receiver<Pending>) {
 
 /// Applies a batch in one transaction and answers each change. If the transaction fails, every
 /// change in it fails (none was applied).
-fn commit_batch(db: &Database, batch: Vec<Pending>) {
+fn commit_batch(db: &Database, batch: Vec<Pending>, durable: bool) {
     let mut replies: Vec<Applied> = Vec::with_capacity(batch.len());
     let result = (|| -> Result<(), StoreError> {
         let mut tx = db.begin_write()?;
-        tx.set_durability(Durability::Immediate);
+        // None: visible at once, persisted by the next durable commit (redb's Eventual
+        // still fsyncs on Linux).
+        tx.set_durability(if durable {
+            Durability::Immediate
+        } else {
+            Durability::None
+        });
         {
             let mut table = tx.open_table(OBJECTS)?;
             for p in &batch {

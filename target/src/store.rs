@@ -75,6 +75,11 @@ pub struct PutOptions {
     pub s3_checksums: Vec<String>,
     /// Modification time to record (an object moved by rebalance keeps its own); None = now.
     pub mtime_ns: Option<i64>,
+    /// Commit the index entry without waiting for an fsync ([`ObjectIndex::apply_relaxed`]):
+    /// for cache fills, whose loss in a crash is harmless. The data file must be on disk
+    /// before the commit (written and synced by the caller), or a power loss could leave an
+    /// entry whose bytes are not.
+    pub relaxed_index: bool,
 }
 
 /// Custom-metadata key holding an object's S3 ETag (without quotes).
@@ -583,6 +588,43 @@ impl PendingWrite {
         &mut self.opts
     }
 
+    /// Hands the temp file to a writer of the caller's own (e.g. a blocking thread fed by a
+    /// download), which writes it from the start and computes the checksums; it reports them
+    /// with [`set_written`](Self::set_written) before the commit. Nothing may have been
+    /// written through [`write_chunk`](Self::write_chunk).
+    pub async fn take_file(&mut self) -> Result<std::fs::File, StoreError> {
+        if self.size > 0 || self.s3.is_some() {
+            return Err(StoreError::Index(
+                "take_file after write_chunk, or with S3 checksums to compute".into(),
+            ));
+        }
+        let out = self
+            .out
+            .take()
+            .ok_or_else(|| StoreError::Index("the write's file was already taken".into()))?;
+        Ok(out.into_inner().into_std().await)
+    }
+
+    /// What a writer of [`take_file`](Self::take_file) wrote: the size and the checksum
+    /// states over exactly those bytes; `md5` exactly when the options asked for it. The
+    /// writer also syncs the file if it must be durable.
+    pub fn set_written(
+        &mut self,
+        size: u64,
+        xxhash: Xxh64,
+        md5: Option<md5::Md5>,
+    ) -> Result<(), StoreError> {
+        if self.md5.is_some() != md5.is_some() {
+            return Err(StoreError::Index(
+                "the writer's MD5 does not match the write's options".into(),
+            ));
+        }
+        self.size = size;
+        self.xxhash = xxhash;
+        self.md5 = md5;
+        Ok(())
+    }
+
     pub async fn write_chunk(&mut self, chunk: &[u8]) -> Result<(), StoreError> {
         let out = self
             .out
@@ -719,7 +761,12 @@ impl PendingWrite {
         .map_err(|e| StoreError::Index(e.to_string()))?;
         placed?;
 
-        let applied = match mp.index.apply(IndexOp::Put(meta)).await {
+        let put = IndexOp::Put(meta);
+        let applied = match if self.opts.relaxed_index {
+            mp.index.apply_relaxed(put).await
+        } else {
+            mp.index.apply(put).await
+        } {
             Ok(a) => a,
             Err(e) => {
                 let _ = tokio::fs::remove_file(mp.path.join(&rel)).await;
@@ -831,11 +878,13 @@ fn remove_orphans(mp: &Mountpath) -> Result<u64, StoreError> {
             }
         }
     }
-    let mut referenced = HashSet::new();
+    // The files the index references, as 128-bit hashes of their paths: ~17-35 bytes per
+    // object instead of ~200 for the paths (a million objects: tens of MiB at startup, not
+    // hundreds). A file found on disk is struck off; what remains is missing.
+    let mut referenced: HashSet<u128> = HashSet::new();
     mp.index.for_each(|m| {
-        referenced.insert(m.file);
+        referenced.insert(xxh3_128(m.file.as_bytes()));
     })?;
-    let mut seen = HashSet::new();
     let root = mp.path.join("obj");
     let mut stack = vec![root];
     while let Some(dir) = stack.pop() {
@@ -850,23 +899,21 @@ fn remove_orphans(mp: &Mountpath) -> Result<u64, StoreError> {
                 .strip_prefix(&mp.path)
                 .map(|r| r.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            if referenced.contains(&rel) {
-                seen.insert(rel);
-            } else {
+            if !referenced.remove(&xxh3_128(rel.as_bytes())) {
                 std::fs::remove_file(&p)?;
                 removed += 1;
             }
         }
     }
-    if seen.len() != referenced.len() {
-        let missing: Vec<String> = referenced.difference(&seen).cloned().collect();
+    if !referenced.is_empty() {
+        let missing = referenced;
         tracing::error!(
             count = missing.len(),
             "index records whose data file is missing; dropping them"
         );
         let mut lost = Vec::new();
         mp.index.for_each(|m| {
-            if missing.contains(&m.file) {
+            if missing.contains(&xxh3_128(m.file.as_bytes())) {
                 lost.push((m.bucket, m.name));
             }
         })?;
