@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, put};
 use gristmill_core::api::{
@@ -273,20 +273,30 @@ async fn object(
 }
 
 pub(crate) fn object_headers(t: &Target, bck: &Bck, meta: &ObjectMeta, headers: &mut HeaderMap) {
-    let mut set = |name: &'static str, value: &str| {
+    // Names parsed once, at compile time (this runs for every GET and HEAD).
+    const CHECKSUM_TYPE: HeaderName = HeaderName::from_static(h::CHECKSUM_TYPE);
+    const CHECKSUM_VALUE: HeaderName = HeaderName::from_static(h::CHECKSUM_VALUE);
+    const VERSION: HeaderName = HeaderName::from_static(h::VERSION);
+    const ATIME: HeaderName = HeaderName::from_static(h::ATIME);
+    const PRESENT: HeaderName = HeaderName::from_static(h::PRESENT);
+    const NODE_ID: HeaderName = HeaderName::from_static(h::NODE_ID);
+    const MIRROR_COPIES: HeaderName = HeaderName::from_static(h::MIRROR_COPIES);
+    const LOCATION: HeaderName = HeaderName::from_static(h::LOCATION);
+    const CUSTOM_MD: HeaderName = HeaderName::from_static(h::CUSTOM_MD);
+    const CUSTOM_MD_JSON: HeaderName = HeaderName::from_static(h::CUSTOM_MD_JSON);
+    const MTIME: HeaderName = HeaderName::from_static(h::MTIME);
+    headers.reserve(16);
+    let mut set = |name: HeaderName, value: &str| {
         if let Ok(v) = HeaderValue::from_str(value) {
             headers.insert(name, v);
         }
     };
-    set(h::CHECKSUM_TYPE, &meta.cksum_type);
-    set(h::CHECKSUM_VALUE, &meta.cksum_value);
-    set(h::VERSION, &meta.version);
-    set(h::ATIME, &meta.atime_ns.to_string());
-    set(h::PRESENT, "true");
-    set(h::NODE_ID, &t.id);
-    set(h::MIRROR_COPIES, "1");
+    set(CHECKSUM_TYPE, &meta.cksum_type);
+    set(CHECKSUM_VALUE, &meta.cksum_value);
+    set(VERSION, &meta.version);
+    set(NODE_ID, &t.id);
     set(
-        h::LOCATION,
+        LOCATION,
         &format!(
             "t[{}]:{}",
             t.id,
@@ -299,16 +309,19 @@ pub(crate) fn object_headers(t: &Target, bck: &Bck, meta: &ObjectMeta, headers: 
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
-        set(h::CUSTOM_MD, &md.join(","));
-        set(h::CUSTOM_MD_JSON, &api::encode_custom_md(&meta.custom));
+        set(CUSTOM_MD, &md.join(","));
+        set(CUSTOM_MD_JSON, &api::encode_custom_md(&meta.custom));
     }
-    set(h::MTIME, &meta.mtime_ns.to_string());
     let mtime =
         std::time::UNIX_EPOCH + std::time::Duration::from_nanos(meta.mtime_ns.max(0) as u64);
-    set("last-modified", &httpdate::fmt_http_date(mtime));
+    set(header::LAST_MODIFIED, &httpdate::fmt_http_date(mtime));
     let etag = meta.custom.get(ETAG_KEY).unwrap_or(&meta.cksum_value);
-    set("etag", &format!("\"{etag}\""));
-    set("accept-ranges", "bytes");
+    set(header::ETAG, &format!("\"{etag}\""));
+    headers.insert(ATIME, HeaderValue::from(meta.atime_ns));
+    headers.insert(MTIME, HeaderValue::from(meta.mtime_ns));
+    headers.insert(PRESENT, HeaderValue::from_static("true"));
+    headers.insert(MIRROR_COPIES, HeaderValue::from_static("1"));
+    headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
 }
 
 /// Why a conditional request is not served.
