@@ -507,7 +507,11 @@ async fn lru_keeps_bucket_under_quota_evicts_oldest_and_spares_native_buckets() 
         );
         native_bytes += space["buckets"]["ais/@#/gm-keep"].as_u64().unwrap_or(0);
     }
-    assert_eq!(native_bytes, 10 * MIB as u64, "native bucket bytes were evicted");
+    assert_eq!(
+        native_bytes,
+        10 * MIB as u64,
+        "native bucket bytes were evicted"
+    );
     let metrics = c
         .http
         .get(format!(
