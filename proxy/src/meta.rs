@@ -266,8 +266,10 @@ impl Proxy {
     /// through its next keepalive).
     pub(crate) async fn push(&self, sync: &MetaSync) -> usize {
         let smap = self.smap();
+        // With one proxy there is no other primary to tell apart: pushes stay as they were.
+        let several = smap.pmap.len() > 1;
         let mut sync = sync.clone();
-        if sync.smap.is_none() {
+        if several && sync.smap.is_none() {
             sync.smap = Some(smap.as_ref().clone());
         }
         let sync = &sync;
@@ -281,18 +283,26 @@ impl Proxy {
         let pushes = nodes.iter().map(|n| {
             let req = self
                 .http
-                .put(format!(
-                    "{}/v1/metasync?{}={}",
-                    n.url(),
-                    gristmill_core::election::PUSH_FROM,
-                    self.id
-                ))
+                .put(if several {
+                    format!(
+                        "{}/v1/metasync?{}={}",
+                        n.url(),
+                        gristmill_core::election::PUSH_FROM,
+                        self.id
+                    )
+                } else {
+                    format!("{}/v1/metasync", n.url())
+                })
                 .timeout(PUSH_TIMEOUT)
                 .json(sync)
                 .send();
             async move {
                 match req.await {
-                    Ok(r) if r.status().is_success() => true,
+                    Ok(r) if r.status().is_success() => {
+                        // A node that took the new version is alive (quorum, detection).
+                        self.heard_from(&n.daemon_id);
+                        true
+                    }
                     Ok(r) => {
                         tracing::warn!(node = %n.daemon_id, status = %r.status(), "metadata push refused");
                         false
@@ -359,11 +369,14 @@ impl Proxy {
     pub(crate) fn newer_than(&self, smap_version: u64, bmd_version: u64) -> MetaSync {
         let smap = self.smap();
         let bmd = self.bmd();
+        let several = smap.pmap.len() > 1;
         MetaSync {
-            // Any other version: the node applies it only if it supersedes its own (a map of a
-            // newer term can have a lower version).
-            smap: (smap.version != smap_version).then(|| smap.as_ref().clone()),
-            bmd: (bmd.version != bmd_version).then(|| bmd.as_ref().clone()),
+            // Several proxies: any other version (the node applies it only if it supersedes its
+            // own: a map of a newer term can have a lower version).
+            smap: (smap.version > smap_version || (several && smap.version != smap_version))
+                .then(|| smap.as_ref().clone()),
+            bmd: (bmd.version > bmd_version || (several && bmd.version != bmd_version))
+                .then(|| bmd.as_ref().clone()),
         }
     }
 }

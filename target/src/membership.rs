@@ -125,14 +125,19 @@ async fn keepalive(target: &Target) -> anyhow::Result<Answer> {
         smap_version: smap.version,
         bmd_version: target.bmd().version,
     };
-    let resp = target
+    let send = target
         .http
         .post(format!("{}/v1/cluster/keepalive", primary_url(target)))
-        // Short: a primary cut off by a partition must not stall the switch to a new one.
-        .timeout(Duration::from_secs(3))
         .json(&msg)
-        .send()
-        .await?;
+        .send();
+    // A keepalive to a primary cut off by a partition can hang; when a push brings a map
+    // with another primary meanwhile, give up on it and follow the new one.
+    let resp = tokio::select! {
+        r = send => r?,
+        _ = primary_changed(target, &smap.proxy_si.daemon_id) => {
+            anyhow::bail!("the primary changed while the keepalive was in flight")
+        }
+    };
     match resp.status() {
         reqwest::StatusCode::NOT_FOUND => return Ok(Answer::Unknown),
         reqwest::StatusCode::CONFLICT => return Ok(Answer::Removed),
@@ -144,6 +149,16 @@ async fn keepalive(target: &Target) -> anyhow::Result<Answer> {
     let sync: MetaSync = resp.json().await?;
     target.apply_metasync(sync).await?;
     Ok(Answer::Ok)
+}
+
+/// Returns once this target's map names a primary other than `primary`.
+async fn primary_changed(target: &Target, primary: &str) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if target.smap().proxy_si.daemon_id != primary {
+            return;
+        }
+    }
 }
 
 /// Asks the other proxies of this target's map for theirs; applies any that supersedes it
