@@ -34,6 +34,13 @@ if ! /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
     || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q python3-numpy >/dev/null; }
 fi
 
+step "nftables (the partition test drops traffic between 127.0.0.x node addresses; needs root)"
+if ! command -v nft >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get install -y -q nftables >/dev/null 2>&1 \
+    || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q nftables >/dev/null; }
+fi
+
 step "Python venv (.venv): the gristmill SDK and clients that Rust integration tests drive too"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
