@@ -40,7 +40,21 @@ pub struct Weed {
 }
 
 impl Weed {
+    /// Starts `weed mini` on free ports. Another process can take a port between
+    /// `free_port()` and weed's bind; weed then exits, and we start it again on fresh ports.
     pub async fn start() -> Weed {
+        let mut last_log = String::new();
+        for _attempt in 0..3 {
+            match Self::try_start().await {
+                Ok(weed) => return weed,
+                Err(log) => last_log = log,
+            }
+        }
+        panic!("SeaweedFS S3 did not come up; its log:\n{last_log}");
+    }
+
+    /// One start; `Err(log tail)` if weed exited or never answered.
+    async fn try_start() -> Result<Weed, String> {
         let dir = tempfile::Builder::new()
             .prefix("gristmill-weed-")
             .tempdir()
@@ -80,7 +94,8 @@ impl Weed {
             args.push(format!("{flag}={}", free_port()));
         }
         std::fs::create_dir_all(dir.path().join("data")).unwrap();
-        let log = std::fs::File::create(dir.path().join("weed.log")).unwrap();
+        let log_path = dir.path().join("weed.log");
+        let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(weed_bin())
             .arg("mini")
             .args(&args)
@@ -89,19 +104,30 @@ impl Weed {
             .stderr(log)
             .spawn()
             .expect("starting weed");
-        let weed = Weed {
+        let mut weed = Weed {
             _dir: dir,
             child,
             endpoint: format!("http://127.0.0.1:{s3_port}"),
         };
+        let log_tail = || {
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            text[text.len().saturating_sub(4000)..].to_owned()
+        };
         // Ready when the S3 API answers a signed request.
         let s3 = weed.client();
-        let deadline = Instant::now() + Duration::from_secs(90);
+        // Well above a normal start (seconds) even on a loaded machine; a weed stuck on a
+        // taken port is killed (on drop) and started again.
+        let deadline = Instant::now() + Duration::from_secs(45);
         while s3.list_buckets().send().await.is_err() {
-            assert!(Instant::now() < deadline, "SeaweedFS S3 did not come up");
+            if let Ok(Some(status)) = weed.child.try_wait() {
+                return Err(format!("weed exited ({status}):\n{}", log_tail()));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("no answer within 45 s:\n{}", log_tail()));
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        weed
+        Ok(weed)
     }
 
     pub fn client(&self) -> aws_sdk_s3::Client {
