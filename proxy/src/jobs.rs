@@ -92,7 +92,25 @@ pub(crate) async fn snaps(
 
 /// One job across the cluster; 404 if no target knows it.
 pub(crate) async fn status(p: &Proxy, id: &str) -> Result<JobStatus, ApiError> {
-    JobStatus::aggregate(snaps(p, id, None, false).await).ok_or_else(|| job_not_found(id))
+    let mut status =
+        JobStatus::aggregate(snaps(p, id, None, false).await).ok_or_else(|| job_not_found(id))?;
+    // The rebalance of the current map runs on every target of the map, each starting it when
+    // the map reaches it: it is not over while a target has yet to report it — for a while (a
+    // target that skipped this map version never will).
+    const REPORT_GRACE_NS: i64 = 30_000_000_000;
+    let smap = p.smap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    if id == format!("rb{}", smap.version)
+        && status.state == JobState::Finished
+        && status.targets.len() < smap.tmap.len()
+        && now - status.start_ns < REPORT_GRACE_NS
+    {
+        status.state = JobState::Running;
+        status.end_ns = 0;
+    }
+    Ok(status)
 }
 
 /// Jobs across the cluster, newest first.

@@ -157,6 +157,22 @@ impl Target {
         }
     }
 
+    /// A target that just joined can be sent requests (the primary routes by the new map)
+    /// before the map reaches it; without a map it can neither place objects nor know
+    /// buckets, so such a request waits for the map (briefly) instead of getting a wrong 404.
+    async fn await_first_map(&self) -> Result<(), ApiError> {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        while self.smap().version == 0 {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ApiError::unavailable(
+                    "this target has not joined a cluster yet (no cluster map)",
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        Ok(())
+    }
+
     /// The common start of every object request: validates bucket and name, makes sure the
     /// bucket exists, and finds who serves it.
     async fn route_object(
@@ -168,6 +184,7 @@ impl Target {
     ) -> Result<Routed, ApiError> {
         let bck = bucket_from(bucket, params)?;
         validate_object_name(name)?;
+        self.await_first_map().await?;
         self.require_bucket(&bck).await?;
         Ok(match self.redirect_if_not_owner(&bck, name, uri) {
             Some(redirect) => Routed::Elsewhere(redirect),
@@ -237,7 +254,11 @@ async fn object(
                     // It may have arrived here while we asked elsewhere (the sender drops its
                     // copy only after ours is committed): look once more.
                     None if method == Method::GET => {
-                        get_object(&t, &bck, &name, &params, req.headers()).await
+                        let again = get_object(&t, &bck, &name, &params, req.headers()).await;
+                        if again.is_err() {
+                            tracing::debug!(object = %name, smap = t.smap().version, "GET: not here nor at a past owner");
+                        }
+                        again
                     }
                     None => head_object(&t, &bck, &name, req.headers()),
                 }

@@ -314,12 +314,16 @@ pub(crate) async fn fetch_from_past_owner(
     // target that just joined and saw no earlier map — the owner it would have without us
     // (HRW's runner-up).
     let current = t.smap();
-    let mut candidates: Vec<gristmill_core::Node> = t
-        .past_smaps()
-        .iter()
-        .rev()
-        .filter_map(|m| m.owner(&uname).cloned())
-        .collect();
+    // The current owner first: a request forwarded here while maps disagree (we are not the
+    // owner under our map) must still find the object where our map places it.
+    let mut candidates: Vec<gristmill_core::Node> =
+        current.owner(&uname).cloned().into_iter().collect();
+    candidates.extend(
+        t.past_smaps()
+            .iter()
+            .rev()
+            .filter_map(|m| m.owner(&uname).cloned()),
+    );
     // Replicas (copies > 1) hold it too; the runner-up is the first of them.
     let copies = t
         .bmd()
@@ -327,7 +331,7 @@ pub(crate) async fn fetch_from_past_owner(
         .map_or(1, |r| r.props.mirror.copies())
         .max(2);
     candidates.extend(current.owners(&uname, copies).into_iter().skip(1).cloned());
-    for owner in candidates.iter().take(6) {
+    for owner in candidates.iter().take(7) {
         if tried.contains(&owner.daemon_id) {
             continue;
         }
@@ -355,6 +359,7 @@ pub(crate) async fn fetch_from_past_owner(
         }
         let Ok(resp) = req.send().await else { continue };
         if !resp.status().is_success() && resp.status().as_u16() != 304 {
+            tracing::debug!(object = %uname, at = %owner.daemon_id, status = %resp.status(), "not at a past owner");
             continue;
         }
         let mut out = Response::builder().status(resp.status().as_u16());

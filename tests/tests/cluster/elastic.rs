@@ -177,7 +177,11 @@ fn get_load(
                     }
                     _ => failed.push(format!("{}: bad body", name(i))),
                 },
-                Ok(r) => failed.push(format!("{}: {}", name(i), r.status())),
+                Ok(r) => {
+                    let status = r.status();
+                    let body = r.text().await.unwrap_or_default();
+                    failed.push(format!("{}: {status} {body}", name(i)));
+                }
                 Err(e) => failed.push(format!("{}: {e}", name(i))),
             }
         }
@@ -235,6 +239,17 @@ async fn add_target_and_maintenance_under_get_load() {
     let (ok, failed) = load.await.unwrap();
     println!("GET load: {ok} ok, {} failed", failed.len());
     assert!(ok > 100, "the load ran ({ok} GETs)");
+    if !failed.is_empty() {
+        // What the nodes said about the failed objects.
+        let names: Vec<&str> = failed.iter().filter_map(|f| f.split(':').next()).collect();
+        for node in std::iter::once(&c.proxy).chain(&c.targets) {
+            for line in node.log_text().lines() {
+                if names.iter().any(|n| line.contains(n)) {
+                    eprintln!("{}: {line}", node.name);
+                }
+            }
+        }
+    }
     assert!(
         failed.is_empty(),
         "failed GETs during rebalance: {:?}",
