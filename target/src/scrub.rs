@@ -132,6 +132,8 @@ struct Verifying {
     hasher: Option<Xxh64>,
     /// The chunk read last: sent only once the next one is read, or the hash checked.
     held: Option<Bytes>,
+    /// Bytes found past the recorded size (checked with the last read, in the same trip).
+    extra: usize,
     done: bool,
     meta: ObjectMeta,
     on_mismatch: Option<Box<dyn FnOnce(String) + Send>>,
@@ -150,6 +152,7 @@ pub(crate) fn verified_stream(
         offset: 0,
         hasher: Some(Xxh64::new(0)),
         held: None,
+        extra: 0,
         done: false,
         meta,
         on_mismatch: Some(Box::new(on_mismatch)),
@@ -164,15 +167,7 @@ pub(crate) fn verified_stream(
             if left == 0 {
                 st.done = true;
                 // Bytes beyond the recorded size mean the file is not what was stored.
-                let file = st.file.clone();
-                let at = st.offset;
-                let extra = tokio::task::spawn_blocking(move || {
-                    let mut one = [0u8; 1];
-                    file.read_at(&mut one, at)
-                })
-                .await
-                .unwrap_or(Ok(0))
-                .unwrap_or(0);
+                let extra = st.extra;
                 let digest = st.hasher.take().map_or(0, |h| h.digest());
                 let verdict = if extra > 0 {
                     Err(format!(
@@ -199,6 +194,7 @@ pub(crate) fn verified_stream(
                 STREAM_CHUNK
             });
             let (file, at) = (st.file.clone(), st.offset);
+            let last = want == left;
             let mut hasher = st.hasher.take().unwrap_or_else(|| Xxh64::new(0));
             let read = tokio::task::spawn_blocking(move || {
                 let mut buf = vec![0u8; want as usize];
@@ -206,13 +202,21 @@ pub(crate) fn verified_stream(
                 if r.is_ok() {
                     hasher.update(&buf);
                 }
-                r.map(|()| (Bytes::from(buf), hasher))
+                // With the last chunk, in the same trip: is there anything past the end?
+                let mut one = [0u8; 1];
+                let extra = if last {
+                    file.read_at(&mut one, at + want).unwrap_or(0)
+                } else {
+                    0
+                };
+                r.map(|()| (Bytes::from(buf), hasher, extra))
             })
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
             match read {
-                Ok((chunk, hasher)) => {
+                Ok((chunk, hasher, extra)) => {
                     st.hasher = Some(hasher);
+                    st.extra = extra;
                     st.offset += want;
                     if let Some(prev) = st.held.replace(chunk) {
                         return Some((Ok(prev), st));
