@@ -126,15 +126,8 @@ pub async fn track_requests(req: Request, next: Next) -> Response {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
-    let has_body = in_bytes > 0 || req.headers().contains_key(header::TRANSFER_ENCODING);
-    let mut resp = next.run(req).await;
+    let resp = next.run(req).await;
     let status = resp.status();
-    // A request refused before its body was read (507, 403, 413...): the unread body would
-    // otherwise be taken for the next request on this connection; close it instead.
-    if has_body && (status.is_client_error() || status.is_server_error()) {
-        resp.headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
     let out_bytes = resp
         .headers()
         .get(header::CONTENT_LENGTH)

@@ -424,9 +424,12 @@ async fn out_of_space_refuses_puts_and_cold_gets_with_507() {
     ];
     let c = remote_cluster_with(&relay, 1, &marks).await;
     c.create_bucket("gm-native").await.unwrap();
+    // Refused before its body is read: the server drops the connection afterwards, so this
+    // request does not leave it in the client's pool for the next one.
     let r = c
         .http
         .put(c.url("/v1/objects/gm-native/x.bin"))
+        .header("connection", "close")
         .body(content(1, 50_000))
         .send()
         .await
