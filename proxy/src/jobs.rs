@@ -99,13 +99,10 @@ pub(crate) async fn status(p: &Proxy, id: &str) -> Result<JobStatus, ApiError> {
     // target that skipped this map version never will).
     const REPORT_GRACE_NS: i64 = 30_000_000_000;
     let smap = p.smap();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64);
     if id == format!("rb{}", smap.version)
         && status.state == JobState::Finished
         && status.targets.len() < smap.tmap.len()
-        && now - status.start_ns < REPORT_GRACE_NS
+        && crate::meta::now_ns() - status.start_ns < REPORT_GRACE_NS
     {
         status.state = JobState::Running;
         status.end_ns = 0;

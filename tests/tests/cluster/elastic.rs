@@ -518,13 +518,7 @@ async fn copies_2_survive_a_kill9_under_load() {
     );
     // Two copies of everything again, on the first two HRW targets.
     let bck = Bck::new("cp", Provider::Ais).unwrap();
-    let mut holders: HashMap<String, Vec<String>> = HashMap::new();
-    for t in smap.tmap.values() {
-        let names = c.names_on(t.url(), "cp").await;
-        for name in names {
-            holders.entry(name).or_default().push(t.daemon_id.clone());
-        }
-    }
+    let held = holders(&c, &smap, "cp").await;
     for i in &acked {
         let n = name(*i);
         let mut want: Vec<String> = smap
@@ -533,8 +527,7 @@ async fn copies_2_survive_a_kill9_under_load() {
             .map(|o| o.daemon_id.clone())
             .collect();
         want.sort();
-        let mut got = holders.get(&n).cloned().unwrap_or_default();
-        got.sort();
+        let got = held.get(&n).cloned().unwrap_or_default();
         assert_eq!(got, want, "{n}: copies not restored");
     }
 }

@@ -20,6 +20,54 @@ fn client(c: &Cluster, access: &str, secret: &str) -> Client {
     Client::from_conf(config)
 }
 
+/// A multipart upload of `data` in 5 MiB parts (the last one shorter), completed.
+async fn multipart_put(
+    s3: &Client,
+    bucket: &str,
+    key: &str,
+    data: &[u8],
+) -> aws_sdk_s3::operation::complete_multipart_upload::CompleteMultipartUploadOutput {
+    let up = s3
+        .create_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap();
+    let id = up.upload_id().unwrap();
+    let mut parts = Vec::new();
+    for (n, chunk) in data.chunks(5 << 20).enumerate() {
+        let r = s3
+            .upload_part()
+            .bucket(bucket)
+            .key(key)
+            .upload_id(id)
+            .part_number(n as i32 + 1)
+            .body(ByteStream::from(chunk.to_vec()))
+            .send()
+            .await
+            .unwrap();
+        parts.push(
+            CompletedPart::builder()
+                .part_number(n as i32 + 1)
+                .e_tag(r.e_tag().unwrap())
+                .build(),
+        );
+    }
+    s3.complete_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(id)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(parts))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap()
+}
+
 fn code<E: aws_sdk_s3::error::ProvideErrorMetadata>(e: &E) -> String {
     e.code().unwrap_or("").to_owned()
 }
@@ -56,46 +104,7 @@ async fn aws_sdk_s3_end_to_end_with_auth() {
     }
     // Multipart: 3 parts of 5 MiB + a short tail.
     let big = content(99, 3 * (5 << 20) + 1234);
-    let up = s3
-        .create_multipart_upload()
-        .bucket("rust-sdk")
-        .key("big")
-        .send()
-        .await
-        .unwrap();
-    let id = up.upload_id().unwrap();
-    let mut parts = Vec::new();
-    for (n, chunk) in big.chunks(5 << 20).enumerate() {
-        let r = s3
-            .upload_part()
-            .bucket("rust-sdk")
-            .key("big")
-            .upload_id(id)
-            .part_number(n as i32 + 1)
-            .body(ByteStream::from(chunk.to_vec()))
-            .send()
-            .await
-            .unwrap();
-        parts.push(
-            CompletedPart::builder()
-                .part_number(n as i32 + 1)
-                .e_tag(r.e_tag().unwrap())
-                .build(),
-        );
-    }
-    let done = s3
-        .complete_multipart_upload()
-        .bucket("rust-sdk")
-        .key("big")
-        .upload_id(id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .set_parts(Some(parts))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let done = multipart_put(&s3, "rust-sdk", "big", &big).await;
     assert!(
         done.e_tag().unwrap().ends_with("-4\""),
         "{:?}",
@@ -485,45 +494,7 @@ async fn multipart_upload_is_replicated_before_complete_returns() {
     s3.create_bucket().bucket("mpu2").send().await.unwrap();
     c.grist_ok(&["bucket", "props", "set", "ais://mpu2", "mirror.copies=2"]);
     let big = content(7, 2 * (5 << 20) + 99);
-    let up = s3
-        .create_multipart_upload()
-        .bucket("mpu2")
-        .key("twice")
-        .send()
-        .await
-        .unwrap();
-    let id = up.upload_id().unwrap();
-    let mut parts = Vec::new();
-    for (n, chunk) in big.chunks(5 << 20).enumerate() {
-        let r = s3
-            .upload_part()
-            .bucket("mpu2")
-            .key("twice")
-            .upload_id(id)
-            .part_number(n as i32 + 1)
-            .body(ByteStream::from(chunk.to_vec()))
-            .send()
-            .await
-            .unwrap();
-        parts.push(
-            CompletedPart::builder()
-                .part_number(n as i32 + 1)
-                .e_tag(r.e_tag().unwrap())
-                .build(),
-        );
-    }
-    s3.complete_multipart_upload()
-        .bucket("mpu2")
-        .key("twice")
-        .upload_id(id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .set_parts(Some(parts))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    multipart_put(&s3, "mpu2", "twice", &big).await;
     let smap = c.smap().await.unwrap();
     let bck = gristmill_core::Bck::new("mpu2", gristmill_core::Provider::Ais).unwrap();
     let owners = smap.owners(&bck.object_uname("twice"), 2);
