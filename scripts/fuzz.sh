@@ -26,6 +26,7 @@ dir_of() {
 
 # The fuzz build (instrumented, nightly) must not share artifacts with the normal build.
 export CARGO_TARGET_DIR="$root/build/fuzz"
+mkdir -p "$CARGO_TARGET_DIR"  # the logs live there, before the first build makes it
 
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
   echo "cargo-fuzz on nightly is needed: rustup toolchain install nightly && cargo install cargo-fuzz" >&2
