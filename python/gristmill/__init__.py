@@ -6,11 +6,15 @@
     >>> props = b.object("a/b.txt").put(b"hello")
     >>> b.object("a/b.txt").get()
     b'hello'
+    >>> batch = c.batch(b); item = batch.add("a/b.txt")   # get-batch: many items, one request
+    >>> [(i.name, data) for i, data in batch.get()]
+    [('a/b.txt', b'hello')]
 
 PyTorch datasets live in ``gristmill.torch`` (``pip install gristmill[torch]``); importing
 ``gristmill`` alone never imports torch.
 """
 
+from .batch import Batch, BatchItem
 from .client import Bucket, Client, ListEntry, ListPage, Object, ObjectProps, ObjectReader
 from .errors import (
     BadRequest,
@@ -35,7 +39,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Bucket", "Object", "ObjectProps", "ObjectReader", "ListEntry", "ListPage",
-    "RetryPolicy", "expand_template", "Job", "JobFailed", "Etl",
+    "Batch", "BatchItem", "RetryPolicy", "expand_template", "Job", "JobFailed", "Etl",
     "GristError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "BucketNotFound",
     "ObjectNotFound", "Conflict", "BucketExists", "RangeNotSatisfiable", "TooManyRequests",
     "ServiceUnavailable", "ConnectionFailed",

@@ -7,7 +7,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 import msgpack
@@ -32,6 +32,10 @@ from .errors import (
     error_from_response,
 )
 from .retry import IDEMPOTENT_METHODS, RetryPolicy, as_policy, parse_retry_after
+
+if TYPE_CHECKING:
+    from .batch import Batch
+    from .jobs import Etl, Job
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
 ENDPOINT_ENV = ("GRIST_ENDPOINT", "AIS_ENDPOINT")
@@ -190,6 +194,15 @@ class Client:
         from .jobs import Etl
 
         return Etl(self, name)
+
+    def batch(self, bucket: Union["Bucket", str, None] = None, *, output_format: str = ".tar",
+              continue_on_error: bool = False) -> "Batch":
+        """A get-batch request (``GET /v1/ml/moss``): ``add()`` objects, byte ranges and
+        members of shards, then ``get()`` or ``stream()`` them all with one request, in the
+        order added. ``bucket`` is where names given to ``add`` live. See ``gristmill.batch``."""
+        from .batch import Batch
+
+        return Batch(self, bucket, output_format=output_format, continue_on_error=continue_on_error)
 
     def bucket(self, name: str, provider: str = "ais", namespace: str = "") -> "Bucket":
         """A handle to bucket ``name`` (no request is sent)."""

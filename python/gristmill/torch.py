@@ -6,17 +6,19 @@
   grouped into samples ``{"__key__": ..., "jpg": b"...", "cls": b"..."}``; shards split across
   DDP ranks *and* DataLoader workers so each sample is read exactly once per epoch; shard order
   shuffled by ``seed + epoch``; an optional seeded shuffle buffer; resumable mid-epoch.
+* ``BatchDataset`` — iterable: objects (or members of shards) fetched a batch at a time, each
+  batch with one get-batch request (``GET /v1/ml/moss``); names split across ranks and
+  workers exactly once per epoch, order shuffled by ``seed + epoch``.
 * ``samples_from_tar`` — the streaming tar → sample grouping on its own, for any file object.
 
-Both datasets work with ``torch.utils.data.DataLoader`` as it is (``num_workers > 0``,
+``ObjectDataset(get_batch=True)`` is the map-style way to the same requests: the DataLoader
+hands it a whole batch of indices (``__getitems__``), fetched with one get-batch, so any
+sampler (``DistributedSampler``, ``BatchSampler``...) keeps working.
+
+The datasets work with ``torch.utils.data.DataLoader`` as it is (``num_workers > 0``,
 ``persistent_workers=True``, any start method): the object listing happens once, in the
 constructor (the parent process), and travels to the workers with the dataset; each worker
 process opens its own HTTP connections on first use (the client is fork-safe and picklable).
-
-A get-batch based ``BatchDataset``/``BatchSampler`` (``GET /v1/ml/moss``: one request → one tar
-stream of many objects/archive members) belongs here too, once the server has the endpoint: it
-reuses the name selection (``_select_names``), ``samples_from_tar`` for the response stream,
-and the rank/worker split of ``ShardDataset`` applied to batches of names instead of shards.
 
 This is the only module of the package that imports torch.
 """
@@ -29,6 +31,7 @@ import multiprocessing.context
 import random
 import re
 import tarfile
+import warnings
 import zlib
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
@@ -37,7 +40,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from .client import Bucket, Client
 from .template import expand_template
 
-__all__ = ["ObjectDataset", "ShardDataset", "samples_from_tar"]
+__all__ = ["BatchDataset", "ObjectDataset", "ShardDataset", "samples_from_tar"]
 
 BucketLike = Union[Bucket, str]
 """A ``Bucket``, or a bucket URI such as ``"ais://train"`` (``"train"`` alone means ``ais``)."""
@@ -60,8 +63,8 @@ def _resolve_bucket(bucket: BucketLike, client: Optional[Client]) -> Bucket:
     return (client or Client()).bucket(name.strip("/"), _PROVIDERS[scheme])
 
 
-def _select_names(bucket: Bucket, prefix: Optional[str], names: Optional[Iterable[str]],
-                  template: Optional[str]) -> List[str]:
+def _select_names(bucket: Bucket, prefix: Optional[str], names: Optional[Iterable[Any]],
+                  template: Optional[str]) -> List[Any]:
     """Object names from exactly one of: an explicit list, a brace template, or a listing by
     prefix (the default: the whole bucket). Listing order is by name."""
     given = [x is not None for x in (prefix, names, template)]
@@ -76,6 +79,23 @@ def _select_names(bucket: Bucket, prefix: Optional[str], names: Optional[Iterabl
     if not out:
         raise ValueError(f"no objects selected in {bucket!r}")
     return out
+
+
+Key = Union[str, Tuple[str, str]]
+"""What ``BatchDataset`` reads: an object's name, or ``(shard, member)`` for a member of a shard."""
+
+
+def _fetch_batch(bucket: Bucket, keys: Sequence[Key], *, continue_on_error: bool = False,
+                 output_format: str = ".tar") -> List[Tuple[Key, Optional[bytes]]]:
+    """``(key, data)`` for every key, in order, with one get-batch request; ``data`` is None
+    for a key that could not be read (only with ``continue_on_error``)."""
+    batch = bucket.client.batch(bucket, output_format=output_format, continue_on_error=continue_on_error)
+    for key in keys:
+        if isinstance(key, str):
+            batch.add(key)
+        else:
+            batch.add(key[0], archpath=key[1])
+    return [(key, None if item.missing else data) for key, (item, data) in zip(keys, batch.get())]
 
 
 # ---- map-style -----------------------------------------------------------------------------------
@@ -93,6 +113,10 @@ class ObjectDataset(Dataset):
         decode: ``decode(data: bytes) -> Any`` applied to each object's content (e.g. image
             decoding); it runs in the DataLoader worker, so it must be picklable with ``spawn``.
         with_name: return ``(name, value)`` instead of ``value``.
+        get_batch: fetch each DataLoader batch with one get-batch request instead of one GET
+            per object. The DataLoader (``batch_size=N``, any sampler) hands the dataset a
+            whole batch of indices at once through ``__getitems__``; with this off, that
+            method reads them one by one, exactly as ``__getitem__`` would.
         client: the client for a bucket given as a URI.
 
     Use it with a ``DistributedSampler`` under DDP, as any map-style dataset.
@@ -101,18 +125,29 @@ class ObjectDataset(Dataset):
     def __init__(self, bucket: BucketLike, *, prefix: Optional[str] = None,
                  names: Optional[Iterable[str]] = None, template: Optional[str] = None,
                  decode: Optional[Callable[[bytes], Any]] = None, with_name: bool = False,
-                 client: Optional[Client] = None):
+                 get_batch: bool = False, client: Optional[Client] = None):
         self.bucket = _resolve_bucket(bucket, client)
         self.names: List[str] = _select_names(self.bucket, prefix, names, template)
         self.decode = decode
         self.with_name = with_name
+        self.get_batch = get_batch
 
     def __len__(self) -> int:
         return len(self.names)
 
     def __getitem__(self, index: int) -> Any:
         name = self.names[index]
-        data = self.bucket.object(name).get()
+        return self._value(name, self.bucket.object(name).get())
+
+    def __getitems__(self, indices: Sequence[int]) -> List[Any]:
+        """The items at ``indices``, in that order: with ``get_batch``, one get-batch request
+        for all of them. (The DataLoader calls this with each batch of indices.)"""
+        if not self.get_batch:
+            return [self[i] for i in indices]
+        names = [self.names[i] for i in indices]
+        return [self._value(name, data) for name, data in _fetch_batch(self.bucket, names)]
+
+    def _value(self, name: str, data: bytes) -> Any:
         value = self.decode(data) if self.decode is not None else data
         return (name, value) if self.with_name else value
 
@@ -291,6 +326,38 @@ def _dist_rank_world() -> Tuple[int, int]:
     return 0, 1
 
 
+def _rank_and_world(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
+    """The given rank and world size, or those of ``torch.distributed`` (else 0 and 1)."""
+    auto_rank, auto_world = _dist_rank_world()
+    rank = auto_rank if rank is None else int(rank)
+    world_size = auto_world if world_size is None else int(world_size)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+    return rank, world_size
+
+
+def _epoch_order(items: Sequence[Any], shuffle: bool, seed: int, epoch: int) -> List[Any]:
+    """All items in the order of ``epoch``: the same on every rank and worker."""
+    order = list(items)
+    if shuffle:
+        random.Random(f"{seed}/{epoch}").shuffle(order)
+    return order
+
+
+def _share(order: Sequence[Any], rank: int, world_size: int, worker: int, num_workers: int) -> List[Any]:
+    """The part of ``order`` that DataLoader worker ``worker`` of ``num_workers`` on ``rank``
+    reads: every item goes to exactly one (rank, worker)."""
+    if not 0 <= worker < num_workers:
+        raise ValueError(f"worker {worker} is not in [0, {num_workers})")
+    return list(order[rank::world_size][worker::num_workers])
+
+
+def _worker() -> Tuple[int, int]:
+    """``(worker id, number of workers)`` of the DataLoader worker running this, else (0, 1)."""
+    info = get_worker_info()
+    return (info.id, info.num_workers) if info is not None else (0, 1)
+
+
 class ShardDataset(IterableDataset):
     """Iterable dataset over tar shards (WebDataset layout), streamed member by member.
 
@@ -359,11 +426,7 @@ class ShardDataset(IterableDataset):
         self.shards: List[str] = _select_names(self.bucket, prefix, names, template)
         if len(set(self.shards)) != len(self.shards):
             raise ValueError("the shard list names a shard twice")
-        auto_rank, auto_world = _dist_rank_world()
-        self.rank = auto_rank if rank is None else int(rank)
-        self.world_size = auto_world if world_size is None else int(world_size)
-        if not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank {self.rank} is not in [0, world_size={self.world_size})")
+        self.rank, self.world_size = _rank_and_world(rank, world_size)
         if shuffle_buffer < 0:
             raise ValueError("shuffle_buffer must be >= 0")
         self.shuffle = shuffle
@@ -396,23 +459,17 @@ class ShardDataset(IterableDataset):
 
     def epoch_order(self, epoch: Optional[int] = None) -> List[str]:
         """All shards in the order of ``epoch`` (default: the current one), before the split."""
-        order = list(self.shards)
-        if self.shuffle:
-            random.Random(f"{self.seed}/{self.epoch if epoch is None else epoch}").shuffle(order)
-        return order
+        return _epoch_order(self.shards, self.shuffle, self.seed, self.epoch if epoch is None else epoch)
 
     def assigned_shards(self, worker: int = 0, num_workers: int = 1, epoch: Optional[int] = None) -> List[str]:
         """The shards that DataLoader worker ``worker`` of ``num_workers`` on this rank reads in
         ``epoch``, in reading order."""
-        if not 0 <= worker < num_workers:
-            raise ValueError(f"worker {worker} is not in [0, {num_workers})")
-        return self.epoch_order(epoch)[self.rank::self.world_size][worker::num_workers]
+        return _share(self.epoch_order(epoch), self.rank, self.world_size, worker, num_workers)
 
     # ---- iteration (in the DataLoader worker) ----
 
     def __iter__(self) -> Iterator[Any]:
-        info = get_worker_info()
-        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        worker, num_workers = _worker()
         epoch = self.epoch
         shards = self.assigned_shards(worker, num_workers, epoch)
         resume, self._resume = self._resume, None  # a loaded state applies to one iteration...
@@ -538,3 +595,116 @@ def _shuffled(samples: Iterable[Any], size: int, rng: random.Random) -> Iterator
         yield out
     rng.shuffle(buf)
     yield from buf
+
+
+# ---- get-batch ---------------------------------------------------------------------------------
+
+class BatchDataset(IterableDataset):
+    """Iterable dataset that reads objects — or members of shards — a batch at a time, with one
+    get-batch request (``GET /v1/ml/moss``) per batch instead of one GET per object.
+
+    Args:
+        bucket: a ``Bucket`` or a URI such as ``"ais://train"`` (then ``client`` or a default
+            ``Client()`` is used).
+        prefix / names / template: which items — at most one: every object whose name starts
+            with ``prefix`` (listed once, here; the default is the whole bucket), an explicit
+            list, or a brace template (no listing). ``names`` may also hold ``(shard, member)``
+            pairs: members of shards, each read on its own without reading the shard.
+        batch_size: items per request, and per yielded batch.
+        shuffle: shuffle the item order each epoch with ``random.Random(f"{seed}/{epoch}")``,
+            the same on every rank, before the split (as ``ShardDataset`` does with shards).
+        seed: base of the shuffle.
+        drop_last: drop each worker's last batch when it is short.
+        rank, world_size: this process's place in data-parallel training; by default from
+            ``torch.distributed`` when its process group is initialized, else 0 and 1.
+        decode: ``decode(data: bytes) -> Any`` applied to each item in the worker.
+        with_name: items are ``(key, value)`` (the key as selected: a name or a pair).
+        batched: yield one list per request — use ``DataLoader(ds, batch_size=None)``, with a
+            ``collate_fn`` if you want tensors. ``False`` yields the items one by one, for
+            ``DataLoader(ds, batch_size=batch_size)``, which then rebuilds the same batches.
+        continue_on_error: leave items that cannot be read out of their batch (with a
+            warning) instead of failing with ``ObjectNotFound`` & co.
+        output_format: the archive format on the wire (``.tar``, ``.tgz``, ``.zip``).
+        client: the client for a bucket given as a URI.
+
+    **Splitting.** For epoch ``e`` the item list is (optionally) shuffled, rank ``r`` of
+    ``R`` takes ``order[r::R]``, DataLoader worker ``w`` of ``W`` takes ``mine[w::W]`` and
+    cuts it into batches of ``batch_size``: every item is read exactly once per epoch, by one
+    (rank, worker). Nothing is padded; ranks may differ by one item, and each worker may end
+    with one short batch (``drop_last`` drops it).
+
+    **Epochs.** Call ``set_epoch(e)`` before each epoch's ``iter(loader)``; it reaches
+    persistent workers (as with ``ShardDataset``).
+
+    Each batch is in memory whole once its request is answered (as a batch has to be), one
+    batch per worker at a time.
+    """
+
+    def __init__(self, bucket: BucketLike, *, prefix: Optional[str] = None,
+                 names: Optional[Iterable[Key]] = None, template: Optional[str] = None,
+                 batch_size: int, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 decode: Optional[Callable[[bytes], Any]] = None, with_name: bool = False,
+                 batched: bool = True, continue_on_error: bool = False, output_format: str = ".tar",
+                 client: Optional[Client] = None):
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self.bucket = _resolve_bucket(bucket, client)
+        self.keys: List[Key] = [k if isinstance(k, str) else (str(k[0]), str(k[1]))
+                                for k in _select_names(self.bucket, prefix, names, template)]
+        self.batch_size = int(batch_size)
+        self.shuffle = shuffle
+        self.seed = int(seed)
+        self.drop_last = drop_last
+        self.rank, self.world_size = _rank_and_world(rank, world_size)
+        self.decode = decode
+        self.with_name = with_name
+        self.batched = batched
+        self.continue_on_error = continue_on_error
+        self.output_format = output_format
+        self._epoch = _SharedEpoch(0)
+
+    def __repr__(self) -> str:
+        return (f"BatchDataset({self.bucket!r}, {len(self.keys)} items, batch_size {self.batch_size}, "
+                f"rank {self.rank}/{self.world_size}, epoch {self.epoch})")
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch.value
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch the next iteration reads (its order of items)."""
+        self._epoch.value = int(epoch)
+
+    def epoch_order(self, epoch: Optional[int] = None) -> List[Key]:
+        """All items in the order of ``epoch`` (default: the current one), before the split."""
+        return _epoch_order(self.keys, self.shuffle, self.seed, self.epoch if epoch is None else epoch)
+
+    def assigned_batches(self, worker: int = 0, num_workers: int = 1,
+                         epoch: Optional[int] = None) -> List[List[Key]]:
+        """The batches (one request each) that DataLoader worker ``worker`` of ``num_workers``
+        on this rank reads in ``epoch``, in order."""
+        mine = _share(self.epoch_order(epoch), self.rank, self.world_size, worker, num_workers)
+        batches = [mine[i:i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
+        if self.drop_last and batches and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        return batches
+
+    def __iter__(self) -> Iterator[Any]:
+        worker, num_workers = _worker()
+        for keys in self.assigned_batches(worker, num_workers, self.epoch):
+            got = _fetch_batch(self.bucket, keys, continue_on_error=self.continue_on_error,
+                               output_format=self.output_format)
+            missing = [key for key, data in got if data is None]
+            if missing:
+                warnings.warn(f"{self.bucket!r}: {len(missing)} of {len(keys)} items could not be read "
+                              f"and are left out of their batch: {missing[:5]}", stacklevel=2)
+            values = [self._value(key, data) for key, data in got if data is not None]
+            if not self.batched:
+                yield from values
+            elif values:
+                yield values
+
+    def _value(self, key: Key, data: bytes) -> Any:
+        value = self.decode(data) if self.decode is not None else data
+        return (key, value) if self.with_name else value

@@ -1,0 +1,305 @@
+"""get-batch through the SDK (`Client.batch`) and the torch datasets built on it
+(`BatchDataset`, `ObjectDataset(get_batch=True)`), against a real 3-target cluster. Requests
+are counted on the targets' /metrics (`grist_batch_requests_total` on the designated target,
+`grist_requests_total{op="get"}` for plain object GETs)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import random
+import tarfile
+import tracemalloc
+import uuid
+import zipfile
+
+import pytest
+from torch.utils.data import DataLoader, DistributedSampler
+
+from gristmill import (
+    BadRequest,
+    BatchItem,
+    BucketNotFound,
+    ObjectNotFound,
+    RangeNotSatisfiable,
+)
+from gristmill.torch import BatchDataset, ObjectDataset
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+
+
+def _target_metric(client, prefix: str) -> int:
+    """Sum over all targets of the metric lines starting with `prefix`."""
+    total = 0
+    for t in client.cluster_map()["tmap"].values():
+        text = client._request("GET", t["public_net"]["direct_url"] + "/metrics").data.decode()
+        total += sum(int(float(line.split()[-1])) for line in text.splitlines() if line.startswith(prefix))
+    return total
+
+
+def batch_requests(client) -> int:
+    return _target_metric(client, "grist_batch_requests_total")
+
+
+def object_gets(client) -> int:
+    return _target_metric(client, 'grist_requests_total{op="get"}')
+
+
+def _tar(members: dict) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name, data in members.items():
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _zip(members: dict) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return buf.getvalue()
+
+
+@pytest.fixture
+def other(client):
+    b = client.bucket(f"t2-{uuid.uuid4().hex[:12]}")
+    b.create()
+    yield b
+    b.delete(missing_ok=True)
+
+
+@pytest.fixture
+def content(client, bucket, other):
+    """Objects in two buckets (spread over the targets), a tar shard and a zip shard:
+    {(bucket, name, archpath): bytes}."""
+    rng = random.Random(5)
+    out = {}
+    for b, n in ((bucket, 30), (other, 10)):
+        for i in range(n):
+            name = f"dir/ü-{i:02d}.bin" if i % 7 == 3 else f"obj-{i:03d}"
+            data = rng.randbytes(rng.choice([0, 1, 100, 5000, 70_000]))
+            b.object(name).put(data)
+            out[(b, name, "")] = data
+    tar_members = {f"m/{i:02d}.jpg": rng.randbytes(1000 + i) for i in range(15)}
+    bucket.object("shard.tar").put(_tar(tar_members))
+    out.update({(bucket, "shard.tar", m): d for m, d in tar_members.items()})
+    zip_members = {f"z{i}.txt": f"zip member {i}".encode() * (i + 1) for i in range(5)}
+    other.object("pack.zip").put(_zip(zip_members))
+    out.update({(other, "pack.zip", m): d for m, d in zip_members.items()})
+    owners = {client.owner(b.uname(name))["public_net"]["direct_url"] for b, name, _ in out}
+    assert len(owners) == 3, "the test objects should live on every target"
+    return out
+
+
+def test_batch_returns_items_in_request_order(client, bucket, other, content):
+    keys = list(content)
+    random.Random(9).shuffle(keys)
+    keys += keys[:3]  # items may repeat
+    batch = client.batch(bucket)
+    added = []
+    for b, name, member in keys:
+        added.append(batch.add(name if b == bucket else b.object(name), archpath=member))
+    big = max((k for k in content if not k[2]), key=lambda k: len(content[k]))
+    added.append(batch.add(big[1] if big[0] == bucket else big[0].object(big[1]), start=10, length=300))
+    added.append(batch.add(other.object("pack.zip"), archpath="z3.txt", start=4, length=-1))
+    expected = [content[k] for k in keys] + [content[big][10:310], content[(other, "pack.zip", "z3.txt")][4:]]
+
+    before = batch_requests(client)
+    got = list(batch.get())
+    assert batch_requests(client) == before + 1  # one request for all of them
+
+    assert len(got) == len(added) == len(batch)
+    for (item, data), want, mine in zip(got, expected, added):
+        assert item is mine  # the very items added, in the order added
+        assert isinstance(item, BatchItem) and not item.missing
+        assert data == want, item
+        assert item.size == len(want)
+    # Read again (a batch is reusable): the same answer.
+    assert [d for _, d in batch.get()] == expected
+
+
+def test_missing_items_raise_or_are_marked(client, bucket, content):
+    def batch(*extra, coer=False):
+        b = client.batch(bucket, continue_on_error=coer)
+        b.add("obj-001")
+        for name, kw in extra:
+            b.add(name, **kw)
+        b.add("obj-002")
+        return b
+
+    with pytest.raises(ObjectNotFound, match="nope"):
+        list(batch(("nope", {})).get())
+    with pytest.raises(ObjectNotFound, match="no-such-member"):
+        list(batch(("shard.tar", {"archpath": "no-such-member"})).get())
+    with pytest.raises(RangeNotSatisfiable):
+        list(batch(("obj-001", {"start": 1 << 30})).get())
+    ghost = client.batch(client.bucket(f"ghost-{uuid.uuid4().hex[:8]}"))
+    ghost.add("x")
+    with pytest.raises(BucketNotFound):
+        list(ghost.get())
+
+    b = batch(("nope", {}), ("shard.tar", {"archpath": "no-such-member"}), coer=True)
+    got = list(b.get())
+    assert [(i.name, i.archpath, i.missing) for i, _ in got] == [
+        ("obj-001", "", False), ("nope", "", True), ("shard.tar", "no-such-member", True), ("obj-002", "", False)]
+    assert "nope" in got[1][0].error and "no-such-member" in got[2][0].error
+    assert got[1][1] == got[2][1] == b""
+    assert got[0][1] == content[(bucket, "obj-001", "")] and got[3][1] == content[(bucket, "obj-002", "")]
+
+
+@pytest.mark.parametrize("fmt", [".tgz", ".zip", "tar"])
+def test_output_formats_give_the_same_items(client, bucket, other, content, fmt):
+    keys = sorted(content, key=lambda k: (k[0].name, k[1], k[2]))[::2]
+
+    def read(output_format):
+        b = client.batch(bucket, output_format=output_format, continue_on_error=True)
+        for bk, name, member in keys:
+            b.add(bk.object(name), archpath=member)
+        b.add("missing-one")
+        return [(i.bucket.name, i.name, i.archpath, i.missing, d) for i, d in b.get()]
+
+    tar = read(".tar")
+    assert [x[-1] for x in tar] == [content[k] for k in keys] + [b""]
+    assert read(fmt) == tar
+    with pytest.raises(ValueError, match="tar.lz4"):
+        client.batch(bucket, output_format=".tar.lz4")
+    dup = client.batch(bucket, output_format=".zip")
+    dup.add("obj-001")
+    dup.add("obj-001")
+    with pytest.raises(BadRequest):  # zip cannot hold a name twice (tar can)
+        list(dup.get())
+
+
+def test_stream_reads_large_items_in_little_memory(client, bucket):
+    size = 8 << 20
+    digests = {}
+    for i in range(3):
+        data = os.urandom(size)
+        bucket.object(f"big-{i}").put(data)
+        digests[f"big-{i}"] = hashlib.sha256(data).hexdigest()
+        bucket.object(f"small-{i}").put(b"small %d" % i)
+    del data
+    names = [n for i in range(3) for n in (f"big-{i}", f"small-{i}")]
+    batch = client.batch(bucket)
+    for n in names:
+        batch.add(n)
+
+    tracemalloc.start()
+    try:
+        seen = []
+        for item, reader in batch.stream():
+            seen.append(item.name)
+            if item.name.startswith("big"):
+                h = hashlib.sha256()
+                while chunk := reader.read(64 * 1024):
+                    h.update(chunk)
+                assert h.hexdigest() == digests[item.name]
+            else:
+                assert reader.read() == b"small %s" % item.name[-1].encode()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert seen == names
+    assert peak < 4 << 20, f"streaming 3 x 8 MiB peaked at {peak} bytes of Python memory"
+
+    # Unread rest of an item is skipped; stopping early closes the answer; the client goes on.
+    got = []
+    for item, reader in batch.stream():
+        got.append((item.name, reader.read(5)))
+        if len(got) == 4:
+            break
+    assert got[1] == ("small-0", b"small") and got[3] == ("small-1", b"small")
+    assert [i.name for i, _ in batch.get()] == names
+
+
+# ---- torch -------------------------------------------------------------------------------------
+
+def _value(i: int) -> bytes:
+    return b"value of %d" % i
+
+
+def _epoch(loaders, epoch):
+    """Per rank: the (name, data) items the rank's loader yields in `epoch`, and its batch count."""
+    out = []
+    for ds, loader in loaders:
+        ds.set_epoch(epoch)
+        batches = list(loader)
+        assert all(0 < len(b) <= ds.batch_size for b in batches)
+        out.append(([x for b in batches for x in b], len(batches)))
+    return out
+
+
+def test_batch_dataset_splits_exactly_once_per_epoch(client, bucket):
+    n = 101
+    for i in range(n):
+        bucket.object(f"bd/{i:04d}").put(_value(i))
+    all_names = [f"bd/{i:04d}" for i in range(n)]
+    loaders = []
+    for rank in range(2):
+        ds = BatchDataset(bucket, prefix="bd/", batch_size=8, seed=7, rank=rank, world_size=2, with_name=True)
+        loaders.append((ds, DataLoader(ds, batch_size=None, num_workers=3, persistent_workers=True)))
+
+    gets, batches = object_gets(client), batch_requests(client)
+    e0 = _epoch(loaders, 0)
+    expected_batches = sum(len(ds.assigned_batches(w, 3)) for ds, _ in loaders for w in range(3))
+    # 101 names: rank 0 has 51 (17 per worker: 8+8+1), rank 1 has 50 (17, 17, 16: 8+8).
+    assert sum(count for _, count in e0) == expected_batches == 9 + 8
+    assert batch_requests(client) - batches == expected_batches  # one request per batch...
+    assert object_gets(client) == gets  # ...and no GET per sample
+
+    names0 = [[name for name, _ in items] for items, _ in e0]
+    assert sorted(names0[0] + names0[1]) == all_names  # every name exactly once, over both ranks
+    assert abs(len(names0[0]) - len(names0[1])) <= 1
+    assert all(data == _value(int(name[3:])) for items, _ in e0 for name, data in items)
+
+    e1 = _epoch(loaders, 1)
+    names1 = [[name for name, _ in items] for items, _ in e1]
+    assert sorted(names1[0] + names1[1]) == all_names
+    assert names1 != names0  # another epoch, another order...
+    e0_again = _epoch(loaders, 0)
+    assert [[name for name, _ in items] for items, _ in e0_again] == names0  # ...the same epoch, the same
+
+
+def _decode(data: bytes) -> str:
+    return data.decode()
+
+
+def test_batch_dataset_members_samples_and_missing(client, bucket):
+    members = {f"k/{i:03d}.txt": f"member {i}".encode() for i in range(23)}
+    bucket.object("s.tar").put(_tar(members))
+    keys = [("s.tar", m) for m in members]
+    ds = BatchDataset(bucket, names=keys, batch_size=5, batched=False, decode=_decode, with_name=True)
+    loader = DataLoader(ds, batch_size=5, num_workers=2)
+    got = [(tuple(k), v) for b in loader for k, v in zip(zip(*b[0]), b[1])]
+    assert sorted(got) == sorted((k, members[k[1]].decode()) for k in keys)
+
+    lossy = BatchDataset(bucket, names=keys[:6] + [("s.tar", "k/gone.txt"), "gone.bin"], batch_size=4,
+                         shuffle=False, decode=_decode)
+    with pytest.raises(ObjectNotFound):
+        list(lossy)
+    lossy.continue_on_error = True
+    with pytest.warns(UserWarning, match="2 of 4 items could not be read"):
+        batches = list(lossy)
+    assert batches == [[members[m].decode() for _, m in keys[:4]], [members[m].decode() for _, m in keys[4:6]]]
+
+
+def test_object_dataset_get_batch_fetches_a_loader_batch_per_request(client, bucket):
+    for i in range(40):
+        bucket.object(f"od/{i:02d}").put(_value(i))
+    ds = ObjectDataset(bucket, prefix="od/", get_batch=True, with_name=True)
+    sampler = DistributedSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=3)
+    loader = DataLoader(ds, batch_size=6, sampler=sampler, num_workers=2, persistent_workers=True)
+    gets, batches = object_gets(client), batch_requests(client)
+    got = list(loader)
+    assert batch_requests(client) - batches == len(got) == 4  # 20 indices: 6, 6, 6, 2
+    assert object_gets(client) == gets
+    assert [name for b in got for name in b[0]] == [ds.names[i] for i in sampler]
+    assert all(v == _value(int(name[3:])) for b in got for name, v in zip(*b))
+    # Without get_batch, __getitems__ reads one by one (the same values).
+    plain = ObjectDataset(bucket, prefix="od/")
+    assert plain.__getitems__([3, 1]) == [_value(3), _value(1)]
+    assert ds.__getitems__([3, 1]) == [("od/03", _value(3)), ("od/01", _value(1))]
