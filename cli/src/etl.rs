@@ -45,9 +45,18 @@ pub enum EtlCmd {
         /// Environment for the workers: KEY=VALUE (repeatable).
         #[arg(long = "env")]
         env: Vec<String>,
+        /// With --code: pip requirements the code imports (comma-separated or repeated, e.g.
+        /// `--deps numpy,pillow>=10`); each target installs them before its workers start.
+        #[arg(long = "deps", value_delimiter = ',', requires = "code")]
+        deps: Vec<String>,
     },
     /// All ETLs, or one with per-target counters.
-    Show { name: Option<String> },
+    /// `grist etl show errors NAME JOB`: the objects an offline run of the ETL could not
+    /// transform, with why.
+    Show {
+        #[arg(num_args = 0..=3, value_names = ["NAME | errors", "NAME", "JOB"])]
+        args: Vec<String>,
+    },
     /// Stop an ETL on every target (its definition stays).
     Stop { name: String },
     /// Start a stopped ETL.
@@ -167,6 +176,7 @@ pub async fn run(client: &Client, cmd: EtlCmd, json_out: bool) -> anyhow::Result
             timeout,
             memory,
             env,
+            deps,
         } => {
             let mut s = match spec {
                 Some(path) => read_spec(&path)?,
@@ -195,6 +205,7 @@ pub async fn run(client: &Client, cmd: EtlCmd, json_out: bool) -> anyhow::Result
                         framed,
                         url,
                         env: BTreeMap::new(),
+                        dependencies: Vec::new(),
                         workers,
                         timeout_secs: timeout,
                         memory_limit: 0,
@@ -209,11 +220,23 @@ pub async fn run(client: &Client, cmd: EtlCmd, json_out: bool) -> anyhow::Result
                 let (k, v) = kv.split_once('=').context("--env KEY=VALUE")?;
                 s.env.insert(k.to_owned(), v.to_owned());
             }
+            s.dependencies.extend(
+                deps.into_iter()
+                    .map(|d| d.trim().to_owned())
+                    .filter(|d| !d.is_empty()),
+            );
             let name = client.etl_init(&s).await?;
             println!("ETL {name:?} defined");
         }
-        EtlCmd::Show { name } => {
-            let v = client.etl_show(name.as_deref()).await?;
+        EtlCmd::Show { args } if args.len() == 3 && args[0] == "errors" => {
+            show_errors(client, &args[1], &args[2], json_out).await?;
+        }
+        EtlCmd::Show { args } => {
+            if args.len() > 1 {
+                bail!("usage: grist etl show [NAME] | grist etl show errors NAME JOB");
+            }
+            let name = args.first();
+            let v = client.etl_show(name.map(String::as_str)).await?;
             if json_out || name.is_some() {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
@@ -315,6 +338,36 @@ pub async fn run(client: &Client, cmd: EtlCmd, json_out: bool) -> anyhow::Result
             )
             .await?;
         }
+    }
+    Ok(())
+}
+
+/// `grist etl show errors NAME JOB`: the error samples of an offline run of ETL `NAME`.
+async fn show_errors(client: &Client, name: &str, job: &str, json_out: bool) -> anyhow::Result<()> {
+    let s = client.job(job).await?;
+    if s.kind != gristmill_core::job::JobKind::Etl {
+        bail!("job {job} is a {} job, not an ETL run", s.kind);
+    }
+    if !s.etl.iter().any(|e| e == name) {
+        bail!("job {job} ran {:?}, not ETL {name:?}", s.etl.join(","));
+    }
+    let errors: Vec<_> = s.error_samples().collect();
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&errors)?);
+        return Ok(());
+    }
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::NOTHING)
+        .set_header(["OBJECT", "ERROR"]);
+    for e in &errors {
+        t.add_row([e.name.clone(), e.error.clone()]);
+    }
+    println!("{t}");
+    if s.errors > errors.len() as u64 {
+        println!(
+            "({} errors in all; the first per target are listed)",
+            s.errors
+        );
     }
     Ok(())
 }

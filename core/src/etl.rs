@@ -42,6 +42,11 @@ pub struct EtlSpec {
     /// Extra environment for the workers.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Python: packages the code imports, as pip requirements (`numpy>=1.26`, `pillow`, a
+    /// path to a wheel). Each target installs them into a virtual environment of its own
+    /// (shared by ETLs with the same list) before starting the workers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dependencies: Vec<String>,
     /// Worker processes per target (python, framed command); 0 = 2.
     #[serde(default)]
     pub workers: usize,
@@ -59,6 +64,9 @@ pub struct EtlSpec {
 fn running() -> bool {
     true
 }
+
+/// Most pip requirements one ETL may list.
+pub const MAX_DEPENDENCIES: usize = 100;
 
 /// Largest object an ETL transforms (objects pass through memory).
 pub const MAX_ETL_OBJECT: u64 = 512 << 20;
@@ -99,6 +107,21 @@ impl EtlSpec {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
         if !name_ok {
             return Err(bad("names are 1-64 characters of [A-Za-z0-9_-]"));
+        }
+        if !self.dependencies.is_empty() && self.runtime != Runtime::Python {
+            return Err(bad("dependencies are for the python runtime"));
+        }
+        if self.dependencies.len() > MAX_DEPENDENCIES {
+            return Err(bad(&format!("at most {MAX_DEPENDENCIES} dependencies")));
+        }
+        for d in &self.dependencies {
+            // Requirements only: a leading '-' would be a pip option (another index, a
+            // requirements file on the target, ...).
+            if d.trim().is_empty() || d.trim_start().starts_with('-') || d.len() > 1024 {
+                return Err(bad(&format!(
+                    "dependency {d:?} is not a pip requirement (a name with an optional version, or a wheel path)"
+                )));
+            }
         }
         match self.runtime {
             Runtime::Python if self.code.trim().is_empty() => Err(bad("python needs code")),
@@ -150,5 +173,36 @@ mod tests {
         assert_eq!(map_extension("a.x/b", &m), "a.x/b");
         assert_eq!(map_extension("b.png", &m), "b.png");
         assert_eq!(pipeline("a, b,"), ["a", "b"]);
+    }
+
+    #[test]
+    fn dependencies_are_requirements_of_python_etls() {
+        let spec = |runtime, deps: &[&str]| EtlSpec {
+            name: "e".into(),
+            runtime,
+            code: "def transform(d, p, a): return d".into(),
+            command: vec!["cat".into()],
+            framed: false,
+            url: String::new(),
+            env: BTreeMap::new(),
+            dependencies: deps.iter().map(|d| d.to_string()).collect(),
+            workers: 0,
+            timeout_secs: 0,
+            memory_limit: 0,
+            running: true,
+        };
+        assert!(
+            spec(
+                Runtime::Python,
+                &["numpy>=1.2", "/w/x-1.0-py3-none-any.whl"]
+            )
+            .validate()
+            .is_ok()
+        );
+        assert!(spec(Runtime::Command, &["numpy"]).validate().is_err());
+        for bad in ["--index-url=http://evil", " -r /etc/shadow", ""] {
+            let e = spec(Runtime::Python, &[bad]).validate().unwrap_err();
+            assert!(e.message.contains("pip requirement"), "{}", e.message);
+        }
     }
 }

@@ -286,6 +286,9 @@ pub struct JobSnap {
     /// Kind-specific counters (scrub: `corrupt`, `repaired`, `unrepairable`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub counters: BTreeMap<String, u64>,
+    /// ETL jobs: the transforms applied, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub etl: Vec<String>,
 }
 
 /// A job across the cluster: totals and each target's snapshot.
@@ -311,6 +314,9 @@ pub struct JobStatus {
     /// Kind-specific counters, summed over targets.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub counters: BTreeMap<String, u64>,
+    /// ETL jobs: the transforms applied, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub etl: Vec<String>,
     pub targets: Vec<JobSnap>,
 }
 
@@ -354,6 +360,7 @@ impl JobStatus {
             skipped: snaps.iter().map(|s| s.skipped).sum(),
             errors: snaps.iter().map(|s| s.errors).sum(),
             counters,
+            etl: first.etl,
             targets: snaps,
         })
     }
@@ -407,6 +414,7 @@ mod tests {
             error_samples: vec![],
             abort_reason: String::new(),
             counters: [("corrupt".to_string(), 1)].into(),
+            etl: vec![],
         }
     }
 

@@ -14,6 +14,7 @@
 //! limit, a per-object timeout. A worker that fails an object by raising keeps serving; one that
 //! hangs, crashes or runs out of memory is killed and replaced, and only that object fails.
 
+mod deps;
 pub mod sandbox;
 mod worker;
 
@@ -75,6 +76,9 @@ pub struct EtlStats {
     pub errors: u64,
     /// Workers replaced after a crash, timeout or memory exhaustion.
     pub restarts: u64,
+    /// Python dependencies: `installing`, `ready` or `failed: <why>` (empty without any).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub dependencies: String,
 }
 
 /// Shared between an ETL's workers: its log ring.
@@ -113,12 +117,46 @@ struct EtlRun {
     errors: AtomicU64,
     restarts: AtomicU64,
     http: reqwest::Client,
+    /// Python: the interpreter of the workers, once its dependencies are installed (or why
+    /// they could not be).
+    python: tokio::sync::OnceCell<Result<String, String>>,
+}
+
+impl EtlRun {
+    /// The workers' interpreter: the target's, or (with dependencies) that of the ETL's
+    /// environment, installed on first use.
+    async fn python(&self, installer: &deps::Installer, default: &str) -> Result<String, EtlError> {
+        if self.spec.dependencies.is_empty() {
+            return Ok(default.to_owned());
+        }
+        self.python
+            .get_or_init(|| installer.python_for(&self.spec.dependencies, &self.log))
+            .await
+            .clone()
+            .map_err(|message| failed(&self.spec, "", message))
+    }
+
+    fn dependencies_state(&self) -> String {
+        match (self.spec.dependencies.is_empty(), self.python.get()) {
+            (true, _) => String::new(),
+            (false, None) => "installing".into(),
+            (false, Some(Ok(_))) => "ready".into(),
+            (false, Some(Err(e))) => format!("failed: {e}"),
+        }
+    }
+}
+
+/// A number no other call in this process returns (temporary names).
+pub(crate) fn unique() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// The ETLs of one target.
 pub struct Etls {
     sandbox: Sandbox,
     python: String,
+    installer: deps::Installer,
     runs: Mutex<HashMap<String, Arc<EtlRun>>>,
 }
 
@@ -142,8 +180,10 @@ impl Etls {
                     "python3".into()
                 }
             });
+        let sandbox = Sandbox::probe();
         Self {
-            sandbox: Sandbox::probe(),
+            installer: deps::Installer::new(python.clone(), sandbox.clone()),
+            sandbox,
             python,
             runs: Mutex::new(HashMap::new()),
         }
@@ -163,24 +203,40 @@ impl Etls {
         for (name, spec) in specs {
             if spec.running && !runs.contains_key(name) {
                 tracing::info!(etl = %name, runtime = ?spec.runtime, "ETL started");
-                runs.insert(
-                    name.clone(),
-                    Arc::new(EtlRun {
-                        slots: tokio::sync::Semaphore::new(spec.workers()),
-                        spec: spec.clone(),
-                        idle: Mutex::new(Vec::new()),
-                        log: Arc::default(),
-                        objects: AtomicU64::new(0),
-                        errors: AtomicU64::new(0),
-                        restarts: AtomicU64::new(0),
-                        http: reqwest::Client::builder()
-                            .tcp_nodelay(true)
-                            .build()
-                            .unwrap_or_default(),
-                    }),
-                );
+                let run = Arc::new(EtlRun {
+                    slots: tokio::sync::Semaphore::new(spec.workers()),
+                    spec: spec.clone(),
+                    idle: Mutex::new(Vec::new()),
+                    log: Arc::default(),
+                    objects: AtomicU64::new(0),
+                    errors: AtomicU64::new(0),
+                    restarts: AtomicU64::new(0),
+                    http: reqwest::Client::builder()
+                        .tcp_nodelay(true)
+                        .build()
+                        .unwrap_or_default(),
+                    python: tokio::sync::OnceCell::new(),
+                });
+                // Install dependencies now rather than on the first object.
+                if !spec.dependencies.is_empty()
+                    && let Ok(rt) = tokio::runtime::Handle::try_current()
+                {
+                    let (run, installer) = (run.clone(), self.installer.clone());
+                    let python = self.python.clone();
+                    rt.spawn(async move {
+                        if let Err(e) = run.python(&installer, &python).await {
+                            tracing::warn!(error = %e, "ETL dependencies");
+                        }
+                    });
+                }
+                runs.insert(name.clone(), run);
             }
         }
+    }
+
+    /// Fails with [`EtlError::Unknown`] unless every named ETL runs here.
+    pub fn check(&self, names: &[String]) -> Result<(), EtlError> {
+        names.iter().try_for_each(|n| self.run(n).map(drop))
     }
 
     fn run(&self, name: &str) -> Result<Arc<EtlRun>, EtlError> {
@@ -279,7 +335,7 @@ impl Etls {
         let spec = &run.spec;
         let (program, args, code) = match spec.runtime {
             Runtime::Python => (
-                self.python.clone(),
+                run.python(&self.installer, &self.python).await?,
                 vec!["-c".into(), WORKER_SOURCE.into()],
                 Some(spec.code.as_str()),
             ),
@@ -364,6 +420,7 @@ impl Etls {
                 objects: r.objects.load(Ordering::Relaxed),
                 errors: r.errors.load(Ordering::Relaxed),
                 restarts: r.restarts.load(Ordering::Relaxed),
+                dependencies: r.dependencies_state(),
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));

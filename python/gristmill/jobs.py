@@ -30,6 +30,10 @@ class JobFailed(GristError):
         self.status = status
 
 
+class EtlError(GristError):
+    """An ETL could not be made ready on a target (e.g. its dependencies failed to install)."""
+
+
 class Job:
     """A cluster-wide job (its id is the same on every target)."""
 
@@ -109,10 +113,17 @@ class Etl:
 
     def init_code(self, transform: Union[str, Callable[[bytes, str, str], bytes]], *,
                   workers: int = 0, timeout: int = 0, memory_limit: int = 0,
-                  env: Optional[Dict[str, str]] = None) -> "Etl":
+                  env: Optional[Dict[str, str]] = None,
+                  dependencies: Optional[List[str]] = None,
+                  wait_timeout: float = 600.0) -> "Etl":
         """Defines a Python ETL from a function ``transform(data, path, args) -> bytes`` (its
         source is shipped, so it must not use closures; module-level imports go inside it) or
-        from module source text that defines ``transform``."""
+        from module source text that defines ``transform``.
+
+        ``dependencies``: pip requirements the code imports (``["numpy>=1.26", "pillow"]``, or
+        paths of wheels on the targets). Every target installs them into a virtual environment
+        before starting workers; this call waits (up to ``wait_timeout`` seconds) until all
+        targets are ready and raises :class:`EtlError` with pip's message if one failed."""
         if callable(transform):
             src = textwrap.dedent(inspect.getsource(transform))
             fname = transform.__name__
@@ -121,8 +132,30 @@ class Etl:
             code = f"{src}\n\ntransform = {fname}\n" if fname != "transform" else src
         else:
             code = transform
-        return self._init({"runtime": "python", "code": code, "workers": workers,
-                           "timeout_secs": timeout, "memory_limit": memory_limit, "env": env or {}})
+        self._init({"runtime": "python", "code": code, "workers": workers,
+                    "timeout_secs": timeout, "memory_limit": memory_limit, "env": env or {},
+                    "dependencies": list(dependencies or [])})
+        if dependencies:
+            self.wait_ready(wait_timeout)
+        return self
+
+    def wait_ready(self, timeout: float = 600.0) -> None:
+        """Waits until every target has installed the ETL's dependencies; raises
+        :class:`EtlError` naming the target and pip's last words if one could not, or
+        :class:`TimeoutError`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            targets = self.show().get("targets", {})
+            states = {node: s.get("dependencies", "ready") for node, s in targets.items()}
+            failed = {n: s for n, s in states.items() if s.startswith("failed")}
+            if failed:
+                node, why = sorted(failed.items())[0]
+                raise EtlError(f"ETL {self.name!r}: target {node}: dependencies {why}")
+            if states and all(s == "ready" for s in states.values()):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ETL {self.name!r}: dependencies not ready after {timeout}s: {states}")
+            time.sleep(0.5)
 
     def init_command(self, command: List[str], *, framed: bool = False, workers: int = 0,
                      timeout: int = 0, memory_limit: int = 0) -> "Etl":

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import _playground
 from gristmill import Client, JobFailed
+from gristmill.jobs import EtlError
 
 
 def _free_port():
@@ -129,6 +130,53 @@ def test_python_etl_inline_and_offline(cluster):
     assert etl.show()["objects"] >= 21
     etl.delete()
     rev.delete()
+
+
+def _wheel(directory: str) -> str:
+    """A wheel of a one-module package, ``gmsdk_twice.twice(b) = b + b``, built with zipfile."""
+    import base64
+    import hashlib
+    import zipfile
+    files = {
+        "gmsdk_twice/__init__.py": b"def twice(b):\n    return b + b\n",
+        "gmsdk_twice-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: gmsdk-twice\nVersion: 1.0\n",
+        "gmsdk_twice-1.0.dist-info/WHEEL":
+            b"Wheel-Version: 1.0\nGenerator: gristmill-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    path = os.path.join(directory, "gmsdk_twice-1.0-py3-none-any.whl")
+    record = []
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{name},sha256={digest},{len(data)}")
+        record.append("gmsdk_twice-1.0.dist-info/RECORD,,")
+        z.writestr("gmsdk_twice-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return path
+
+
+def twice_etl(data, path, args):
+    import gmsdk_twice
+    return gmsdk_twice.twice(data)
+
+
+def test_etl_dependencies_installed_before_init_returns(cluster, tmp_path):
+    """``init_code(dependencies=...)`` returns once every target has installed them (in the
+    default environment directory); a requirement pip cannot install raises EtlError."""
+    c = Client(cluster)
+    b = c.bucket(f"deps-{uuid.uuid4().hex[:8]}")
+    b.create()
+    b.object("a").put(b"xy")
+    os.chmod(tmp_path, 0o755)
+    etl = c.etl(f"twice-{uuid.uuid4().hex[:6]}").init_code(twice_etl, dependencies=[_wheel(str(tmp_path))])
+    states = {n: t["dependencies"] for n, t in etl.show()["targets"].items()}
+    assert set(states.values()) == {"ready"} and len(states) >= 2, states
+    assert b.object("a").get(etl=etl.name) == b"xyxy"
+    with pytest.raises(EtlError) as e:
+        c.etl(f"nodep-{uuid.uuid4().hex[:6]}").init_code(
+            twice_etl, dependencies=[str(tmp_path / "gm_absent-1.0-py3-none-any.whl")], wait_timeout=120)
+    assert "gm_absent" in str(e.value) or "dependencies" in str(e.value)
+    etl.delete()
 
 
 def test_bucket_scrub_checks_every_copy(bucket):

@@ -424,12 +424,8 @@ async fn get_object(
     if crate::shards::is_archive_read(params) {
         return crate::shards::get(t, bck, name, params, headers).await;
     }
-    if let Some(etls) = params
-        .get("etl_name")
-        .or_else(|| params.get("etl_pipeline"))
-        .filter(|v| !v.is_empty())
-    {
-        return get_transformed(t, bck, name, etls, params).await;
+    if let Some(etls) = etl_names(params) {
+        return get_transformed(t, bck, name, &etls, params).await;
     }
     if bck.is_remote() {
         return remote::get_object(t, bck, name, params, headers).await;
@@ -438,24 +434,29 @@ async fn get_object(
     serve_local(t, bck, open, params, headers).await
 }
 
+/// The ETLs a request asks for, in order: `etl_name=a,b`, then `etl_pipeline=c,d`; `None`
+/// when it names none.
+pub(crate) fn etl_names(params: &HashMap<String, String>) -> Option<Vec<String>> {
+    let mut names = Vec::new();
+    for key in ["etl_name", "etl_pipeline"] {
+        if let Some(v) = params.get(key) {
+            names.extend(gristmill_core::etl::pipeline(v));
+        }
+    }
+    (!names.is_empty()).then_some(names)
+}
+
 /// `GET ...?etl_name=a,b&etl_args=...`: the object run through the ETLs, in order.
 async fn get_transformed(
     t: &Target,
     bck: &Bck,
     name: &str,
-    etls: &str,
+    names: &[String],
     params: &HashMap<String, String>,
 ) -> ApiResult {
-    let mut names = gristmill_core::etl::pipeline(etls);
-    if let Some(more) = params
-        .get("etl_pipeline")
-        .filter(|_| params.contains_key("etl_name"))
-    {
-        names.extend(gristmill_core::etl::pipeline(more));
-    }
     let args = params.get("etl_args").map(String::as_str).unwrap_or("");
     let data = object_bytes(t, bck, name).await?;
-    let out = t.etls.pipeline(&names, data, name, args).await?;
+    let out = t.etls.pipeline(names, data, name, args).await?;
     let mut resp = Response::new(Body::from(out.clone()));
     resp.headers_mut()
         .insert(header::CONTENT_LENGTH, HeaderValue::from(out.len()));

@@ -80,6 +80,7 @@ impl JobRun {
             error_samples: self.samples.lock().expect("job samples lock").clone(),
             abort_reason: self.abort_reason.lock().expect("job abort lock").clone(),
             counters: self.counters.lock().expect("job counters lock").clone(),
+            etl: self.spec.opts.etl.clone(),
         }
     }
 

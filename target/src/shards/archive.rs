@@ -246,6 +246,7 @@ async fn one_shard(
         skip_missing: true,
         format,
         mtime: now_s(),
+        etl: None,
     };
     let (store, shards, run2) = (t.store.clone(), t.shards.clone(), run.clone());
     let (rx, stream) = io::pipe(move |ready, out| {
@@ -376,6 +377,7 @@ async fn series(
             skip_missing: true,
             format,
             mtime: now_s(),
+            etl: None,
         };
         let (store, shards, run2) = (t.store.clone(), t.shards.clone(), run.clone());
         let (rx, stream) = io::pipe(move |ready, out| {

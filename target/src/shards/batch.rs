@@ -19,7 +19,7 @@
 //! The same machinery builds shards for the archive and reshard jobs ([`Assembly`] written to
 //! any `Write`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self as stdio, Read, Write};
 use std::sync::Arc;
@@ -29,6 +29,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use futures::StreamExt;
+use gristmill_core::etl::MAX_ETL_OBJECT;
 use gristmill_core::shards::{MISSING_DIR, MossIn, MossOut, MossReq, MossResp};
 use gristmill_core::{ApiError, Bck, ErrorKind, Namespace, validate_object_name};
 use gristmill_shard::{Format, Limits, ShardReader, ShardWriter};
@@ -92,6 +93,8 @@ pub(crate) struct Assembly {
     pub(crate) format: Format,
     /// Modification time stamped on every entry.
     pub(crate) mtime: u64,
+    /// get-batch with `etl_name`: every item goes through these ETLs.
+    pub(crate) etl: Option<BatchEtl>,
 }
 
 /// Where each item comes from, once prepared.
@@ -655,8 +658,8 @@ pub(crate) enum Outcome {
 }
 
 /// Writes the assembly into `out` (blocking): items in order, each from disk or its owner's
-/// stream; unreadable ones as `missing` entries (or skipped, or — without `coer` — an error).
-/// `before` is written ahead of the archive and `after` behind it (multipart framing).
+/// stream (through the ETL first, if any); unreadable ones as `missing` entries (or skipped,
+/// or — without `coer` — an error).
 pub(crate) fn write<W: Write>(
     store: &Store,
     shards: &ShardState,
@@ -667,55 +670,207 @@ pub(crate) fn write<W: Write>(
 ) -> Result<W, ApiError> {
     let mut w = ShardWriter::new(asm.format, out, asm.mtime).allow_duplicate_names();
     let mut opened = Opened::default();
-    for (i, item) in asm.items.iter().enumerate() {
-        let unreadable: Option<ApiError> = match &prep.sources[i] {
-            Source::Failed(e) => Some(e.clone()),
-            Source::Local => match locate(store, shards, &mut opened, item) {
-                Err(e) => Some(e),
-                Ok(wh) => {
-                    let name = &asm.names[i];
-                    match read_where(wh, |size, r| {
-                        w.append(name, size, r).map_err(ApiError::from)?;
-                        Ok(size)
-                    }) {
-                        Err(e) => Some(e),
-                        Ok(written) => {
-                            progress(i, Outcome::Written(written?));
-                            None
-                        }
-                    }
-                }
-            },
-            Source::Remote(n, k) => {
-                let stream = &mut prep.streams[*n];
-                let frame = Frame::read(stream)?;
-                if frame.i != *k {
-                    return Err(ApiError::internal(format!(
-                        "get-batch: part stream out of order (item {} instead of {k})",
-                        frame.i
-                    )));
-                }
-                if frame.err.is_empty() {
-                    let mut data = (&mut *stream).take(frame.size);
-                    w.append(&asm.names[i], frame.size, &mut data)?;
-                    progress(i, Outcome::Written(frame.size));
-                    None
-                } else {
-                    Some(error_of(&frame))
-                }
-            }
+    if let Some(etl) = &asm.etl {
+        let mut reader = ItemReader {
+            store,
+            shards,
+            opened,
+            prep,
         };
-        if let Some(e) = unreadable {
-            if !asm.coer {
-                return Err(e);
-            }
-            if !asm.skip_missing {
-                w.append(&asm.missing[i], 0, &mut stdio::empty())?;
-            }
-            progress(i, Outcome::Missing(e));
+        write_transformed(&mut w, &mut reader, asm, etl, progress)?;
+        return Ok(w.finish()?);
+    }
+    for (i, item) in asm.items.iter().enumerate() {
+        let name = &asm.names[i];
+        let got = read_item(
+            store,
+            shards,
+            &mut opened,
+            &mut prep,
+            i,
+            item,
+            &mut |size, r| w.append(name, size, r).map_err(ApiError::from),
+        )?;
+        match got {
+            Ok(size) => progress(i, Outcome::Written(size)),
+            Err(e) => write_missing(&mut w, asm, i, e, progress)?,
         }
     }
     Ok(w.finish()?)
+}
+
+/// Item `i` could not be read (or transformed): an empty stand-in entry with `coer`, else
+/// the error of the whole assembly.
+fn write_missing<W: Write>(
+    w: &mut ShardWriter<W>,
+    asm: &Assembly,
+    i: usize,
+    e: ApiError,
+    progress: &mut dyn FnMut(usize, Outcome),
+) -> Result<(), ApiError> {
+    if !asm.coer {
+        return Err(e);
+    }
+    if !asm.skip_missing {
+        w.append(&asm.missing[i], 0, &mut stdio::empty())?;
+    }
+    progress(i, Outcome::Missing(e));
+    Ok(())
+}
+
+/// Reads item `i` from this target's disk or from the next frame of its owner's stream and
+/// hands its bytes to `take`. `Ok(Err(e))`: the item is unreadable; `Err`: the assembly must
+/// stop (a broken stream, or `take` failed).
+fn read_item(
+    store: &Store,
+    shards: &ShardState,
+    opened: &mut Opened,
+    prep: &mut Prepared,
+    i: usize,
+    item: &Item,
+    take: &mut dyn FnMut(u64, &mut dyn Read) -> Result<(), ApiError>,
+) -> Result<Result<u64, ApiError>, ApiError> {
+    match &prep.sources[i] {
+        Source::Failed(e) => Ok(Err(e.clone())),
+        Source::Local => match locate(store, shards, opened, item) {
+            Err(e) => Ok(Err(e)),
+            Ok(wh) => match read_where(wh, |size, r| take(size, r).map(|()| size)) {
+                Err(e) => Ok(Err(e)),
+                Ok(taken) => taken.map(Ok),
+            },
+        },
+        Source::Remote(n, k) => {
+            let stream = &mut prep.streams[*n];
+            let frame = Frame::read(stream)?;
+            if frame.i != *k {
+                return Err(ApiError::internal(format!(
+                    "get-batch: part stream out of order (item {} instead of {k})",
+                    frame.i
+                )));
+            }
+            if !frame.err.is_empty() {
+                return Ok(Err(error_of(&frame)));
+            }
+            take(frame.size, &mut (&mut *stream).take(frame.size))?;
+            Ok(Ok(frame.size))
+        }
+    }
+}
+
+/// The ETL (or pipeline) every item of a get-batch goes through.
+pub(crate) struct BatchEtl {
+    pub(crate) target: Arc<Target>,
+    pub(crate) names: Vec<String>,
+    pub(crate) args: String,
+}
+
+/// What [`read_item`] needs, held together for the transforming writer.
+struct ItemReader<'a> {
+    store: &'a Store,
+    shards: &'a ShardState,
+    opened: Opened,
+    prep: Prepared,
+}
+
+/// An item handed to the ETL: its position, its transform (or why it has none), its input size.
+type Pending = (
+    usize,
+    Result<tokio::task::JoinHandle<Result<Bytes, gristmill_etl::EtlError>>, ApiError>,
+    u64,
+);
+
+/// Items transformed at once, ahead of the one being written, and the bytes they may hold.
+const ETL_WINDOW: usize = 16;
+const ETL_WINDOW_BYTES: u64 = 256 << 20;
+
+/// The transforming writer: each item is read whole (ETL inputs are bounded by
+/// [`MAX_ETL_OBJECT`]), handed to the ETL on the runtime, and written when its turn comes, so
+/// up to [`ETL_WINDOW`] items are in the ETL's workers at once while the output keeps request
+/// order. An item the ETL fails is unreadable (a stand-in entry with `coer`).
+fn write_transformed<W: Write>(
+    w: &mut ShardWriter<W>,
+    reader: &mut ItemReader<'_>,
+    asm: &Assembly,
+    etl: &BatchEtl,
+    progress: &mut dyn FnMut(usize, Outcome),
+) -> Result<(), ApiError> {
+    let rt = tokio::runtime::Handle::current();
+    let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut held = 0u64;
+    // Writes the oldest pending item once its transform is done.
+    let mut finish_one =
+        |w: &mut ShardWriter<W>, pending: &mut VecDeque<Pending>, held: &mut u64| {
+            let Some((i, job, len)) = pending.pop_front() else {
+                return Ok(());
+            };
+            *held -= len;
+            let result: Result<Bytes, ApiError> = job.and_then(|job| match rt.block_on(job) {
+                Ok(Ok(out)) => Ok(out),
+                Ok(Err(e)) => Err(ApiError::from(e)),
+                Err(e) => Err(ApiError::internal(format!("ETL task: {e}"))),
+            });
+            match result {
+                Ok(out) => {
+                    w.append(&asm.names[i], out.len() as u64, &mut &out[..])?;
+                    progress(i, Outcome::Written(out.len() as u64));
+                    Ok(())
+                }
+                Err(e) => write_missing(w, asm, i, e, progress),
+            }
+        };
+    for (i, item) in asm.items.iter().enumerate() {
+        let mut data = Vec::new();
+        let mut too_large = None;
+        let got = read_item(
+            reader.store,
+            reader.shards,
+            &mut reader.opened,
+            &mut reader.prep,
+            i,
+            item,
+            &mut |size, r| {
+                if size > MAX_ETL_OBJECT {
+                    // Drained, so the owner's stream stays in step.
+                    stdio::copy(r, &mut stdio::sink()).map_err(io::io_err)?;
+                    too_large = Some(size);
+                } else {
+                    data.reserve_exact(size as usize);
+                    r.read_to_end(&mut data).map_err(io::io_err)?;
+                }
+                Ok(())
+            },
+        )?;
+        let path = if item.archpath.is_empty() {
+            item.name.clone()
+        } else {
+            format!("{}/{}", item.name, item.archpath)
+        };
+        let len = data.len() as u64;
+        let job = match (got, too_large) {
+            (Err(e), _) => Err(e),
+            (Ok(_), Some(size)) => Err(ApiError::new(
+                ErrorKind::PayloadTooLarge,
+                format!("{path}: {size} bytes; ETLs take objects up to {MAX_ETL_OBJECT} bytes"),
+            )),
+            (Ok(_), None) => {
+                let (t, names, args) = (etl.target.clone(), etl.names.clone(), etl.args.clone());
+                Ok(rt.spawn(async move {
+                    t.etls
+                        .pipeline(&names, Bytes::from(data), &path, &args)
+                        .await
+                }))
+            }
+        };
+        held += len;
+        pending.push_back((i, job, len));
+        while pending.len() > ETL_WINDOW || (held > ETL_WINDOW_BYTES && pending.len() > 1) {
+            finish_one(w, &mut pending, &mut held)?;
+        }
+    }
+    while !pending.is_empty() {
+        finish_one(w, &mut pending, &mut held)?;
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -959,6 +1114,23 @@ async fn run(
     for b in buckets {
         t.require_bucket(b).await?;
     }
+    let etl = match crate::http::etl_names(&params) {
+        None => None,
+        Some(names) => {
+            if !req.strm {
+                return Err(ApiError::bad_request(
+                    "get-batch with an ETL needs streaming output (\"strm\": true): the multipart \
+                     answer lists sizes before the transforms run",
+                ));
+            }
+            t.etls.check(&names)?;
+            Some(BatchEtl {
+                target: t.clone(),
+                names,
+                args: params.get("etl_args").cloned().unwrap_or_default(),
+            })
+        }
+    };
     metrics::counter!("grist_batch_requests_total").increment(1);
     metrics::counter!("grist_batch_items_total").increment(items.len() as u64);
     let prep = prepare(&t, &items, req.coer).await?;
@@ -971,6 +1143,7 @@ async fn run(
         skip_missing: false,
         format,
         mtime: 0,
+        etl,
     };
     let boundary = format!("gristmill-{}", uuid::Uuid::new_v4().simple());
     let (store, shards) = (t.store.clone(), t.shards.clone());

@@ -958,6 +958,7 @@ async fn build_one(
         skip_missing: true,
         format,
         mtime: 0,
+        etl: None,
     };
     let written = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let (store, shards, w2) = (t.store.clone(), t.shards.clone(), written.clone());

@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use gristmill_core::job::{JobState, JobStatus};
 use gristmill_core::{Bck, Provider};
+use gristmill_shard::Format;
 use gristmill_tests::{Cluster, content, free_port};
+
+use super::shards::{members_of, shard};
 
 const NUMPY_ETL: &str = r#"
 import numpy as np
@@ -236,6 +239,24 @@ async fn offline_transform_with_extension_map_lists_bad_inputs() {
     assert!(
         done.error_samples()
             .all(|e| e.error.contains("numeric") && e.error.contains("ValueError"))
+    );
+    // The same list through `grist etl show errors NAME JOB`.
+    let listed = grist_blocking(&c, &["etl", "show", "errors", "numeric", &id, "--json"]);
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&listed).unwrap();
+    let listed: BTreeSet<String> = listed
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(listed, want);
+    let table = grist_blocking(&c, &["etl", "show", "errors", "numeric", &id]);
+    assert!(
+        table.contains("img-2500.jpg") && table.contains("ValueError"),
+        "{table}"
+    );
+    let other = c.grist(&["etl", "show", "errors", "gz", &id]);
+    assert!(
+        !other.status.success(),
+        "a job of another ETL must be refused"
     );
 
     // Every output exactly once, on its HRW owner.
@@ -496,4 +517,281 @@ async fn http_etl_inline_and_offline() {
     assert!(r.bytes().await.unwrap() == want);
     let _ = server.kill();
     let _ = server.wait();
+}
+
+const SHOUT_ETL: &str = r#"
+import gmdep_shout
+
+def transform(data, path, args):
+    return gmdep_shout.shout(data)
+"#;
+
+/// A wheel of a one-module package (`gmdep_shout.shout(b) = b.upper() + b"!"`), made with
+/// Python's zipfile: what pip installs from a path, without any index.
+fn shout_wheel(dir: &std::path::Path) -> String {
+    const SCRIPT: &str = r#"
+import base64, hashlib, sys, zipfile
+files = {
+    "gmdep_shout/__init__.py": b"def shout(b):\n    return b.upper() + b'!'\n",
+    "gmdep_shout-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: gmdep-shout\nVersion: 1.0\n",
+    "gmdep_shout-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: gristmill-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}
+record = []
+with zipfile.ZipFile(sys.argv[1], "w") as z:
+    for name, data in files.items():
+        z.writestr(name, data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append("gmdep_shout-1.0.dist-info/RECORD,,")
+    z.writestr("gmdep_shout-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+"#;
+    let path = dir.join("gmdep_shout-1.0-py3-none-any.whl");
+    let out = std::process::Command::new("python3")
+        .args(["-c", SCRIPT])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    path.display().to_string()
+}
+
+/// Each target's `dependencies` state of an ETL (`grist etl show NAME`).
+fn dependency_states(c: &Cluster, etl: &str) -> Vec<String> {
+    let shown: serde_json::Value =
+        serde_json::from_str(&grist_blocking(c, &["etl", "show", etl])).unwrap();
+    shown["targets"]
+        .as_object()
+        .map(|m| {
+            m.values()
+                .map(|t| t["dependencies"].as_str().unwrap_or("").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn python_dependencies_are_installed_on_every_target() {
+    // Workers may run as another user: the environments' directory must be readable by it.
+    let envs = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        envs.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let env = [(
+        "GRISTD_ETL_ENV_DIR".to_owned(),
+        envs.path().display().to_string(),
+    )];
+    let c = Cluster::start_full(3, 1, &[], &env).await.unwrap();
+    c.create_bucket("deps").await.unwrap();
+    let objects: Vec<(String, Vec<u8>)> = (0..60)
+        .map(|i| (format!("t-{i:02}"), format!("sample {i} text").into_bytes()))
+        .collect();
+    put_all(&c, "deps", objects.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let code = code_file(&dir, "shout.py", SHOUT_ETL);
+    let wheel = shout_wheel(dir.path());
+    grist_blocking(
+        &c,
+        &[
+            "etl", "init", "--name", "shout", "--code", &code, "--deps", &wheel,
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let states = dependency_states(&c, "shout");
+        if states.len() == 3 && states.iter().all(|s| s == "ready") {
+            break;
+        }
+        assert!(
+            states.iter().all(|s| !s.starts_with("failed")),
+            "{states:?}\n{}",
+            grist_blocking(&c, &["etl", "logs", "shout"])
+        );
+        assert!(Instant::now() < deadline, "not ready: {states:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    for (name, data) in &objects {
+        let (status, body) = get_etl(&c, "deps", name, "shout", "").await;
+        assert_eq!(status, 200, "{name}: {}", String::from_utf8_lossy(&body));
+        let mut want = data.to_ascii_uppercase();
+        want.push(b'!');
+        assert_eq!(body, want, "{name}");
+    }
+    // One environment for the three targets (content-addressed; no temporaries left), and a
+    // second ETL with the same list uses it too.
+    let listing = || -> Vec<String> {
+        std::fs::read_dir(envs.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let first = listing();
+    assert!(first.len() == 1 && first[0].starts_with("py-"), "{first:?}");
+    grist_blocking(
+        &c,
+        &[
+            "etl", "init", "--name", "shout2", "--code", &code, "--deps", &wheel,
+        ],
+    );
+    let (status, body) = get_etl(&c, "deps", "t-07", "shout2", "").await;
+    assert_eq!((status, body), (200, b"SAMPLE 7 TEXT!".to_vec()));
+    assert_eq!(listing(), first);
+
+    // A requirement pip cannot install: the ETL's objects fail naming it and the cause; the
+    // targets say so; pip's words are in the ETL's log; other ETLs keep working.
+    grist_blocking(
+        &c,
+        &[
+            "etl",
+            "init",
+            "--name",
+            "broken",
+            "--code",
+            &code,
+            "--deps",
+            "/nonexistent/gm_missing-1.0-py3-none-any.whl",
+        ],
+    );
+    let (status, body) = get_etl(&c, "deps", "t-01", "broken", "").await;
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(status, 502, "{text}");
+    assert!(
+        text.contains("broken") && text.contains("installing dependencies"),
+        "{text}"
+    );
+    let states = dependency_states(&c, "broken");
+    assert!(states.iter().any(|s| s.starts_with("failed")), "{states:?}");
+    let logs = grist_blocking(&c, &["etl", "logs", "broken"]);
+    assert!(logs.contains("gm_missing"), "{logs}");
+    assert_eq!(get_etl(&c, "deps", "t-02", "shout", "").await.0, 200);
+
+    // Only requirements: a pip option is refused up front.
+    let r = c
+        .http
+        .put(c.url("/v1/etl"))
+        .json(
+            &serde_json::json!({"name": "evil", "runtime": "python", "code": SHOUT_ETL,
+            "dependencies": ["--index-url=http://127.0.0.1:9/simple"]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("pip requirement"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn get_batch_items_go_through_an_etl() {
+    let c = Cluster::start(3, 1).await.unwrap();
+    c.create_bucket("gbe").await.unwrap();
+    let mut objects: Vec<(String, Vec<u8>)> = (0..40)
+        .map(|i| {
+            (
+                format!("o-{i:02}"),
+                content(100 + i, 3000 + i as usize * 50),
+            )
+        })
+        .collect();
+    let mut bad = content(7, 500);
+    bad[..3].copy_from_slice(b"BAD");
+    objects.push(("bad-0".into(), bad));
+    let members: Vec<(String, Vec<u8>)> = (0..10)
+        .map(|m| (format!("{m:02}.jpg"), content(200 + m, 1000)))
+        .collect();
+    objects.push(("s.tar".into(), shard(Format::Tar, &members)));
+    put_all(&c, "gbe", objects.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let code = code_file(&dir, "numeric.py", NUMPY_ETL);
+    grist_blocking(&c, &["etl", "init", "--name", "numeric", "--code", &code]);
+    grist_blocking(
+        &c,
+        &["etl", "init", "--name", "gz", "--command", "gzip -c -n"],
+    );
+    let by_name: HashMap<String, Vec<u8>> = objects.iter().cloned().collect();
+
+    // Objects (across the 3 targets) and shard members, interleaved and out of order, a
+    // missing object and one the ETL refuses; with coer both become `__404__/` entries.
+    let mut items: Vec<(serde_json::Value, String, Option<Vec<u8>>)> = Vec::new();
+    for i in (0..40).rev() {
+        let name = format!("o-{i:02}");
+        let data = by_name[&name].clone();
+        items.push((
+            serde_json::json!({"objname": name}),
+            format!("gbe/{name}"),
+            Some(data),
+        ));
+        if i % 4 == 0 {
+            let (m, d) = &members[i / 4];
+            items.push((
+                serde_json::json!({"objname": "s.tar", "archpath": m}),
+                format!("gbe/s.tar/{m}"),
+                Some(d.clone()),
+            ));
+        }
+    }
+    items.insert(
+        5,
+        (
+            serde_json::json!({"objname": "none"}),
+            "__404__/gbe/none".into(),
+            None,
+        ),
+    );
+    items.insert(
+        20,
+        (
+            serde_json::json!({"objname": "bad-0"}),
+            "__404__/gbe/bad-0".into(),
+            None,
+        ),
+    );
+    let batch = |etl: &str, coer: bool, strm: bool, items: &[&serde_json::Value]| {
+        let req = serde_json::json!({"in": items, "mime": ".tar", "coer": coer, "strm": strm});
+        c.http
+            .get(c.url("/v1/ml/moss/gbe"))
+            .query(&[("etl_name", etl)])
+            .json(&req)
+            .send()
+    };
+    let all: Vec<&serde_json::Value> = items.iter().map(|(v, _, _)| v).collect();
+    let r = batch("numeric", true, true, &all).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let got = members_of(Format::Tar, r.bytes().await.unwrap().to_vec());
+    assert_eq!(got.len(), items.len());
+    for (k, ((name, body), (_, want_name, want))) in got.iter().zip(&items).enumerate() {
+        assert_eq!(name, want_name, "entry {k}");
+        match want {
+            Some(data) => assert!(body == &numpy_etl(data), "entry {k} ({name}): wrong bytes"),
+            None => assert!(body.is_empty(), "entry {k}"),
+        }
+    }
+
+    // A pipeline: numeric, then gzip.
+    let good: Vec<&serde_json::Value> = items
+        .iter()
+        .filter(|(_, _, d)| d.is_some())
+        .map(|(v, _, _)| v)
+        .collect();
+    let r = batch("numeric,gz", false, true, &good).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let got = members_of(Format::Tar, r.bytes().await.unwrap().to_vec());
+    let wanted: Vec<&Vec<u8>> = items.iter().filter_map(|(_, _, d)| d.as_ref()).collect();
+    assert_eq!(got.len(), wanted.len());
+    for ((name, body), data) in got.iter().zip(wanted) {
+        assert!(body == &gzip(&numpy_etl(data)), "{name}: pipeline differs");
+    }
+
+    // Up front: an unknown ETL is a 404 naming it; the multipart answer cannot carry
+    // transformed sizes, so it is a 400.
+    let r = batch("nosuch", false, true, &good).await.unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.text().await.unwrap().contains("nosuch"));
+    let r = batch("numeric", false, false, &good).await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("strm"));
 }

@@ -20,7 +20,7 @@ use xxhash_rust::xxh64::xxh64;
 
 use super::backend::*;
 
-fn shard(format: Format, members: &[(String, Vec<u8>)]) -> Vec<u8> {
+pub(super) fn shard(format: Format, members: &[(String, Vec<u8>)]) -> Vec<u8> {
     let mut w = ShardWriter::new(format, Vec::new(), 1_700_000_000);
     for (n, d) in members {
         w.append_bytes(n, d).unwrap();
@@ -29,7 +29,7 @@ fn shard(format: Format, members: &[(String, Vec<u8>)]) -> Vec<u8> {
 }
 
 /// Every file member of an archive, in archive order.
-fn members_of(format: Format, data: Vec<u8>) -> Vec<(String, Vec<u8>)> {
+pub(super) fn members_of(format: Format, data: Vec<u8>) -> Vec<(String, Vec<u8>)> {
     let mut r = ShardReader::open(format, Cursor::new(data), Limits::default()).unwrap();
     let mut out = Vec::new();
     while let Some(mut e) = r.next_entry().unwrap() {
