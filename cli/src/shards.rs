@@ -127,6 +127,12 @@ pub struct BatchArgs {
     /// Name entries by object name only (no bucket).
     #[arg(long)]
     pub only_name: bool,
+    /// Run every item through this ETL (or pipeline: `a,b`) on the target.
+    #[arg(long)]
+    pub etl: Option<String>,
+    /// Arguments passed to the ETL.
+    #[arg(long, default_value = "", requires = "etl")]
+    pub etl_args: String,
 }
 
 /// `grist reshard`: re-pack shards (a job).
@@ -662,6 +668,9 @@ pub async fn batch(client: &Client, args: BatchArgs) -> anyhow::Result<()> {
         .json(&req);
     if let Some(b) = &default {
         r = r.query(&provider_query(b));
+    }
+    if let Some(etl) = &args.etl {
+        r = r.query(&[("etl_name", etl), ("etl_args", &args.etl_args)]);
     }
     let started = Instant::now();
     let resp = check(r.send().await?).await?;

@@ -8,6 +8,10 @@ a JSON part with each item's size (or why it could not be read), then the archiv
 read as it arrives (tar and tgz: member by member; zip: spooled, since a zip's index is at its
 end). The i-th entry of the archive is the i-th item added; the entry's name is checked
 against the item, so an answer out of order is an error, never a mix-up.
+
+With an ETL (``etl=``) the items' sizes are known only after the transforms ran, so the SDK
+asks for the streaming form instead (the archive alone): sizes come from the entries, and an
+item that could not be read or transformed is recognised by its ``__404__/`` entry.
 """
 
 from __future__ import annotations
@@ -95,6 +99,10 @@ class Batch:
             the end) come back marked ``missing`` with the server's ``error`` and empty data,
             instead of failing the whole request with a ``GristError`` (``ObjectNotFound``,
             ``BucketNotFound``, ``RangeNotSatisfiable``, ...) before the first item.
+        etl: an ETL name, or a list of them (a pipeline), that every item goes through on the
+            target; ``etl_args`` is passed to each. An item the ETL fails is ``missing`` with
+            ``continue_on_error``; without it the answer breaks off at that item
+            (``GristError``), since the items before it were already sent.
 
     ::
 
@@ -110,7 +118,8 @@ class Batch:
     """
 
     def __init__(self, client: "Client", bucket: Union[Bucket, str, None] = None, *,
-                 output_format: str = ".tar", continue_on_error: bool = False):
+                 output_format: str = ".tar", continue_on_error: bool = False,
+                 etl: Union[str, List[str], None] = None, etl_args: str = ""):
         fmt = output_format if output_format.startswith(".") else f".{output_format}"
         if fmt not in _FORMATS:
             raise ValueError(f"output_format {output_format!r}: the SDK reads {', '.join(_FORMATS)}")
@@ -118,6 +127,8 @@ class Batch:
         self.bucket = client.bucket(bucket) if isinstance(bucket, str) else bucket
         self.output_format = fmt
         self.continue_on_error = continue_on_error
+        self.etl = ",".join(etl) if isinstance(etl, (list, tuple)) else (etl or "")
+        self.etl_args = etl_args
         self.items: List[BatchItem] = []
 
     def __len__(self) -> int:
@@ -173,13 +184,15 @@ class Batch:
         entries: Optional[_Entries] = None
         finished = False
         try:
-            boundary = _boundary(resp.headers.get("Content-Type", ""))
-            meta = _read_meta(reader, boundary)
-            if len(meta) != len(items):
-                raise GristError(0, f"get-batch: the answer describes {len(meta)} items, not {len(items)}")
-            for item, out in zip(items, meta):
-                item.size = int(out.get("size") or 0)
-                item.error = str(out.get("err_msg") or "")
+            boundary: Optional[bytes] = None
+            if not self.etl:
+                boundary = _boundary(resp.headers.get("Content-Type", ""))
+                meta = _read_meta(reader, boundary)
+                if len(meta) != len(items):
+                    raise GristError(0, f"get-batch: the answer describes {len(meta)} items, not {len(items)}")
+                for item, out in zip(items, meta):
+                    item.size = int(out.get("size") or 0)
+                    item.error = str(out.get("err_msg") or "")
             mode = _FORMATS[self.output_format]
             entries = _tar_entries(reader, mode) if mode else _zip_entries(reader, boundary)
             for i, item in enumerate(items):
@@ -187,6 +200,10 @@ class Batch:
                 if entry is None:
                     raise GristError(0, f"get-batch: the archive ends after {i} of {len(items)} items")
                 name, size, data = entry
+                if self.etl:  # streaming form: the entry tells size and whether it is missing
+                    missing = name == f"{MISSING_DIR}/{item.entry_name}"
+                    item.size = 0 if missing else size
+                    item.error = f"could not be read or transformed by ETL {self.etl!r}" if missing else ""
                 expected = f"{MISSING_DIR}/{item.entry_name}" if item.missing else item.entry_name
                 if name != expected or size != (0 if item.missing else item.size):
                     raise GristError(0, f"get-batch: entry {i} is {name!r} ({size} bytes); expected "
@@ -205,9 +222,11 @@ class Batch:
     # ---- the request ----
 
     def _path(self) -> str:
+        etl = f"etl_name={quote(self.etl, safe=',')}&etl_args={quote(self.etl_args, safe='')}" if self.etl else ""
         if self.bucket is None:
-            return "/v1/ml/moss"
-        return f"/v1/ml/moss/{quote(self.bucket.name, safe='')}?{self.bucket._query}"
+            return f"/v1/ml/moss?{etl}" if etl else "/v1/ml/moss"
+        query = "&".join(q for q in (self.bucket._query, etl) if q)
+        return f"/v1/ml/moss/{quote(self.bucket.name, safe='')}?{query}"
 
     def _body(self, items: List[BatchItem]) -> bytes:
         wire = []
@@ -222,9 +241,10 @@ class Batch:
                 if getattr(it, key):
                     d[key] = getattr(it, key)
             wire.append(d)
-        # strm=False: the multipart answer, whose JSON part has every item's size or error.
+        # strm=False: the multipart answer, whose JSON part has every item's size or error
+        # (with an ETL, sizes are known only after the transforms: the archive alone).
         req = {"in": wire, "mime": self.output_format, "coer": self.continue_on_error,
-               "onob": False, "strm": False}
+               "onob": False, "strm": bool(self.etl)}
         return json.dumps(req).encode()
 
 
@@ -262,8 +282,9 @@ def _tar_entries(r: BinaryIO, mode: str) -> _Entries:
                 yield member.name, member.size, tar.extractfile(member)  # type: ignore[misc]
 
 
-def _zip_entries(r: BinaryIO, boundary: bytes) -> _Entries:
-    trailer = b"\r\n--" + boundary + b"--\r\n"
+def _zip_entries(r: BinaryIO, boundary: Optional[bytes]) -> _Entries:
+    """A zip answer: the multipart's archive part (``boundary``) or the whole body (None)."""
+    trailer = b"\r\n--" + boundary + b"--\r\n" if boundary is not None else b""
     with tempfile.SpooledTemporaryFile(max_size=_SPOOL_MAX) as spool:
         shutil.copyfileobj(r, spool, _BUFFER)
         end = spool.tell() - len(trailer)

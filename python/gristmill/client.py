@@ -196,13 +196,16 @@ class Client:
         return Etl(self, name)
 
     def batch(self, bucket: Union["Bucket", str, None] = None, *, output_format: str = ".tar",
-              continue_on_error: bool = False) -> "Batch":
+              continue_on_error: bool = False, etl: Union[str, List[str], None] = None,
+              etl_args: str = "") -> "Batch":
         """A get-batch request (``GET /v1/ml/moss``): ``add()`` objects, byte ranges and
         members of shards, then ``get()`` or ``stream()`` them all with one request, in the
-        order added. ``bucket`` is where names given to ``add`` live. See ``gristmill.batch``."""
+        order added. ``bucket`` is where names given to ``add`` live; ``etl`` runs every item
+        through an ETL (or a pipeline, a list of names) on the target. See ``gristmill.batch``."""
         from .batch import Batch
 
-        return Batch(self, bucket, output_format=output_format, continue_on_error=continue_on_error)
+        return Batch(self, bucket, output_format=output_format, continue_on_error=continue_on_error,
+                     etl=etl, etl_args=etl_args)
 
     def bucket(self, name: str, provider: str = "ais", namespace: str = "") -> "Bucket":
         """A handle to bucket ``name`` (no request is sent)."""

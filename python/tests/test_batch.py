@@ -303,3 +303,52 @@ def test_object_dataset_get_batch_fetches_a_loader_batch_per_request(client, buc
     plain = ObjectDataset(bucket, prefix="od/")
     assert plain.__getitems__([3, 1]) == [_value(3), _value(1)]
     assert ds.__getitems__([3, 1]) == [("od/03", _value(3)), ("od/01", _value(1))]
+
+
+def _reverse_upper(data, path, args):
+    if data.startswith(b"BAD"):
+        raise ValueError("refusing " + path)
+    return data[::-1].upper() + args.encode()
+
+
+def _gzip(data, path, args):
+    import gzip
+    return gzip.compress(data, mtime=0)
+
+
+@pytest.mark.parametrize("fmt", [".tar", ".zip"])
+def test_batch_through_an_etl_and_a_pipeline(client, bucket, other, content, fmt):
+    """``client.batch(..., etl=...)``: every item (objects and shard members, in two buckets)
+    comes back transformed, in request order; an item the ETL refuses is marked missing with
+    continue_on_error; a pipeline composes."""
+    import gzip
+
+    etl = client.etl(f"ru-{uuid.uuid4().hex[:6]}").init_code(_reverse_upper)
+    gz = client.etl(f"gz-{uuid.uuid4().hex[:6]}").init_code(_gzip)
+    try:
+        bucket.object("bad").put(b"BAD input")
+        keys = list(content)
+        random.Random(3).shuffle(keys)
+        batch = client.batch(bucket, etl=etl.name, etl_args="~", continue_on_error=True, output_format=fmt)
+        for b, name, member in keys[:20]:
+            batch.add(name if b == bucket else b.object(name), archpath=member)
+        bad = batch.add("bad")
+        for b, name, member in keys[20:30]:
+            batch.add(name if b == bucket else b.object(name), archpath=member)
+        before = batch_requests(client)
+        got = list(batch.get())
+        assert batch_requests(client) == before + 1
+        want = [content[k][::-1].upper() + b"~" for k in keys[:20]] + [b""] + \
+               [content[k][::-1].upper() + b"~" for k in keys[20:30]]
+        assert [d for _, d in got] == want
+        assert [i for i, _ in got] == batch.items
+        assert bad.missing and etl.name in bad.error
+        assert all(not i.missing and i.size == len(d) for i, d in got if i is not bad)
+
+        piped = client.batch(bucket, etl=[etl.name, gz.name])
+        for b, name, member in keys[:10]:
+            piped.add(name if b == bucket else b.object(name), archpath=member)
+        assert [gzip.decompress(d) for _, d in piped.get()] == [content[k][::-1].upper() for k in keys[:10]]
+    finally:
+        etl.delete()
+        gz.delete()

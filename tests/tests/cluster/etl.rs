@@ -786,6 +786,28 @@ async fn get_batch_items_go_through_an_etl() {
         assert!(body == &gzip(&numpy_etl(data)), "{name}: pipeline differs");
     }
 
+    // The CLI: `grist batch --etl`.
+    let list = dir.path().join("items.txt");
+    std::fs::write(&list, "o-03\ns.tar\t02.jpg\n").unwrap();
+    let out = dir.path().join("out.tar");
+    grist_blocking(
+        &c,
+        &[
+            "batch",
+            "ais://gbe",
+            "-f",
+            list.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--etl",
+            "numeric",
+        ],
+    );
+    let got = members_of(Format::Tar, std::fs::read(&out).unwrap());
+    assert_eq!(got[0].0, "gbe/o-03");
+    assert!(got[0].1 == numpy_etl(&by_name["o-03"]));
+    assert!(got[1].1 == numpy_etl(&members[2].1));
+
     // Up front: an unknown ETL is a 404 naming it; the multipart answer cannot carry
     // transformed sizes, so it is a 400.
     let r = batch("nosuch", false, true, &good).await.unwrap();
