@@ -111,7 +111,7 @@ struct EtlRun {
     /// back if it is still healthy.
     idle: Mutex<Vec<Worker>>,
     /// Bounds concurrent objects to the pool size.
-    slots: tokio::sync::Semaphore,
+    slots: Arc<tokio::sync::Semaphore>,
     log: Arc<Log>,
     objects: AtomicU64,
     errors: AtomicU64,
@@ -204,7 +204,7 @@ impl Etls {
             if spec.running && !runs.contains_key(name) {
                 tracing::info!(etl = %name, runtime = ?spec.runtime, "ETL started");
                 let run = Arc::new(EtlRun {
-                    slots: tokio::sync::Semaphore::new(spec.workers()),
+                    slots: Arc::new(tokio::sync::Semaphore::new(spec.workers())),
                     spec: spec.clone(),
                     idle: Mutex::new(Vec::new()),
                     log: Arc::default(),
@@ -287,6 +287,82 @@ impl Etls {
             run.errors.fetch_add(1, Ordering::Relaxed);
         }
         result
+    }
+
+    /// Whether objects sent to ETL `name` can be streamed through it ([`Etls::transform_stream`]):
+    /// python ETLs (the worker streams both ways; a module with only `transform` gets the
+    /// object whole on the worker's side, never on the target's).
+    pub fn streams(&self, name: &str) -> Result<bool, EtlError> {
+        Ok(self.run(name)?.spec.runtime == Runtime::Python)
+    }
+
+    /// Runs one object through a python ETL as a stream: `input` is fed to a worker while
+    /// its result comes back on the returned channel, so objects of any size pass with
+    /// bounded memory. The channel ends after the last piece, or with the error that ended
+    /// the transform (then the result is incomplete). Starting a worker fails here, before
+    /// anything is sent. Without progress in either direction for the ETL's timeout the
+    /// worker is killed.
+    pub async fn transform_stream<S>(
+        &self,
+        name: &str,
+        input: S,
+        path: &str,
+        args: &str,
+    ) -> Result<tokio::sync::mpsc::Receiver<Result<Bytes, EtlError>>, EtlError>
+    where
+        S: futures::Stream<Item = std::io::Result<Bytes>> + Send + Unpin + 'static,
+    {
+        let run = self.run(name)?;
+        if run.spec.runtime != Runtime::Python {
+            return Err(failed(&run.spec, path, "only python ETLs stream".into()));
+        }
+        let slot = run
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| EtlError::Unknown(name.into()))?;
+        let idle = run.idle.lock().expect("etl idle lock").pop();
+        let mut worker = match idle {
+            Some(w) => w,
+            None => self.spawn_worker(&run).await?,
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let (path, args) = (path.to_owned(), args.to_owned());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let spec = &run.spec;
+            let ended = worker
+                .call_stream(&path, &args, input, &tx, spec.timeout())
+                .await;
+            run.objects.fetch_add(1, Ordering::Relaxed);
+            let error = match ended {
+                Ok(worker::StreamEnd::Done) => {
+                    run.idle.lock().expect("etl idle lock").push(worker);
+                    return;
+                }
+                Ok(worker::StreamEnd::Failed(message)) => {
+                    run.idle.lock().expect("etl idle lock").push(worker);
+                    failed(spec, &path, message)
+                }
+                Err(e) => {
+                    run.restarts.fetch_add(1, Ordering::Relaxed);
+                    let status = worker.kill().await;
+                    if e.kind() == std::io::ErrorKind::TimedOut {
+                        EtlError::Timeout {
+                            etl: spec.name.clone(),
+                            path: path.clone(),
+                            after: spec.timeout(),
+                        }
+                    } else {
+                        failed(spec, &path, format!("worker stopped ({status}): {e}"))
+                    }
+                }
+            };
+            run.errors.fetch_add(1, Ordering::Relaxed);
+            let _ = tx.send(Err(error)).await;
+        });
+        Ok(rx)
     }
 
     /// Python or a framed command: an idle worker (or a new one) does the object.

@@ -2,9 +2,11 @@
 //! `python/gristmill/etl_worker.py` for the frame layout).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures::{Stream, StreamExt};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
@@ -12,6 +14,18 @@ use crate::Log;
 
 /// Largest result a worker may send back.
 const MAX_RESULT: u64 = 2 * gristmill_core::etl::MAX_ETL_OBJECT;
+
+/// Largest piece of input sent per frame in streamed mode, and largest piece of result
+/// accepted per frame.
+const STREAM_FRAME: usize = 1 << 20;
+const MAX_STREAM_FRAME: u32 = 16 << 20;
+
+/// How a streamed object ended, when the worker is still usable.
+pub(crate) enum StreamEnd {
+    Done,
+    /// The transform raised (its message).
+    Failed(String),
+}
 
 pub(crate) struct Worker {
     child: Child,
@@ -91,6 +105,92 @@ impl Worker {
         self.stdin.write_all(data).await?;
         self.stdin.flush().await?;
         self.read_reply().await
+    }
+
+    /// One object, streamed both ways: `input` goes to the worker in frames while its result
+    /// comes back through `out`, so neither side holds the whole object. `idle` bounds how long
+    /// neither direction may move (a hung transform, or a client that stopped reading).
+    /// `Err` when the worker is broken, timed out, or the input or the client failed — the
+    /// caller kills it then, since it is mid-object.
+    pub(crate) async fn call_stream<S, E>(
+        &mut self,
+        path: &str,
+        args: &str,
+        mut input: S,
+        out: &tokio::sync::mpsc::Sender<Result<Bytes, E>>,
+        idle: Duration,
+    ) -> std::io::Result<StreamEnd>
+    where
+        S: Stream<Item = std::io::Result<Bytes>> + Unpin,
+    {
+        let header = serde_json::json!({"path": path, "args": args, "stream": true}).to_string();
+        self.stdin
+            .write_all(&(header.len() as u32).to_be_bytes())
+            .await?;
+        self.stdin.write_all(header.as_bytes()).await?;
+        let base = Instant::now();
+        let moved = AtomicU64::new(0);
+        let touch = || moved.store(base.elapsed().as_millis() as u64, Ordering::Relaxed);
+        let (stdin, stdout) = (&mut self.stdin, &mut self.stdout);
+        let feed = async {
+            while let Some(chunk) = input.next().await {
+                for piece in chunk?.chunks(STREAM_FRAME) {
+                    stdin.write_all(&(piece.len() as u32).to_be_bytes()).await?;
+                    stdin.write_all(piece).await?;
+                    touch();
+                }
+            }
+            stdin.write_all(&0u32.to_be_bytes()).await?;
+            stdin.flush().await
+        };
+        let drain = async {
+            loop {
+                let kind = stdout.read_u8().await?;
+                let len = stdout.read_u32().await?;
+                if len > MAX_STREAM_FRAME {
+                    return Err(std::io::Error::other(format!(
+                        "worker sent a {len}-byte frame (limit {MAX_STREAM_FRAME})"
+                    )));
+                }
+                let mut buf = vec![0u8; len as usize];
+                stdout.read_exact(&mut buf).await?;
+                touch();
+                match kind {
+                    0 => {
+                        out.send(Ok(Bytes::from(buf)))
+                            .await
+                            .map_err(|_| std::io::Error::other("the client went away"))?;
+                        touch();
+                    }
+                    1 => return Ok(StreamEnd::Done),
+                    2 => {
+                        return Ok(StreamEnd::Failed(
+                            String::from_utf8_lossy(&buf).into_owned(),
+                        ));
+                    }
+                    k => {
+                        return Err(std::io::Error::other(format!("unknown frame kind {k}")));
+                    }
+                }
+            }
+        };
+        let watchdog = async {
+            let limit = idle.as_millis() as u64;
+            loop {
+                tokio::time::sleep(idle / 4).await;
+                let now = base.elapsed().as_millis() as u64;
+                if now.saturating_sub(moved.load(Ordering::Relaxed)) > limit {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            r = async { tokio::try_join!(feed, drain) } => r.map(|((), end)| end),
+            () = watchdog => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no progress for {idle:?}"),
+            )),
+        }
     }
 
     async fn read_reply(&mut self) -> std::io::Result<Result<Bytes, String>> {

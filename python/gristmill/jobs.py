@@ -117,8 +117,10 @@ class Etl:
                   dependencies: Optional[List[str]] = None,
                   wait_timeout: float = 600.0) -> "Etl":
         """Defines a Python ETL from a function ``transform(data, path, args) -> bytes`` (its
-        source is shipped, so it must not use closures; module-level imports go inside it) or
-        from module source text that defines ``transform``.
+        source is shipped, so it must not use closures; module-level imports go inside it), a
+        streaming function ``f(reader, writer, path, args)`` (four parameters: binary file
+        objects in and out; large objects then pass without being whole in memory), or from
+        module source text that defines ``transform`` and/or ``transform_stream``.
 
         ``dependencies``: pip requirements the code imports (``["numpy>=1.26", "pillow"]``, or
         paths of wheels on the targets). Every target installs them into a virtual environment
@@ -129,7 +131,9 @@ class Etl:
             fname = transform.__name__
             if fname == "<lambda>":
                 raise ValueError("pass a def function or source text, not a lambda")
-            code = f"{src}\n\ntransform = {fname}\n" if fname != "transform" else src
+            streaming = len(inspect.signature(transform).parameters) == 4
+            entry = "transform_stream" if streaming else "transform"
+            code = f"{src}\n\n{entry} = {fname}\n" if fname != entry else src
         else:
             code = transform
         self._init({"runtime": "python", "code": code, "workers": workers,

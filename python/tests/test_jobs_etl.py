@@ -191,3 +191,26 @@ def test_bucket_scrub_checks_every_copy(bucket):
     assert s["objects"] == 5 and s["errors"] == 0
     assert s.get("counters", {}).get("corrupt", 0) == 0
     assert bucket.scrub(prefix="s-1", no_repair=True).wait(timeout=120)["objects"] == 1
+
+
+def rot_stream(reader, writer, path, args):
+    while True:
+        piece = reader.read(65536)
+        if not piece:
+            break
+        writer.write(bytes((b + 1) % 256 for b in piece))
+
+
+def test_streaming_etl_from_a_function(cluster):
+    """A four-parameter function is the streaming form: a 3 MiB object (streamed through the
+    worker) and a small one (whole) give the same bytes as the function run locally."""
+    c = Client(cluster)
+    b = c.bucket(f"stream-{uuid.uuid4().hex[:8]}")
+    b.create()
+    big = os.urandom(3 << 20)
+    b.object("big").put(big)
+    b.object("small").put(b"abc")
+    etl = c.etl(f"rot-{uuid.uuid4().hex[:6]}").init_code(rot_stream)
+    assert b.object("big").get(etl=etl.name) == bytes((x + 1) % 256 for x in big)
+    assert b.object("small").get(etl=etl.name) == b"bcd"
+    etl.delete()

@@ -817,3 +817,186 @@ async fn get_batch_items_go_through_an_etl() {
     assert_eq!(r.status(), 400);
     assert!(r.text().await.unwrap().contains("strm"));
 }
+
+/// A streaming transform: XOR with a key byte, piece by piece; `args` may make it fail at once
+/// or after some output.
+const XOR_STREAM_ETL: &str = r#"
+TABLE = bytes(b ^ 0x5A for b in range(256))
+
+def transform_stream(reader, writer, path, args):
+    if args == "fail-first":
+        raise ValueError("refusing " + path)
+    done = 0
+    while True:
+        piece = reader.read(1 << 20)
+        if not piece:
+            break
+        writer.write(piece.translate(TABLE))
+        done += len(piece)
+        if args == "fail-late" and done >= (64 << 20):
+            raise ValueError("broke after %d bytes" % done)
+"#;
+
+/// The big test object: 4 MiB blocks of `base`, each starting with its block number (so
+/// blocks out of order show), and what the XOR transform makes of it.
+struct BigObject {
+    base: Vec<u8>,
+    xored: Vec<u8>,
+}
+
+impl BigObject {
+    const BLOCK: usize = 4 << 20;
+
+    fn new() -> Self {
+        let base = content(42, Self::BLOCK);
+        let xored = base.iter().map(|b| b ^ 0x5A).collect();
+        Self { base, xored }
+    }
+
+    /// `len` bytes from `start`, of the object (`xored` false) or of its transform.
+    fn bytes(&self, start: u64, len: usize, xored: bool) -> Vec<u8> {
+        let src = if xored { &self.xored } else { &self.base };
+        let mut out = Vec::with_capacity(len);
+        let mut at = start;
+        while out.len() < len {
+            let (block, off) = (at / Self::BLOCK as u64, (at % Self::BLOCK as u64) as usize);
+            let n = (Self::BLOCK - off).min(len - out.len());
+            let from = out.len();
+            out.extend_from_slice(&src[off..off + n]);
+            for p in off..(off + n).min(8) {
+                let b = block.to_be_bytes()[p];
+                out[from + p - off] = if xored { b ^ 0x5A } else { b };
+            }
+            at += n as u64;
+        }
+        out
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn streaming_python_etl_passes_objects_larger_than_memory_allows() {
+    const SIZE: u64 = 600 << 20; // above the 512 MiB whole-object limit
+    let big = std::sync::Arc::new(BigObject::new());
+    let c = Cluster::start(2, 1).await.unwrap();
+    c.create_bucket("st").await.unwrap();
+    let src = big.clone();
+    let body = futures::stream::iter((0..SIZE).step_by(BigObject::BLOCK)).map(move |at| {
+        let len = BigObject::BLOCK.min((SIZE - at) as usize);
+        Ok::<_, std::io::Error>(src.bytes(at, len, false))
+    });
+    // A streamed body cannot follow the proxy's redirect: straight to the owner.
+    let smap = c.smap().await.unwrap();
+    let bck = Bck::new("st", Provider::Ais).unwrap();
+    let owner = smap
+        .owner(&bck.object_uname("big.bin"))
+        .unwrap()
+        .url()
+        .to_owned();
+    let r = c
+        .http
+        .put(format!("{owner}/v1/objects/st/big.bin"))
+        .header(reqwest::header::CONTENT_LENGTH, SIZE)
+        .body(reqwest::Body::wrap_stream(body))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    put_all(&c, "st", vec![("small".into(), b"tiny".to_vec())]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let code = code_file(&dir, "xor.py", XOR_STREAM_ETL);
+    grist_blocking(&c, &["etl", "init", "--name", "xor", "--code", &code]);
+    let peak_before: Vec<u64> = c.targets.iter().map(|t| t.peak_rss().unwrap()).collect();
+
+    // 600 MiB through the transform: every byte right, and no target grew by the object.
+    let r = c
+        .http
+        .get(c.url("/v1/objects/st/big.bin"))
+        .query(&[("etl_name", "xor")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut stream = r.bytes_stream();
+    let mut at = 0u64;
+    while let Some(piece) = stream.next().await {
+        let piece = piece.unwrap();
+        let want = big.bytes(at, piece.len(), true);
+        assert!(
+            piece[..] == want[..],
+            "bytes {at}..{} differ",
+            at + piece.len() as u64
+        );
+        at += piece.len() as u64;
+    }
+    assert_eq!(at, SIZE);
+    for (t, before) in c.targets.iter().zip(&peak_before) {
+        let after = t.peak_rss().unwrap();
+        eprintln!(
+            "{}: peak RSS {} -> {} MiB",
+            t.name,
+            before >> 20,
+            after >> 20
+        );
+        assert!(
+            after < 256 << 20,
+            "{}: peak RSS {} MiB",
+            t.name,
+            after >> 20
+        );
+    }
+
+    // A transform that fails at once: a clean 502 naming the ETL and the error.
+    let r = c
+        .http
+        .get(c.url("/v1/objects/st/big.bin"))
+        .query(&[("etl_name", "xor"), ("etl_args", "fail-first")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("xor") && text.contains("refusing"), "{text}");
+    // One that fails midway: the body is cut, never a short answer that looks complete.
+    let r = c
+        .http
+        .get(c.url("/v1/objects/st/big.bin"))
+        .query(&[("etl_name", "xor"), ("etl_args", "fail-late")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut stream = r.bytes_stream();
+    let mut got = 0u64;
+    let mut broke = false;
+    while let Some(piece) = stream.next().await {
+        match piece {
+            Ok(p) => got += p.len() as u64,
+            Err(_) => {
+                broke = true;
+                break;
+            }
+        }
+    }
+    assert!(
+        broke && got < SIZE,
+        "a failed transform must not end cleanly ({got} bytes)"
+    );
+    // The ETL keeps working, whole (small objects, offline) and streamed.
+    let (status, body) = get_etl(&c, "st", "small", "xor", "").await;
+    assert_eq!(status, 200);
+    assert_eq!(body, b"tiny".iter().map(|b| b ^ 0x5A).collect::<Vec<u8>>());
+    // A client that stops reading early costs the worker (it is mid-object), nothing else.
+    for _ in 0..2 {
+        let r = c
+            .http
+            .get(c.url("/v1/objects/st/big.bin"))
+            .query(&[("etl_name", "xor")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let mut stream = r.bytes_stream();
+        let first = stream.next().await.unwrap().unwrap();
+        assert_eq!(first[..8], big.bytes(0, 8, true)[..]);
+    }
+}
