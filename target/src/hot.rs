@@ -6,20 +6,69 @@
 //! With the metadata in [`MetaCache`] and the bytes in the page cache ([`read_if_cached`]), the
 //! request is answered on the async worker without blocking; anything else (a cache miss, bytes
 //! on disk only) still goes through the blocking pool.
+//!
+//! A cached entry also keeps its data file open (within a budget of file descriptors): a warm
+//! GET then `dup`s the descriptor instead of opening the path, whose lookup was the largest
+//! single cost left in a 16 KiB GET. The descriptor goes with the entry — every index change
+//! of the object drops both — so a GET never reads a file the index no longer names.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::fs::File;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::meta::ObjectMeta;
 
 /// Number of independently locked shards (keeps lock hold times and contention tiny).
 const SHARDS: usize = 16;
 
-/// One cached object: its metadata and the mountpath root that holds its data file.
+/// One cached object: its metadata, the mountpath root that holds its data file, and (once
+/// read through the cache) that file, open.
 #[derive(Debug)]
 pub(crate) struct Cached {
     pub root: std::path::PathBuf,
     pub meta: ObjectMeta,
+    file: OnceLock<KeptFile>,
+}
+
+impl Cached {
+    pub(crate) fn new(root: std::path::PathBuf, meta: ObjectMeta) -> Self {
+        Self {
+            root,
+            meta,
+            file: OnceLock::new(),
+        }
+    }
+}
+
+/// A data file kept open by the cache; its descriptor returns to the budget when dropped.
+#[derive(Debug)]
+struct KeptFile {
+    file: File,
+    budget: Arc<FdBudget>,
+}
+
+impl Drop for KeptFile {
+    fn drop(&mut self) {
+        self.budget.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// How many data files the cache may keep open at once.
+#[derive(Debug)]
+struct FdBudget {
+    open: AtomicUsize,
+    max: usize,
+}
+
+impl FdBudget {
+    fn take(&self) -> bool {
+        self.open
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok()
+    }
 }
 
 /// Recently read object metadata, keyed by (bucket uname, object name). Every committed index
@@ -30,6 +79,7 @@ pub(crate) struct Cached {
 pub(crate) struct MetaCache {
     shards: Vec<Mutex<Shard>>,
     per_shard: usize,
+    fds: Arc<FdBudget>,
 }
 
 /// A 128-bit hash of (bucket, name): lookups need no allocation; a hit is confirmed against
@@ -70,8 +120,9 @@ impl std::fmt::Debug for MetaCache {
 }
 
 impl MetaCache {
-    /// A cache of at most `capacity` entries (0 disables it).
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// A cache of at most `capacity` entries (0 disables it), keeping at most `open_files`
+    /// data files open.
+    pub(crate) fn new(capacity: usize, open_files: usize) -> Self {
         Self {
             shards: (0..SHARDS)
                 .map(|_| {
@@ -84,7 +135,33 @@ impl MetaCache {
                 })
                 .collect(),
             per_shard: capacity.div_ceil(SHARDS),
+            fds: Arc::new(FdBudget {
+                open: AtomicUsize::new(0),
+                max: open_files,
+            }),
         }
+    }
+
+    /// The data file of a cached entry: a duplicate of the descriptor the entry keeps, or —
+    /// the first time — the file opened by path (and kept, if the budget allows).
+    pub(crate) fn open_file(&self, hit: &Cached) -> std::io::Result<File> {
+        if let Some(kept) = hit.file.get() {
+            return kept.file.try_clone();
+        }
+        let file = File::open(hit.root.join(&hit.meta.file))?;
+        if self.fds.take() {
+            match file.try_clone() {
+                // Another GET may have kept one first: ours is dropped (and returned).
+                Ok(dup) => drop(hit.file.set(KeptFile {
+                    file: dup,
+                    budget: self.fds.clone(),
+                })),
+                Err(_) => {
+                    self.fds.open.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+        Ok(file)
     }
 
     fn shard(&self, key: Key) -> &Mutex<Shard> {
@@ -252,9 +329,9 @@ mod tests {
     use super::*;
 
     fn meta(bucket: &str, name: &str, size: u64) -> Arc<Cached> {
-        Arc::new(Cached {
-            root: "/mp".into(),
-            meta: ObjectMeta {
+        Arc::new(Cached::new(
+            "/mp".into(),
+            ObjectMeta {
                 bucket: bucket.into(),
                 name: name.into(),
                 size,
@@ -266,7 +343,7 @@ mod tests {
                 file: String::new(),
                 custom: Default::default(),
             },
-        })
+        ))
     }
 
     impl MetaCache {
@@ -278,7 +355,7 @@ mod tests {
 
     #[test]
     fn hits_misses_and_forget() {
-        let c = MetaCache::new(64);
+        let c = MetaCache::new(64, 8);
         assert!(c.get("b", "o").is_none());
         c.insert(meta("b", "o", 5));
         assert_eq!(c.get("b", "o").unwrap().meta.size, 5);
@@ -296,7 +373,7 @@ mod tests {
 
     #[test]
     fn bounded_and_keeps_referenced_entries() {
-        let c = MetaCache::new(SHARDS * 4);
+        let c = MetaCache::new(SHARDS * 4, 8);
         for i in 0..10_000 {
             c.insert(meta("b", &format!("o{i}"), i));
             // One entry is read all the time: CLOCK keeps it.
@@ -308,7 +385,7 @@ mod tests {
 
     #[test]
     fn a_lookup_older_than_a_change_is_not_cached() {
-        let c = MetaCache::new(64);
+        let c = MetaCache::new(64, 8);
         let before = c.generation("b", "o"); // a GET samples, then reads the index...
         c.forget("b", "o"); // ...while a PUT commits
         c.insert_if(before, meta("b", "o", 1)); // the GET's (old) record
@@ -319,8 +396,43 @@ mod tests {
     }
 
     #[test]
+    fn keeps_data_files_open_within_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let entry = |name: &str| {
+            std::fs::write(dir.path().join(name), name).unwrap();
+            let m = meta("b", name, name.len() as u64);
+            let mut meta = m.meta.clone();
+            meta.file = name.into();
+            Arc::new(Cached::new(dir.path().into(), meta))
+        };
+        let c = MetaCache::new(64, 1);
+        let (a, b) = (entry("a"), entry("b"));
+        // Positioned reads, as every user of an opened object does: duplicates share one
+        // file offset.
+        let read = |f: File| {
+            let mut buf = [0u8; 8];
+            let n = std::os::unix::fs::FileExt::read_at(&f, &mut buf, 0).unwrap();
+            String::from_utf8(buf[..n].to_vec()).unwrap()
+        };
+        assert_eq!(read(c.open_file(&a).unwrap()), "a");
+        assert_eq!(read(c.open_file(&b).unwrap()), "b");
+        assert!(
+            a.file.get().is_some() && b.file.get().is_none(),
+            "budget of one file"
+        );
+        // The kept descriptor serves the next open, even after the path is gone...
+        std::fs::remove_file(dir.path().join("a")).unwrap();
+        assert_eq!(read(c.open_file(&a).unwrap()), "a");
+        // ...and dropping the entry (as forget does) returns it to the budget.
+        drop(a);
+        assert_eq!(c.fds.open.load(Ordering::Relaxed), 0);
+        assert_eq!(read(c.open_file(&b).unwrap()), "b");
+        assert!(b.file.get().is_some());
+    }
+
+    #[test]
     fn zero_capacity_disables() {
-        let c = MetaCache::new(0);
+        let c = MetaCache::new(0, 0);
         c.insert(meta("b", "o", 1));
         assert!(c.get("b", "o").is_none());
     }

@@ -89,6 +89,8 @@ pub const ETAG_KEY: &str = "ETag";
 #[derive(Debug)]
 pub struct OpenObject {
     pub meta: ObjectMeta,
+    /// The data file. It may be a duplicate of a descriptor the metadata cache keeps open,
+    /// sharing one file offset with other readers: read it with positioned reads only.
     pub file: std::fs::File,
     /// The whole content, already read, for objects up to [`PREFETCH_MAX`] bytes.
     pub data: Option<Bytes>,
@@ -119,6 +121,20 @@ pub struct Store {
 /// Entries of the hot-record cache (`GRISTD_META_CACHE` overrides): each costs a few hundred
 /// bytes, so the default bounds it to about 30 MiB.
 const META_CACHE_ENTRIES: usize = 100_000;
+
+/// Data files the metadata cache keeps open: `GRISTD_OPEN_FILES` (0 = none), by default 4096
+/// but never more than a quarter of the descriptor limit (connections need the rest).
+fn kept_open_files() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let quarter = usize::try_from(limit / 4).unwrap_or(usize::MAX);
+    std::env::var("GRISTD_OPEN_FILES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4096)
+        .min(quarter)
+}
 
 fn meta_cache_entries() -> usize {
     std::env::var("GRISTD_META_CACHE")
@@ -160,7 +176,10 @@ impl Store {
             return Err(ApiError::bad_request("a target needs at least one mountpath").into());
         }
         let (plan, dynamic) = mountset::plan(paths, state_file)?;
-        let hot = Arc::new(crate::hot::MetaCache::new(meta_cache_entries()));
+        let hot = Arc::new(crate::hot::MetaCache::new(
+            meta_cache_entries(),
+            kept_open_files(),
+        ));
         let mut set = MountSet::default();
         for (path, state) in plan {
             set.push(state, Arc::new(open_mountpath(&path, hot.clone())?));
@@ -362,10 +381,7 @@ impl Store {
                 };
                 hot.insert_if(
                     generation,
-                    Arc::new(crate::hot::Cached {
-                        root: mp.path.clone(),
-                        meta: meta.clone(),
-                    }),
+                    Arc::new(crate::hot::Cached::new(mp.path.clone(), meta.clone())),
                 );
                 let data = if meta.size <= PREFETCH_MAX {
                     let mut buf = vec![0u8; meta.size as usize];
@@ -389,7 +405,7 @@ impl Store {
         let hit = self.hot.get(bucket, name)?;
         // Opening a file whose directory entries were just used is a cached lookup; a file
         // gone (overwritten, moved) sends us to the slow path, which looks again.
-        let file = std::fs::File::open(hit.root.join(&hit.meta.file)).ok()?;
+        let file = self.hot.open_file(&hit).ok()?;
         let data = if hit.meta.size <= PREFETCH_MAX {
             let mut buf = vec![0u8; hit.meta.size as usize];
             if !crate::hot::read_if_cached(&file, &mut buf, 0).ok()? {
