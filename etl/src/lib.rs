@@ -16,6 +16,7 @@
 
 mod deps;
 pub mod sandbox;
+mod stream;
 mod worker;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -291,21 +292,28 @@ impl Etls {
 
     /// Whether objects sent to ETL `name` can be streamed through it ([`Etls::transform_stream`]):
     /// python ETLs (the worker streams both ways; a module with only `transform` gets the
-    /// object whole on the worker's side, never on the target's).
+    /// object whole on the worker's side, never on the target's), per-object commands and
+    /// http services. Framed commands take objects whole.
     pub fn streams(&self, name: &str) -> Result<bool, EtlError> {
-        Ok(self.run(name)?.spec.runtime == Runtime::Python)
+        let spec = &self.run(name)?.spec;
+        Ok(match spec.runtime {
+            Runtime::Python | Runtime::Http => true,
+            Runtime::Command => !spec.framed,
+        })
     }
 
-    /// Runs one object through a python ETL as a stream: `input` is fed to a worker while
-    /// its result comes back on the returned channel, so objects of any size pass with
-    /// bounded memory. The channel ends after the last piece, or with the error that ended
-    /// the transform (then the result is incomplete). Starting a worker fails here, before
-    /// anything is sent. Without progress in either direction for the ETL's timeout the
-    /// worker is killed.
+    /// Runs one object through an ETL as a stream (see [`Etls::streams`]): `input` (`len`
+    /// bytes) is fed to
+    /// the worker, program or service while its result comes back on the returned channel,
+    /// so objects of any size pass with bounded memory. The channel ends after the last
+    /// piece, or with the error that ended the transform (then the result is incomplete).
+    /// Starting a worker or program fails here, before anything is sent. Without progress in
+    /// either direction for the ETL's timeout the transform is stopped.
     pub async fn transform_stream<S>(
         &self,
         name: &str,
         input: S,
+        len: u64,
         path: &str,
         args: &str,
     ) -> Result<tokio::sync::mpsc::Receiver<Result<Bytes, EtlError>>, EtlError>
@@ -313,8 +321,12 @@ impl Etls {
         S: futures::Stream<Item = std::io::Result<Bytes>> + Send + Unpin + 'static,
     {
         let run = self.run(name)?;
-        if run.spec.runtime != Runtime::Python {
-            return Err(failed(&run.spec, path, "only python ETLs stream".into()));
+        if !self.streams(name)? {
+            return Err(failed(
+                &run.spec,
+                path,
+                "framed commands do not stream".into(),
+            ));
         }
         let slot = run
             .slots
@@ -322,46 +334,79 @@ impl Etls {
             .acquire_owned()
             .await
             .map_err(|_| EtlError::Unknown(name.into()))?;
-        let idle = run.idle.lock().expect("etl idle lock").pop();
-        let mut worker = match idle {
-            Some(w) => w,
-            None => self.spawn_worker(&run).await?,
-        };
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let (path, args) = (path.to_owned(), args.to_owned());
-        tokio::spawn(async move {
-            let _slot = slot;
-            let spec = &run.spec;
-            let ended = worker
-                .call_stream(&path, &args, input, &tx, spec.timeout())
-                .await;
-            run.objects.fetch_add(1, Ordering::Relaxed);
-            let error = match ended {
-                Ok(worker::StreamEnd::Done) => {
-                    run.idle.lock().expect("etl idle lock").push(worker);
-                    return;
-                }
-                Ok(worker::StreamEnd::Failed(message)) => {
-                    run.idle.lock().expect("etl idle lock").push(worker);
-                    failed(spec, &path, message)
-                }
-                Err(e) => {
-                    run.restarts.fetch_add(1, Ordering::Relaxed);
-                    let status = worker.kill().await;
-                    if e.kind() == std::io::ErrorKind::TimedOut {
-                        EtlError::Timeout {
-                            etl: spec.name.clone(),
-                            path: path.clone(),
-                            after: spec.timeout(),
+        let spec = &run.spec;
+        match spec.runtime {
+            Runtime::Python => {
+                let idle = run.idle.lock().expect("etl idle lock").pop();
+                let mut worker = match idle {
+                    Some(w) => w,
+                    None => self.spawn_worker(&run).await?,
+                };
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    let spec = &run.spec;
+                    let ended = worker
+                        .call_stream(&path, &args, input, &tx, spec.timeout())
+                        .await;
+                    let result = match ended {
+                        Ok(worker::StreamEnd::Done) => {
+                            run.idle.lock().expect("etl idle lock").push(worker);
+                            Ok(())
                         }
-                    } else {
-                        failed(spec, &path, format!("worker stopped ({status}): {e}"))
-                    }
-                }
-            };
-            run.errors.fetch_add(1, Ordering::Relaxed);
-            let _ = tx.send(Err(error)).await;
-        });
+                        Ok(worker::StreamEnd::Failed(message)) => {
+                            run.idle.lock().expect("etl idle lock").push(worker);
+                            Err(stream::StreamError::Failed(message))
+                        }
+                        Err(e) => {
+                            run.restarts.fetch_add(1, Ordering::Relaxed);
+                            let status = worker.kill().await;
+                            Err(if e.kind() == std::io::ErrorKind::TimedOut {
+                                stream::StreamError::Stalled
+                            } else {
+                                stream::StreamError::Failed(format!(
+                                    "worker stopped ({status}): {e}"
+                                ))
+                            })
+                        }
+                    };
+                    finish_stream(&run, &path, result, &tx).await;
+                });
+            }
+            Runtime::Command => {
+                let mut env = spec.env.clone();
+                env.insert("GRIST_OBJECT".into(), path.clone());
+                env.insert("GRIST_ETL_ARGS".into(), args.clone());
+                let child = self
+                    .sandbox
+                    .command(
+                        &spec.command[0],
+                        &spec.command[1..],
+                        spec.memory_limit(),
+                        &env,
+                    )
+                    .spawn()
+                    .map_err(|e| {
+                        failed(spec, &path, format!("starting {:?}: {e}", spec.command[0]))
+                    })?;
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    let result =
+                        stream::command(child, input, &tx, run.spec.timeout(), &run.log).await;
+                    finish_stream(&run, &path, result, &tx).await;
+                });
+            }
+            Runtime::Http => {
+                let url = http_url(spec, &path);
+                tokio::spawn(async move {
+                    let _slot = slot;
+                    let idle = run.spec.timeout();
+                    let result = stream::http(&run.http, &url, &args, input, len, &tx, idle).await;
+                    finish_stream(&run, &path, result, &tx).await;
+                });
+            }
+        }
         Ok(rx)
     }
 
@@ -517,14 +562,40 @@ fn failed(spec: &EtlSpec, path: &str, message: String) -> EtlError {
     }
 }
 
-/// An external service: `POST <url>/<object>?etl_args=...` with the object as the body.
-async fn http(run: &Arc<EtlRun>, data: Bytes, path: &str, args: &str) -> Result<Bytes, EtlError> {
-    let spec = &run.spec;
-    let url = format!(
+/// Counts a streamed object and, if it failed, ends its channel with the error.
+async fn finish_stream(
+    run: &EtlRun,
+    path: &str,
+    result: Result<(), stream::StreamError>,
+    tx: &tokio::sync::mpsc::Sender<Result<Bytes, EtlError>>,
+) {
+    run.objects.fetch_add(1, Ordering::Relaxed);
+    let error = match result {
+        Ok(()) => return,
+        Err(stream::StreamError::Stalled) => EtlError::Timeout {
+            etl: run.spec.name.clone(),
+            path: path.to_owned(),
+            after: run.spec.timeout(),
+        },
+        Err(stream::StreamError::Failed(message)) => failed(&run.spec, path, message),
+    };
+    run.errors.fetch_add(1, Ordering::Relaxed);
+    let _ = tx.send(Err(error)).await;
+}
+
+/// Where an http ETL receives object `path`.
+fn http_url(spec: &EtlSpec, path: &str) -> String {
+    format!(
         "{}/{}",
         spec.url.trim_end_matches('/'),
         gristmill_core::name::encode_path(path)
-    );
+    )
+}
+
+/// An external service: `POST <url>/<object>?etl_args=...` with the object as the body.
+async fn http(run: &Arc<EtlRun>, data: Bytes, path: &str, args: &str) -> Result<Bytes, EtlError> {
+    let spec = &run.spec;
+    let url = http_url(spec, path);
     let send = run
         .http
         .post(&url)

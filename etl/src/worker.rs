@@ -2,8 +2,7 @@
 //! `python/gristmill/etl_worker.py` for the frame layout).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -128,9 +127,8 @@ impl Worker {
             .write_all(&(header.len() as u32).to_be_bytes())
             .await?;
         self.stdin.write_all(header.as_bytes()).await?;
-        let base = Instant::now();
-        let moved = AtomicU64::new(0);
-        let touch = || moved.store(base.elapsed().as_millis() as u64, Ordering::Relaxed);
+        let progress = crate::stream::Progress::new();
+        let touch = || progress.touch();
         let (stdin, stdout) = (&mut self.stdin, &mut self.stdout);
         let feed = async {
             while let Some(chunk) = input.next().await {
@@ -174,19 +172,9 @@ impl Worker {
                 }
             }
         };
-        let watchdog = async {
-            let limit = idle.as_millis() as u64;
-            loop {
-                tokio::time::sleep(idle / 4).await;
-                let now = base.elapsed().as_millis() as u64;
-                if now.saturating_sub(moved.load(Ordering::Relaxed)) > limit {
-                    return;
-                }
-            }
-        };
         tokio::select! {
             r = async { tokio::try_join!(feed, drain) } => r.map(|((), end)| end),
-            () = watchdog => Err(std::io::Error::new(
+            () = progress.stalled(idle) => Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,
                 format!("no progress for {idle:?}"),
             )),

@@ -455,8 +455,8 @@ async fn get_transformed(
     params: &HashMap<String, String>,
 ) -> ApiResult {
     let args = params.get("etl_args").map(String::as_str).unwrap_or("");
-    // One python ETL and an object bigger than a read-ahead: streamed through a worker, so
-    // the object is never whole in the target's memory (and may exceed the ETL object limit).
+    // One streaming ETL and an object bigger than a read-ahead: streamed through it, so the
+    // object is never whole in the target's memory (and may exceed the ETL object limit).
     if let [only] = names
         && t.etls.streams(only)?
     {
@@ -477,7 +477,8 @@ async fn get_transformed(
     Ok(resp)
 }
 
-/// An object streamed through a python ETL. The status waits for the first piece of the
+/// An object streamed through an ETL that streams (python, per-object command, http). The
+/// status waits for the first piece of the
 /// result (so a transform that fails at once is a clean 502/504); a failure later cuts the
 /// body short, as does a corrupt copy (verified like a GET; the repair runs in the background).
 async fn stream_transformed(
@@ -489,6 +490,7 @@ async fn stream_transformed(
     open: crate::store::OpenObject,
 ) -> ApiResult {
     use futures::StreamExt;
+    let len = open.meta.size;
     let input = if crate::scrub::validates(t, bck, &HashMap::new()) {
         let (t2, bck2, meta) = (t.me.get().cloned(), bck.clone(), open.meta.clone());
         crate::scrub::verified_stream(open.file, open.meta.clone(), move |why| {
@@ -500,7 +502,7 @@ async fn stream_transformed(
     } else {
         file_stream(open.file, 0, open.meta.size).boxed()
     };
-    let mut rx = t.etls.transform_stream(etl, input, name, args).await?;
+    let mut rx = t.etls.transform_stream(etl, input, len, name, args).await?;
     let first = match rx.recv().await {
         None => Bytes::new(),
         Some(Err(e)) => return Err(e.into()),

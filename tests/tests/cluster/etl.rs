@@ -492,6 +492,23 @@ async fn http_etl_inline_and_offline() {
     let mut want = objects[3].1.clone();
     want.reverse();
     assert_eq!(body, want);
+    // Above the read-ahead size the object streams to the service (with its length, which
+    // this server needs) and the answer streams back.
+    let big = content(77, 3 << 20);
+    put_all(&c, "web", vec![("big.bin".into(), big.clone())]).await;
+    let (status, body) = get_etl(&c, "web", "big.bin", "rev", "").await;
+    assert_eq!(status, 200);
+    assert!(
+        body.iter().rev().eq(big.iter()),
+        "streamed http ETL result differs"
+    );
+    let r = c
+        .http
+        .delete(c.url("/v1/objects/web/big.bin"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
     let out = grist_blocking(
         &c,
         &[
@@ -874,7 +891,7 @@ impl BigObject {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn streaming_python_etl_passes_objects_larger_than_memory_allows() {
+async fn streaming_etls_pass_objects_larger_than_the_whole_object_limit() {
     const SIZE: u64 = 600 << 20; // above the 512 MiB whole-object limit
     let big = std::sync::Arc::new(BigObject::new());
     let c = Cluster::start(2, 1).await.unwrap();
@@ -985,6 +1002,69 @@ async fn streaming_python_etl_passes_objects_larger_than_memory_allows() {
     let (status, body) = get_etl(&c, "st", "small", "xor", "").await;
     assert_eq!(status, 200);
     assert_eq!(body, b"tiny".iter().map(|b| b ^ 0x5A).collect::<Vec<u8>>());
+    // A per-object command streams too: 600 MiB through `tr`, byte for byte.
+    grist_blocking(
+        &c,
+        &["etl", "init", "--name", "upper", "--command", "tr a-z A-Z"],
+    );
+    let r = c
+        .http
+        .get(c.url("/v1/objects/st/big.bin"))
+        .query(&[("etl_name", "upper")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut stream = r.bytes_stream();
+    let mut at = 0u64;
+    while let Some(piece) = stream.next().await {
+        let piece = piece.unwrap();
+        let want = big.bytes(at, piece.len(), false).to_ascii_uppercase();
+        assert!(
+            piece[..] == want[..],
+            "tr: bytes {at}..{} differ",
+            at + piece.len() as u64
+        );
+        at += piece.len() as u64;
+    }
+    assert_eq!(at, SIZE);
+    // A command that fails after its output (exit 3 once it has copied 1 MB): the body is cut.
+    let r = c
+        .http
+        .put(c.url("/v1/etl"))
+        .json(&serde_json::json!({"name": "quitter", "runtime": "command",
+            "command": ["sh", "-c", "head -c 1000000; exit 3"]}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let r = c
+        .http
+        .get(c.url("/v1/objects/st/big.bin"))
+        .query(&[("etl_name", "quitter")])
+        .send()
+        .await
+        .unwrap();
+    let mut stream = r.bytes_stream();
+    let (mut got, mut broke) = (0usize, false);
+    while let Some(piece) = stream.next().await {
+        match piece {
+            Ok(p) => got += p.len(),
+            Err(_) => {
+                broke = true;
+                break;
+            }
+        }
+    }
+    assert!(
+        broke && got == 1_000_000,
+        "exit 3 must cut the body ({got} bytes)"
+    );
+    for t in &c.targets {
+        let peak = t.peak_rss().unwrap();
+        assert!(peak < 256 << 20, "{}: peak RSS {} MiB", t.name, peak >> 20);
+    }
+
     // A client that stops reading early costs the worker (it is mid-object), nothing else.
     for _ in 0..2 {
         let r = c
