@@ -2,12 +2,14 @@
 
 A ``Batch`` lists items — whole objects, byte ranges of them, or members of shards, in any
 buckets — and sends them as one request. The proxy redirects it to the target that owns most
-of the items; that target pulls the rest from their owners and answers with one archive
-holding every item **in request order**. The SDK asks for the multipart form of the answer:
-a JSON part with each item's size (or why it could not be read), then the archive, which is
-read as it arrives (tar and tgz: member by member; zip: spooled, since a zip's index is at its
-end). The i-th entry of the archive is the i-th item added; the entry's name is checked
-against the item, so an answer out of order is an error, never a mix-up.
+of the items (a ``direct`` client picks that target itself, from its cached cluster map, and
+sends the request straight there); that target pulls the rest from their owners and answers
+with one archive holding every item **in request order**. The SDK asks for the multipart form
+of the answer: a JSON part with each item's size (or why it could not be read), then the
+archive, which is read as it arrives (tar and tgz: member by member; zip: spooled, since a
+zip's index is at its end). The i-th entry of the archive is the i-th item added; the
+entry's name is checked against the item, so an answer out of order is an error, never a
+mix-up.
 
 With an ETL (``etl=``) the items' sizes are known only after the transforms ran, so the SDK
 asks for the streaming form instead (the archive alone): sizes come from the entries, and an
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Dict, Generator, Iterator, List, Optional, Tuple, Union
 from urllib.parse import quote
 
+from . import hrw
 from .client import _JSON, Bucket, Object, ObjectReader
 from .errors import GristError
 
@@ -178,8 +181,9 @@ class Batch:
         if not self.items:
             raise ValueError("the batch is empty: add() items first")
         items = list(self.items)
-        resp = self.client._request("GET", self._path(), body=self._body(items), headers=_JSON,
-                                    stream=True, subject="object")
+        base, routed = self._target(items)
+        resp = self.client._request("GET", base + self._path(), body=self._body(items), headers=_JSON,
+                                    stream=True, subject="object", routed=routed)
         reader = io.BufferedReader(ObjectReader(resp, _BUFFER), buffer_size=_BUFFER)
         entries: Optional[_Entries] = None
         finished = False
@@ -220,6 +224,23 @@ class Batch:
             reader.close()  # frees the connection (when finished: after the archive's trailer)
 
     # ---- the request ----
+
+    def _target(self, items: List[BatchItem]) -> Tuple[str, bool]:
+        """(base URL, routed): in direct mode the designated target — the owner of most items
+        by HRW over the cached map, the proxy's rule (``hrw.designated``) — else the proxy
+        (a bare path: the proxy in use), which redirects to that target. A routed request
+        falls back to the proxy like a direct object GET does (``Client._request``): a target
+        that cannot be reached drops the cached map and the batch goes through a proxy."""
+        client = self.client
+        if not client.direct:
+            return "", False
+        unames = [it.bucket.uname(it.name) for it in items]
+        node = hrw.designated(client.cluster_map(refresh=False), unames)
+        if node is None:
+            node = hrw.designated(client.cluster_map(refresh=True), unames)
+            if node is None:
+                raise GristError(0, "no targets in the cluster map")
+        return node["public_net"]["direct_url"].rstrip("/"), True
 
     def _path(self) -> str:
         etl = f"etl_name={quote(self.etl, safe=',')}&etl_args={quote(self.etl_args, safe='')}" if self.etl else ""

@@ -75,9 +75,10 @@ class Client:
         token: bearer token sent as ``Authorization: Bearer <token>`` on every request (to
             proxies and targets alike); defaults to ``$GRIST_TOKEN``, else ``$AIS_AUTHN_TOKEN``.
         direct: send object GET/HEAD/DELETE straight to the owning target (placement computed
-            here by HRW from the cached cluster map) instead of through a proxy redirect.
-            PUTs always go to the owner this way, so the body is sent once. When a target
-            cannot be reached, the map is refreshed and the request goes through a proxy.
+            here by HRW from the cached cluster map) instead of through a proxy redirect, and
+            get-batch requests to the target owning most of their items. PUTs always go to the
+            owner this way, so the body is sent once. When a target cannot be reached, the map
+            is refreshed and the request goes through a proxy.
         timeout: ``(connect, read)`` seconds, or one number for both.
         retry: a ``RetryPolicy``, a number of retries, or None for the default policy (see
             ``gristmill.retry`` for what is retried).

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import xxhash
 
@@ -18,6 +18,8 @@ _GOLDEN = 0x9E3779B97F4A7C15
 _C1 = 0xBF58476D1CE4E5B9
 _C2 = 0x94D049BB133111EB
 _INACTIVE = (1 << 2) | (1 << 3)  # maintenance, decommission
+MAX_COUNTED = 100_000
+"""Items of a get-batch whose owners are counted to pick its target (as the proxy does)."""
 
 
 def digest(name: str) -> int:
@@ -53,13 +55,39 @@ def pick(object_digest: int, node_digests: Iterable[int]) -> Optional[int]:
     return best_i
 
 
+def _targets(smap: Mapping[str, Any]) -> Tuple[List[Mapping[str, Any]], List[int]]:
+    """The active targets of a map in daemon-id order, and their id digests."""
+    tmap = smap.get("tmap") or {}
+    nodes = [tmap[k] for k in sorted(tmap) if not int(tmap[k].get("flags") or 0) & _INACTIVE]
+    return nodes, [int(n.get("id_digest") or digest(n["daemon_id"])) for n in nodes]
+
+
 def owner(smap: Mapping[str, Any], object_uname: str) -> Optional[Mapping[str, Any]]:
     """The target (Snode dict from a cluster map) that owns ``object_uname``, or None.
 
     Targets in maintenance or being decommissioned are skipped; candidates are taken in
     daemon-id order, as the servers do.
     """
-    tmap = smap.get("tmap") or {}
-    nodes = [tmap[k] for k in sorted(tmap) if not int(tmap[k].get("flags") or 0) & _INACTIVE]
-    i = pick(digest(object_uname), (int(n.get("id_digest") or digest(n["daemon_id"])) for n in nodes))
+    nodes, digests = _targets(smap)
+    i = pick(digest(object_uname), digests)
     return None if i is None else nodes[i]
+
+
+def designated(smap: Mapping[str, Any], unames: Sequence[str]) -> Optional[Mapping[str, Any]]:
+    """The target that should assemble a get-batch of the objects ``unames``: the one owning
+    the most of them, as the proxy picks it (``/v1/ml/moss``). A tie (or no names) is broken
+    by HRW of ``moss/<first uname>`` among the tied targets (the proxy breaks it at random), so
+    the same batch always goes to the same target and different batches spread. None when
+    the map has no active target."""
+    nodes, digests = _targets(smap)
+    if not nodes:
+        return None
+    counts = [0] * len(nodes)
+    for un in unames[:MAX_COUNTED]:
+        counts[pick(digest(un), digests)] += 1  # type: ignore[index]
+    top = max(counts)
+    tied = [i for i, c in enumerate(counts) if c == top]
+    if len(tied) == 1:
+        return nodes[tied[0]]
+    key = digest(f"moss/{unames[0] if unames else ''}")
+    return nodes[tied[pick(key, (digests[i] for i in tied))]]  # type: ignore[index]

@@ -1,10 +1,12 @@
 """get-batch through the SDK (`Client.batch`) and the torch datasets built on it
 (`BatchDataset`, `ObjectDataset(get_batch=True)`), against a real 3-target cluster. Requests
 are counted on the targets' /metrics (`grist_batch_requests_total` on the designated target,
-`grist_requests_total{op="get"}` for plain object GETs)."""
+`grist_requests_total{op="get"}` for plain object GETs) and, for direct mode, on the proxy's
+(where a get-batch request would count as `grist_requests_total{op="other"}`)."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import os
@@ -21,8 +23,10 @@ from gristmill import (
     BadRequest,
     BatchItem,
     BucketNotFound,
+    Client,
     ObjectNotFound,
     RangeNotSatisfiable,
+    hrw,
 )
 from gristmill.torch import BatchDataset, ObjectDataset
 
@@ -40,6 +44,29 @@ def _target_metric(client, prefix: str) -> int:
 
 def batch_requests(client) -> int:
     return _target_metric(client, "grist_batch_requests_total")
+
+
+def batch_requests_by_target(client) -> dict:
+    """{target id: grist_batch_requests_total of that target} (the cached map: no proxy request)."""
+    out = {}
+    for tid, t in client.cluster_map(refresh=False)["tmap"].items():
+        text = client._request("GET", t["public_net"]["direct_url"] + "/metrics").data.decode()
+        out[tid] = sum(int(float(line.split()[-1])) for line in text.splitlines()
+                       if line.startswith("grist_batch_requests_total"))
+    return out
+
+
+def proxy_requests(client) -> dict:
+    """{op: grist_requests_total{op} at the proxy} (get-batch requests count as op "other",
+    object GETs as "get"), leaving out its own /metrics scrapes and "control" (the targets'
+    keepalives, every 2 s, and cluster-map fetches)."""
+    text = client._request("GET", "/metrics").data.decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("grist_requests_total{") and not any(
+                f'op="{op}"' in line for op in ("metrics", "control")):
+            out[line[line.index('op="') + 4:].split('"')[0]] = int(float(line.split()[-1]))
+    return out
 
 
 def object_gets(client) -> int:
@@ -216,6 +243,104 @@ def test_stream_reads_large_items_in_little_memory(client, bucket):
     assert [i.name for i, _ in batch.get()] == names
 
 
+# ---- direct mode -------------------------------------------------------------------------------
+
+def _by_owner(client, content):
+    """{target id: [whole-object keys of `content` it owns]}."""
+    smap = client.cluster_map()
+    out = {}
+    for k in sorted((k for k in content if not k[2]), key=lambda k: (k[0].name, k[1])):
+        out.setdefault(hrw.owner(smap, k[0].uname(k[1]))["daemon_id"], []).append(k)
+    return out
+
+
+def test_direct_batch_goes_to_the_designated_target_without_the_proxy(cluster, client, bucket, other, content):
+    """``Client(direct=True)``: the batch is sent straight to the target owning most of its
+    items (picked here from the cached map, as the proxy would); the proxy sees nothing."""
+    direct = Client(cluster, direct=True)
+    direct.cluster_map()  # cache the map (direct mode needs nothing else from the proxy)
+    owned = _by_owner(client, content)
+    smap = client.cluster_map()
+    ids = sorted(owned)
+    assert len(ids) == 3 and all(len(v) >= 5 for v in owned.values())
+    rng = random.Random(11)
+    for majority in (ids[0], ids[2]):  # two batches, each with a different clear majority
+        rest = [i for i in ids if i != majority]
+        keys = owned[majority][:5] + owned[rest[0]][:3] + owned[rest[1]][:2]
+        keys.append((bucket, "shard.tar", "m/07.jpg"))  # a shard member: one more on its owner
+        rng.shuffle(keys)
+        counts = {tid: sum(hrw.owner(smap, k[0].uname(k[1]))["daemon_id"] == tid
+                           for k in keys) for tid in ids}
+        want_target = max(ids, key=lambda tid: counts[tid])
+        assert sorted(counts.values())[-1] > sorted(counts.values())[-2]  # no tie
+        batch = direct.batch(direct.bucket(bucket.name))
+        for b, name, member in keys:
+            batch.add(direct.bucket(b.name).object(name), archpath=member)
+
+        proxy0, per_target0 = proxy_requests(client), batch_requests_by_target(client)
+        got = list(batch.get())
+        per_target = batch_requests_by_target(client)
+        assert proxy_requests(client) == proxy0  # not one request through the proxy
+        assert {tid: per_target[tid] - per_target0[tid] for tid in ids} == \
+            {tid: int(tid == want_target) for tid in ids}  # one request, at the designated target
+        assert [(i.bucket.name, i.name, i.archpath) for i, _ in got] == [(b.name, n, m) for b, n, m in keys]
+        assert [d for _, d in got] == [content[k] for k in keys]
+
+    # The same batch through the proxy is counted there (the counter does count).
+    batch = client.batch(bucket)
+    batch.add("obj-001")
+    proxy0 = proxy_requests(client)
+    assert [d for _, d in batch.get()] == [content[(bucket, "obj-001", "")]]
+    assert proxy_requests(client).get("other", 0) == proxy0.get("other", 0) + 1
+
+
+def test_direct_batch_needs_no_proxy_and_falls_back_to_it(cluster, client, bucket, content):
+    """With a cached map a direct batch works while the proxy is down; a designated target
+    that cannot be reached drops the cached map and the batch goes through the proxy."""
+    names = ["obj-000", "obj-001", "dir/ü-03.bin", "obj-004"]
+    want = [content[(bucket, n, "")] for n in names]
+    smap = client.cluster_map()
+
+    offline = Client("http://127.0.0.1:9", direct=True, retries=0)
+    offline._smap = copy.deepcopy(smap)
+    batch = offline.batch(bucket.name)
+    for n in names:
+        batch.add(n)
+    assert [d for _, d in batch.get()] == want
+
+    c = Client(cluster, direct=True)
+    c._smap = copy.deepcopy(smap)
+    target = hrw.designated(smap, [bucket.uname(n) for n in names])["daemon_id"]
+    c._smap["tmap"][target]["public_net"]["direct_url"] = "http://127.0.0.1:9"  # unreachable
+    batch = c.batch(bucket)
+    for n in names:
+        batch.add(n)
+    before = proxy_requests(client).get("other", 0)
+    assert [d for _, d in batch.get()] == want
+    assert c._smap is None  # the map was dropped...
+    assert proxy_requests(client).get("other", 0) == before + 1  # ...and the proxy routed the batch
+    assert [d for _, d in batch.get()] == want  # the next one: a fresh map, direct again
+    assert c._smap is not None and proxy_requests(client).get("other", 0) == before + 1
+
+
+def test_designated_target_rule():
+    """``hrw.designated``: most items wins; a tie goes to the same target every time; inactive
+    targets are skipped."""
+    smap = {"tmap": {t: {"daemon_id": t, "id_digest": hrw.digest(t), "flags": 0} for t in ("ta", "tb", "tc")}}
+    unames = [hrw.uname("b", f"o{i}") for i in range(50)]
+    owner = {u: hrw.owner(smap, u)["daemon_id"] for u in unames}
+    by = {t: [u for u in unames if owner[u] == t] for t in ("ta", "tb", "tc")}
+    assert all(len(v) >= 3 for v in by.values())
+    assert hrw.designated(smap, by["ta"][:1] + by["tb"][:3] + by["tc"][:2])["daemon_id"] == "tb"
+    tie = by["ta"][:2] + by["tc"][:2] + by["tb"][:1]
+    first = hrw.designated(smap, tie)["daemon_id"]
+    assert first in ("ta", "tc") and all(hrw.designated(smap, tie)["daemon_id"] == first for _ in range(5))
+    assert hrw.designated(smap, [])["daemon_id"] in ("ta", "tb", "tc")
+    smap["tmap"]["tb"]["flags"] = 1 << 2  # maintenance
+    assert hrw.designated(smap, by["tb"][:3])["daemon_id"] != "tb"
+    assert hrw.designated({"tmap": {}}, unames) is None
+
+
 # ---- torch -------------------------------------------------------------------------------------
 
 def _value(i: int) -> bytes:
@@ -262,6 +387,21 @@ def test_batch_dataset_splits_exactly_once_per_epoch(client, bucket):
     assert names1 != names0  # another epoch, another order...
     e0_again = _epoch(loaders, 0)
     assert [[name for name, _ in items] for items, _ in e0_again] == names0  # ...the same epoch, the same
+
+
+def test_batch_dataset_with_a_direct_client_skips_the_proxy(cluster, client, bucket):
+    for i in range(30):
+        bucket.object(f"dd/{i:02d}").put(_value(i))
+    direct = Client(cluster, direct=True)
+    ds = BatchDataset(direct.bucket(bucket.name), prefix="dd/", batch_size=7, seed=1, with_name=True)
+    direct.cluster_map()  # cached: the workers get it with the dataset
+    loader = DataLoader(ds, batch_size=None, num_workers=2)
+    proxy0, batches0 = proxy_requests(client), batch_requests(client)
+    got = list(loader)
+    assert proxy_requests(client) == proxy0  # no batch (nor object GET) through the proxy
+    assert batch_requests(client) - batches0 == len(got) == 6  # 15 per worker: 7, 7, 1
+    assert sorted(name for b in got for name, _ in b) == [f"dd/{i:02d}" for i in range(30)]
+    assert all(v == _value(int(name[3:])) for b in got for name, v in b)
 
 
 def _decode(data: bytes) -> str:

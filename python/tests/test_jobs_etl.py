@@ -97,6 +97,32 @@ def test_copy_with_prefix_rewrite_and_aistore_job_wait(remote_cluster, origin):
     assert {j["id"] for j in c.jobs(kind="copy")} >= {job.id}
 
 
+def test_direct_batch_of_a_remote_bucket_the_cluster_forgot(remote_cluster, origin):
+    """A direct get-batch (no proxy on the way) naming a remote bucket the cluster does not
+    know: the designated target has the primary add it, as a proxy would on first access."""
+    host, files = origin
+    c = Client(remote_cluster)
+    b = c.bucket(host, provider="ht")
+    b.object("d/f-00.bin").get()
+    b.evict_all()  # forgets the bucket too
+    assert host not in {x.name for x in c.list_buckets(provider="ht")}
+    direct = Client(remote_cluster, direct=True)
+    names = sorted(files)[5:13]
+    batch = direct.batch(direct.bucket(host, provider="ht"))
+    for n in names:
+        batch.add(n)
+
+    def batches_at_proxy() -> int:  # get-batch requests count as op "other"
+        text = c._request("GET", "/metrics").data.decode()
+        return sum(int(float(line.split()[-1])) for line in text.splitlines()
+                   if line.startswith('grist_requests_total{op="other"}'))
+
+    before = batches_at_proxy()
+    assert [(i.name, d) for i, d in batch.get()] == [(n, files[n]) for n in names]
+    assert batches_at_proxy() == before  # not redirected: sent to the target directly
+    assert host in {x.name for x in c.list_buckets(provider="ht")}
+
+
 UPPER = '''
 def transform(data, path, args):
     if data.startswith(b"FAIL"):
