@@ -368,17 +368,38 @@ impl Keys {
 
     // ---- redirects ----
 
-    fn redirect_data(user: &str, exp: u64, method: &str, bck: &Bck, object: &str) -> String {
-        format!("v1\n{user}\n{exp}\n{method}\n{}\n{object}", bck.uname())
+    /// What a redirect signature covers: the user, expiry and method, and its scope — one
+    /// object (`<bucket uname>\n<object>`) or one path (`path\n<path>`; bucket unames hold a
+    /// `/`, so the two never read alike).
+    fn redirect_data(user: &str, exp: u64, method: &str, scope: &str) -> String {
+        format!("v1\n{user}\n{exp}\n{method}\n{scope}")
+    }
+
+    fn object_scope(bck: &Bck, object: &str) -> String {
+        format!("{}\n{object}", bck.uname())
+    }
+
+    fn path_scope(path: &str) -> String {
+        format!("path\n{path}")
     }
 
     /// Query parameters (`gexp=..&guser=..&gsig=..`) that let whoever holds the URL do
     /// `method` on this one object as `user`, until the redirect TTL runs out.
     pub fn redirect_query(&self, user: &str, method: &str, bck: &Bck, object: &str) -> String {
+        self.signed_query(user, method, &Self::object_scope(bck, object))
+    }
+
+    /// Like [`Keys::redirect_query`], for a request on `path` (get-batch: what it reads is in
+    /// its body, and the user's rights are checked again on each bucket it names).
+    pub fn redirect_path_query(&self, user: &str, method: &str, path: &str) -> String {
+        self.signed_query(user, method, &Self::path_scope(path))
+    }
+
+    fn signed_query(&self, user: &str, method: &str, scope: &str) -> String {
         let exp = now_secs() + self.redirect_ttl.as_secs().max(1);
         let tag = hmac::sign(
             &self.redirect,
-            Self::redirect_data(user, exp, method, bck, object).as_bytes(),
+            Self::redirect_data(user, exp, method, scope).as_bytes(),
         );
         format!(
             "{REDIRECT_EXPIRES}={exp}&{REDIRECT_USER}={}&{REDIRECT_SIG}={}",
@@ -395,6 +416,25 @@ impl Keys {
         bck: &Bck,
         object: &str,
     ) -> Result<String, Refused> {
+        self.verify_signed(query, method, &Self::object_scope(bck, object))
+    }
+
+    /// The user a path redirect ([`Keys::redirect_path_query`]) was signed for.
+    pub fn verify_redirect_path(
+        &self,
+        query: &HashMap<String, String>,
+        method: &str,
+        path: &str,
+    ) -> Result<String, Refused> {
+        self.verify_signed(query, method, &Self::path_scope(path))
+    }
+
+    fn verify_signed(
+        &self,
+        query: &HashMap<String, String>,
+        method: &str,
+        scope: &str,
+    ) -> Result<String, Refused> {
         let get = |k: &str| query.get(k).ok_or(Refused::Malformed);
         let exp: u64 = get(REDIRECT_EXPIRES)?
             .parse()
@@ -403,7 +443,7 @@ impl Keys {
         let sig = B64
             .decode(get(REDIRECT_SIG)?)
             .map_err(|_| Refused::Malformed)?;
-        let data = Self::redirect_data(user, exp, method, bck, object);
+        let data = Self::redirect_data(user, exp, method, scope);
         hmac::verify(&self.redirect, data.as_bytes(), &sig).map_err(|_| Refused::WrongTarget)?;
         if exp < now_secs() {
             return Err(Refused::Expired);
@@ -1074,25 +1114,14 @@ async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Respo
                 && params.contains_key(REDIRECT_SIG)
                 && let Some(object) = &object
             {
-                match gate
+                let signed = gate
                     .keys
-                    .verify_redirect(&params, method.as_str(), &bck, object)
-                {
-                    Ok(user) if user == NODE_USER => {
-                        who = Some((Principal::Node(NODE_USER.into()), None));
-                    }
-                    Ok(user) => match md.users.get(&user) {
-                        Some(u) => who = Some((Principal::User(user), Some(u.clone()))),
-                        None => {
-                            return deny(
-                                StatusCode::UNAUTHORIZED,
-                                Refused::UnknownUser.message("redirect"),
-                            );
-                        }
-                    },
-                    Err(why) => {
-                        audit_denied(&req, "", StatusCode::UNAUTHORIZED);
-                        return deny(StatusCode::UNAUTHORIZED, why.message("signed redirect"));
+                    .verify_redirect(&params, method.as_str(), &bck, object);
+                match redirect_principal(signed, &md) {
+                    Ok(w) => who = Some(w),
+                    Err(resp) => {
+                        audit_denied(&req, "", resp.status());
+                        return resp;
                     }
                 }
             }
@@ -1103,6 +1132,20 @@ async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Respo
             }
         }
         Access::BucketAction | Access::Batch => {
+            // A proxy's signed get-batch redirect stands in for the token it checked; the
+            // user's rights on every bucket the body names are checked all the same.
+            if who.is_none() && access == Access::Batch && params.contains_key(REDIRECT_SIG) {
+                let signed = gate
+                    .keys
+                    .verify_redirect_path(&params, method.as_str(), &path);
+                match redirect_principal(signed, &md) {
+                    Ok(w) => who = Some(w),
+                    Err(resp) => {
+                        audit_denied(&req, "", resp.status());
+                        return resp;
+                    }
+                }
+            }
             let limit = if access == Access::Batch {
                 MAX_BATCH_BODY
             } else {
@@ -1173,6 +1216,28 @@ async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Respo
     resp
 }
 
+/// Who a verified redirect signature speaks for (a refusal when it does not verify or names
+/// a user that no longer exists).
+fn redirect_principal(
+    signed: Result<String, Refused>,
+    md: &BucketMetadata,
+) -> Result<(Principal, Option<User>), Response> {
+    match signed {
+        Ok(user) if user == NODE_USER => Ok((Principal::Node(NODE_USER.into()), None)),
+        Ok(user) => match md.users.get(&user) {
+            Some(u) => Ok((Principal::User(user), Some(u.clone()))),
+            None => Err(deny(
+                StatusCode::UNAUTHORIZED,
+                Refused::UnknownUser.message("redirect"),
+            )),
+        },
+        Err(why) => Err(deny(
+            StatusCode::UNAUTHORIZED,
+            why.message("signed redirect"),
+        )),
+    }
+}
+
 fn audit_denied(req: &Request, user: &str, status: StatusCode) {
     tracing::warn!(
         target: "audit",
@@ -1215,12 +1280,28 @@ pub fn redirect_query_for(
     bck: &Bck,
     object: &str,
 ) -> Option<String> {
+    let (keys, user) = signer_of(extensions)?;
+    Some(keys.redirect_query(user, method.as_str(), bck, object))
+}
+
+/// [`redirect_query_for`] for a redirect scoped to a path (get-batch).
+pub fn redirect_path_query_for(
+    extensions: &axum::http::Extensions,
+    method: &Method,
+    path: &str,
+) -> Option<String> {
+    let (keys, user) = signer_of(extensions)?;
+    Some(keys.redirect_path_query(user, method.as_str(), path))
+}
+
+/// The keys and the user a redirect is signed for: whoever the gate let through.
+fn signer_of(extensions: &axum::http::Extensions) -> Option<(&Arc<Keys>, &str)> {
     let keys = extensions.get::<Arc<Keys>>()?;
     let user = match extensions.get::<Principal>()? {
         Principal::Node(_) => NODE_USER,
         Principal::User(name) => name.as_str(),
     };
-    Some(keys.redirect_query(user, method.as_str(), bck, object))
+    Some((keys, user))
 }
 
 #[cfg(test)]
@@ -1316,6 +1397,20 @@ mod tests {
     }
 
     #[test]
+    fn path_redirects_bind_the_path_and_never_pass_for_an_object() {
+        let k = keys();
+        let q = query_params(Some(&k.redirect_path_query("bob", "GET", "/v1/ml/moss")));
+        assert_eq!(
+            k.verify_redirect_path(&q, "GET", "/v1/ml/moss").unwrap(),
+            "bob"
+        );
+        assert!(k.verify_redirect_path(&q, "GET", "/v1/ml/moss/b").is_err());
+        assert!(k.verify_redirect_path(&q, "PUT", "/v1/ml/moss").is_err());
+        let b = Bck::new("path", Provider::Ais).unwrap();
+        assert!(k.verify_redirect(&q, "GET", &b, "/v1/ml/moss").is_err());
+    }
+
+    #[test]
     fn redirects_bind_object_method_and_time() {
         let k = keys();
         let b = Bck::new("b", Provider::Ais).unwrap();
@@ -1352,7 +1447,8 @@ mod tests {
                 B64.encode(
                     hmac::sign(
                         &k.redirect,
-                        Keys::redirect_data("alice", 10, "GET", &b, "x/y.jpg").as_bytes(),
+                        Keys::redirect_data("alice", 10, "GET", &Keys::object_scope(&b, "x/y.jpg"))
+                            .as_bytes(),
                     )
                     .as_ref(),
                 ),

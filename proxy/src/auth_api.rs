@@ -14,7 +14,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use gristmill_core::auth::{self, Gate, Keys, Principal};
-use gristmill_core::server::redirect;
 use gristmill_core::users::{
     self, LoginRequest, NewCredentials, Role, TokenRequest, TokenResponse, User, UserSpec,
 };
@@ -29,7 +28,8 @@ pub const ADMIN_PASSWORD_ENV: &str = "GRISTD_ADMIN_PASSWORD";
 
 /// The proxy API with the auth endpoints added and, when auth is on, behind the gate.
 pub(crate) fn secure(proxy: &Arc<Proxy>, app: Router) -> Router {
-    let app = app.merge(routes(proxy.clone()));
+    // Forwarding to the primary runs inside the gate: this proxy checks the client first.
+    let app = crate::forward::to_primary(proxy, app.merge(routes(proxy.clone())));
     let Some(keys) = proxy.auth.clone() else {
         return app;
     };
@@ -187,17 +187,6 @@ async fn list_users(State(p): State<Arc<Proxy>>) -> ApiResult {
     Ok(axum::Json(list).into_response())
 }
 
-fn primary_redirect(p: &Proxy, req: &Request) -> Option<Response> {
-    if p.is_primary() {
-        return None;
-    }
-    Some(redirect(&format!(
-        "{}{}",
-        p.primary_url(),
-        req.uri().path_and_query().map_or("", |pq| pq.as_str())
-    )))
-}
-
 /// `PUT /v1/auth/users/{name} {"roles":[...],"password":"","s3_key":true}`: creates a user;
 /// the generated password and S3 secret are in the answer, and nowhere else.
 async fn add_user(
@@ -206,9 +195,6 @@ async fn add_user(
     req: Request,
 ) -> ApiResult {
     let keys = keys(&p)?;
-    if let Some(r) = primary_redirect(&p, &req) {
-        return Ok(r);
-    }
     users::validate_user_name(&name)?;
     let spec: UserSpec = json_body(&read_body(req).await?)?;
     let created = create_user(&p, &keys, &name, spec).await?;
@@ -283,15 +269,8 @@ async fn create_user(
 
 /// `DELETE /v1/auth/users/{name}`: removes a user (its tokens and S3 keys stop working on
 /// every node as the metadata arrives). The last admin cannot be removed.
-async fn remove_user(
-    State(p): State<Arc<Proxy>>,
-    Path(name): Path<String>,
-    req: Request,
-) -> ApiResult {
+async fn remove_user(State(p): State<Arc<Proxy>>, Path(name): Path<String>) -> ApiResult {
     keys(&p)?;
-    if let Some(r) = primary_redirect(&p, &req) {
-        return Ok(r);
-    }
     let target = name.clone();
     p.change(move |_, bmd| {
         let user = bmd

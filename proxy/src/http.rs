@@ -231,17 +231,8 @@ async fn bucket_action(
     Query(params): Params,
     req: Request,
 ) -> ApiResult {
+    // Only the primary gets here (see `forward`).
     let bck = bucket_from(&bucket, &params)?;
-    if !p.is_primary() {
-        return Ok(redirect(&format!(
-            "{}{}",
-            p.primary_url(),
-            req.uri()
-                .path_and_query()
-                .map(|pq| pq.as_str())
-                .unwrap_or("")
-        )));
-    }
     let method = req.method().clone();
     let body = axum::body::to_bytes(req.into_body(), 1 << 20)
         .await
@@ -340,9 +331,7 @@ async fn list_objects(
 
 /// `PUT /v1/cluster`: start or stop a job (AIStore's xaction control).
 async fn cluster_action(State(p): State<Arc<Proxy>>, req: Request) -> ApiResult {
-    if !p.is_primary() {
-        return Ok(redirect(&format!("{}/v1/cluster", p.primary_url())));
-    }
+    // Only the primary gets here (see `forward`).
     let body = axum::body::to_bytes(req.into_body(), 1 << 20)
         .await
         .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?;

@@ -9,6 +9,7 @@
 mod auth_api;
 mod election;
 mod etl_api;
+mod forward;
 mod http;
 mod job_api;
 mod jobs;

@@ -64,6 +64,10 @@ async fn moss_redirect(
     req: Request,
 ) -> ApiResult {
     let uri = req.uri().clone();
+    // With auth on, the redirect carries a signature for this path and the client's user
+    // (clients drop their token on a redirect to another host).
+    let signed =
+        gristmill_core::auth::redirect_path_query_for(req.extensions(), req.method(), uri.path());
     let body = axum::body::to_bytes(req.into_body(), MAX_MOSS_BODY)
         .await
         .map_err(|e| ApiError::new(ErrorKind::PayloadTooLarge, format!("get-batch body: {e}")))?;
@@ -125,13 +129,17 @@ async fn moss_redirect(
         .unwrap_or(fallback);
     let query = uri.query().unwrap_or("");
     let sep = if query.is_empty() { "" } else { "&" };
-    let location = format!(
+    let mut location = format!(
         "{}{}?{query}{sep}{}={}",
         best.url(),
         uri.path(),
         q::PROXY_ID,
         p.id
     );
+    if let Some(sig) = signed {
+        location.push('&');
+        location.push_str(&sig);
+    }
     Ok(gristmill_core::server::redirect(&location))
 }
 
@@ -289,12 +297,7 @@ struct SortRequest {
 
 /// `POST /v1/sort`: starts a reshard; answers its job id.
 pub(crate) async fn start_reshard(State(p): State<Arc<Proxy>>, req: Request) -> ApiResult {
-    if !p.is_primary() {
-        return Ok(gristmill_core::server::redirect(&format!(
-            "{}/v1/sort",
-            p.primary_url()
-        )));
-    }
+    // Only the primary gets here (see `forward`).
     let body = axum::body::to_bytes(req.into_body(), 64 << 20)
         .await
         .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?;

@@ -49,7 +49,7 @@ pub struct NodeProcess {
 }
 
 impl NodeProcess {
-    fn spawn(
+    pub fn spawn(
         name: &str,
         args: Vec<String>,
         env: Vec<(String, String)>,

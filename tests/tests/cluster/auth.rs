@@ -969,3 +969,189 @@ async fn tokens_die_with_their_user_and_the_cli_logs_in() {
         "the admin token survives a restart"
     );
 }
+
+/// A second proxy forwards metadata changes to the primary after checking the client itself:
+/// no redirect (so a client that drops its token on redirects, like reqwest or curl, is
+/// served), and the client's rights, not the proxy's, decide.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_non_primary_proxy_forwards_changes_with_the_clients_rights() {
+    let c = SecureCluster::start(SecureOptions {
+        targets: 1,
+        auth: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let port = gristmill_tests::free_port();
+    let second = format!("http://127.0.0.1:{port}");
+    let _proxy = gristmill_tests::NodeProcess::spawn(
+        "proxy-1",
+        vec![
+            "proxy".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--state-dir".into(),
+            c.dir.path().join("proxy-1").display().to_string(),
+            "--join".into(),
+            c.endpoint.clone(),
+            "--auth".into(),
+            "--cluster-secret-file".into(),
+            c.secret_file.display().to_string(),
+        ],
+        Vec::new(),
+        c.dir.path(),
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while c.smap().await.map_or(0, |m| m.pmap.len()) < 2
+        || reqwest::get(format!("{second}/v1/health")).await.is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "second proxy did not join"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let reader = c.add_user("reader", &["read:*"], false).await.unwrap();
+    let reader = c.login("reader", &reader.password, "").await.unwrap();
+    let send = |token: Option<String>, method: Method, path: &str, body: serde_json::Value| {
+        let mut r = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap()
+            .request(method, format!("{second}{path}"))
+            .json(&body);
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        async move { r.send().await.unwrap() }
+    };
+    let create = serde_json::json!({"action": "create-bck"});
+    let admin = Some(c.admin_token.clone());
+    let r = send(
+        admin.clone(),
+        Method::POST,
+        "/v1/buckets/fwd",
+        create.clone(),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    let names = || async {
+        let v: Vec<serde_json::Value> = c
+            .http
+            .get(c.url("/v1/buckets"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v.iter()
+            .map(|b| b["name"].as_str().unwrap_or("").to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert!(names().await.contains(&"fwd".to_owned()));
+    let etl = serde_json::json!({"name": "cat", "runtime": "command", "command": ["cat"]});
+    let r = send(admin, Method::PUT, "/v1/etl", etl.clone()).await;
+    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    // The second proxy's gate decides with the client's token, before forwarding.
+    let r = send(
+        Some(reader),
+        Method::POST,
+        "/v1/buckets/nope",
+        create.clone(),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let r = send(None, Method::PUT, "/v1/etl", etl).await;
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert!(!names().await.contains(&"nope".to_owned()));
+}
+
+/// get-batch through the proxy with auth on: the redirect to the designated target is signed
+/// for the path and the user (clients drop their token on it), and the target still checks
+/// the user's rights on every bucket the body names; the signature opens nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn get_batch_redirects_are_signed_for_the_user() {
+    let c = SecureCluster::start(SecureOptions {
+        targets: 2,
+        auth: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    for b in ["open", "closed"] {
+        c.create_bucket(b).await.unwrap();
+        for i in 0..6 {
+            let r = c
+                .http
+                .put(c.url(&format!("/v1/objects/{b}/o{i}")))
+                .body(format!("{b} {i}"))
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success());
+        }
+    }
+    let reader = c.add_user("batcher", &["read:open"], false).await.unwrap();
+    let token = c.login("batcher", &reader.password, "").await.unwrap();
+    // reqwest, like curl, drops Authorization on a redirect to another port.
+    let follow = reqwest::Client::new();
+    let batch = |bucket: &str| {
+        let items: Vec<serde_json::Value> = (0..6)
+            .map(|i| serde_json::json!({"objname": format!("o{i}"), "bucket": bucket}))
+            .collect();
+        follow
+            .get(c.url("/v1/ml/moss"))
+            .bearer_auth(&token)
+            .json(&serde_json::json!({"in": items, "strm": true}))
+    };
+    let r = batch("open").send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    assert!(r.bytes().await.unwrap().windows(6).any(|w| w == b"open 5"));
+    let r = batch("closed").send().await.unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::FORBIDDEN,
+        "the target checks every bucket"
+    );
+
+    // The signed URL: good for get-batch at that path, as that user, and nothing else.
+    let no_follow = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = no_follow
+        .get(c.url("/v1/ml/moss"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({"in": [{"objname": "o1", "bucket": "open"}], "strm": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::TEMPORARY_REDIRECT);
+    let location = r.headers()["location"].to_str().unwrap().to_owned();
+    assert!(location.contains("gsig="), "{location}");
+    let r = no_follow
+        .get(&location)
+        .json(&serde_json::json!({"in": [{"objname": "o2", "bucket": "open"}], "strm": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let (base, query) = location.split_once('?').unwrap();
+    let elsewhere = format!("{base}/open?{query}");
+    let r = no_follow
+        .get(&elsewhere)
+        .json(&serde_json::json!({"in": [{"objname": "o2"}], "strm": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "another path");
+    let target = base.trim_end_matches("/v1/ml/moss");
+    let r = no_follow
+        .get(format!("{target}/v1/objects/open/o1?{query}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "an object GET");
+}

@@ -271,10 +271,31 @@ async fn primary_kill9_under_load_fails_over() {
         );
     }
 
-    // Metadata changes through every surviving proxy (a non-primary redirects to the new one).
+    // Metadata changes through every surviving proxy: a non-primary forwards them to the new
+    // primary and answers itself (no redirect for the client to follow, or to lose its token
+    // on) — bucket creation and an ETL definition, which used to be refused off the primary.
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
     for (k, u) in survivors.iter().enumerate() {
-        let r = create_via(&c, u, &format!("after-{k}")).await;
-        assert!(r.status().is_success(), "create via {u}: {}", r.status());
+        let r = no_redirects
+            .post(format!("{u}/v1/buckets/after-{k}?provider=ais"))
+            .json(&serde_json::json!({"action": "create-bck"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "create via {u}");
+        let r = no_redirects
+            .put(format!("{u}/v1/etl"))
+            .json(
+                &serde_json::json!({"name": format!("etl-{k}"), "runtime": "command",
+                "command": ["cat"]}),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "ETL via {u}: {}", r.text().await.unwrap());
     }
 
     // The CLI with the three endpoints (the first one dead) fails over.
