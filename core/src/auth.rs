@@ -1119,9 +1119,9 @@ async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Respo
                     .verify_redirect(&params, method.as_str(), &bck, object);
                 match redirect_principal(signed, &md) {
                     Ok(w) => who = Some(w),
-                    Err(resp) => {
-                        audit_denied(&req, "", resp.status());
-                        return resp;
+                    Err(why) => {
+                        audit_denied(&req, "", StatusCode::UNAUTHORIZED);
+                        return deny(StatusCode::UNAUTHORIZED, why);
                     }
                 }
             }
@@ -1140,9 +1140,9 @@ async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Respo
                     .verify_redirect_path(&params, method.as_str(), &path);
                 match redirect_principal(signed, &md) {
                     Ok(w) => who = Some(w),
-                    Err(resp) => {
-                        audit_denied(&req, "", resp.status());
-                        return resp;
+                    Err(why) => {
+                        audit_denied(&req, "", StatusCode::UNAUTHORIZED);
+                        return deny(StatusCode::UNAUTHORIZED, why);
                     }
                 }
             }
@@ -1216,25 +1216,19 @@ async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Respo
     resp
 }
 
-/// Who a verified redirect signature speaks for (a refusal when it does not verify or names
-/// a user that no longer exists).
+/// Who a verified redirect signature speaks for; the refusal (a 401's message) when it does
+/// not verify or names a user that no longer exists.
 fn redirect_principal(
     signed: Result<String, Refused>,
     md: &BucketMetadata,
-) -> Result<(Principal, Option<User>), Response> {
+) -> Result<(Principal, Option<User>), String> {
     match signed {
         Ok(user) if user == NODE_USER => Ok((Principal::Node(NODE_USER.into()), None)),
         Ok(user) => match md.users.get(&user) {
             Some(u) => Ok((Principal::User(user), Some(u.clone()))),
-            None => Err(deny(
-                StatusCode::UNAUTHORIZED,
-                Refused::UnknownUser.message("redirect"),
-            )),
+            None => Err(Refused::UnknownUser.message("redirect")),
         },
-        Err(why) => Err(deny(
-            StatusCode::UNAUTHORIZED,
-            why.message("signed redirect"),
-        )),
+        Err(why) => Err(why.message("signed redirect")),
     }
 }
 
