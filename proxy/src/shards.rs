@@ -123,7 +123,7 @@ async fn moss_redirect(
         .iter()
         .max_by(|a, b| {
             a.1.cmp(b.1)
-                .then_with(|| (b.0 == &fallback.daemon_id).cmp(&(a.0 == &fallback.daemon_id)))
+                .then_with(|| (a.0 == &fallback.daemon_id).cmp(&(b.0 == &fallback.daemon_id)))
         })
         .and_then(|(id, _)| smap.node(id))
         .unwrap_or(fallback);
