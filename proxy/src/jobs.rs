@@ -51,6 +51,16 @@ pub(crate) async fn snaps(
     kind: Option<JobKind>,
     running_only: bool,
 ) -> Vec<JobSnap> {
+    snaps_counting_silent(p, id, kind, running_only).await.0
+}
+
+/// [`snaps`], and how many targets did not answer.
+async fn snaps_counting_silent(
+    p: &Proxy,
+    id: &str,
+    kind: Option<JobKind>,
+    running_only: bool,
+) -> (Vec<JobSnap>, usize) {
     let smap = p.smap();
     let mut query = vec![("id", id.to_owned())];
     if let Some(k) = kind {
@@ -70,30 +80,34 @@ pub(crate) async fn snaps(
         async move {
             match req.await {
                 Ok(resp) if resp.status().is_success() => {
-                    resp.json::<Vec<JobSnap>>().await.unwrap_or_default()
+                    resp.json::<Vec<JobSnap>>().await.ok()
                 }
                 Ok(resp) => {
                     tracing::warn!(target = %tid, status = %resp.status(), "job status query failed");
-                    Vec::new()
+                    None
                 }
                 Err(e) => {
                     tracing::warn!(target = %tid, error = %e, "job status query failed");
-                    Vec::new()
+                    None
                 }
             }
         }
     });
-    futures::future::join_all(asks)
-        .await
-        .into_iter()
-        .flatten()
-        .collect()
+    let answers = futures::future::join_all(asks).await;
+    let silent = answers.iter().filter(|a| a.is_none()).count();
+    (answers.into_iter().flatten().flatten().collect(), silent)
 }
 
 /// One job across the cluster; 404 if no target knows it.
 pub(crate) async fn status(p: &Proxy, id: &str) -> Result<JobStatus, ApiError> {
-    let mut status =
-        JobStatus::aggregate(snaps(p, id, None, false).await).ok_or_else(|| job_not_found(id))?;
+    let (snaps, silent) = snaps_counting_silent(p, id, None, false).await;
+    let mut status = JobStatus::aggregate(snaps).ok_or_else(|| job_not_found(id))?;
+    // A target that did not answer (busy, restarting) may still be running its share: the
+    // job is not known to be over.
+    if silent > 0 && status.state == JobState::Finished {
+        status.state = JobState::Running;
+        status.end_ns = 0;
+    }
     // The rebalance of the current map runs on every target of the map, each starting it when
     // the map reaches it: it is not over while a target has yet to report it — for a while (a
     // target that skipped this map version never will).

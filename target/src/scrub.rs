@@ -13,7 +13,8 @@
 //!   GET from the remote of a cached bucket. A native object with no replica is an error.
 //! - **Scrub** (job kind `scrub`): each target re-reads every object it holds (owned copies and
 //!   replicas) sequentially on the blocking pool, checks size and checksum, and repairs (or,
-//!   with `no_repair`, only reports) what is corrupt.
+//!   with `no_repair`, only reports) what is corrupt. At its end it deletes quarantined copies
+//!   older than `GRISTD_QUARANTINE_KEEP_DAYS` (default 7).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -456,7 +457,30 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
         }
     }
     *run.total.lock().expect("job total lock") = Some(listed);
+    purge_old_quarantine(t).await;
     Ok(())
+}
+
+/// How long quarantined copies are kept for inspection: `GRISTD_QUARANTINE_KEEP_DAYS`
+/// (default 7); every scrub deletes older ones.
+fn quarantine_keep() -> std::time::Duration {
+    let days: u64 = std::env::var("GRISTD_QUARANTINE_KEEP_DAYS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    std::time::Duration::from_secs(days * 24 * 3600)
+}
+
+async fn purge_old_quarantine(t: &Arc<Target>) {
+    let store = t.store.clone();
+    match tokio::task::spawn_blocking(move || store.purge_quarantine(quarantine_keep())).await {
+        Ok(Ok((0, _))) => {}
+        Ok(Ok((files, bytes))) => {
+            tracing::info!(files, bytes, "scrub: old quarantined copies deleted")
+        }
+        Ok(Err(e)) => tracing::warn!(error = %e, "scrub: purging the quarantine"),
+        Err(e) => tracing::warn!(error = %e, "scrub: purging the quarantine"),
+    }
 }
 
 /// Checks one object's copy here; repairs it if corrupt.

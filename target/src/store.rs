@@ -506,6 +506,30 @@ impl Store {
     /// again. False when the record no longer names that file (overwritten or quarantined
     /// meanwhile): nothing changes then. A newer record that landed between the move and the
     /// drop is put back.
+    /// Deletes quarantined files last modified (moved there) more than `keep` ago, on every
+    /// mountpath; returns how many files and bytes went. Blocking (call off the runtime).
+    pub fn purge_quarantine(&self, keep: std::time::Duration) -> std::io::Result<(u64, u64)> {
+        let (mut files, mut bytes) = (0, 0);
+        for mp in self.mountpaths() {
+            let entries = match std::fs::read_dir(mp.path.join("quarantine")) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            for entry in entries {
+                let entry = entry?;
+                let md = entry.metadata()?;
+                let age = md.modified()?.elapsed().unwrap_or_default();
+                if md.is_file() && age > keep {
+                    std::fs::remove_file(entry.path())?;
+                    files += 1;
+                    bytes += md.len();
+                }
+            }
+        }
+        Ok((files, bytes))
+    }
+
     pub async fn quarantine(&self, bck: &Bck, meta: &ObjectMeta) -> Result<bool, StoreError> {
         // The mountpath whose record names this file (not necessarily the HRW one while a
         // resilver runs).
@@ -526,7 +550,12 @@ impl Store {
             std::fs::create_dir_all(&dir)?;
             match std::fs::rename(&from, &to) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-                _ => Ok(()),
+                // Its age in quarantine counts from now (see `purge_quarantine`).
+                Ok(()) => std::fs::File::options()
+                    .write(true)
+                    .open(&to)
+                    .and_then(|f| f.set_modified(std::time::SystemTime::now())),
+                Err(_) => Ok(()),
             }
         })
         .await

@@ -854,6 +854,47 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn quarantined_copies_are_kept_then_purged() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_with_state(&[dir.path().join("mp0")], None)
+            .await
+            .unwrap();
+        let bck = Bck::new("b", Provider::Ais).unwrap();
+        for n in ["old", "new"] {
+            store
+                .put(&bck, n, body(n), Default::default())
+                .await
+                .unwrap();
+            let meta = store.head(&bck, n).unwrap();
+            assert!(store.quarantine(&bck, &meta).await.unwrap());
+        }
+        let qdir = dir.path().join("mp0").join("quarantine");
+        let files: Vec<_> = std::fs::read_dir(&qdir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(files.len(), 2);
+        // One quarantined eight days ago (by its modification time, set when it moved there).
+        let old = files
+            .iter()
+            .find(|p| std::fs::read_to_string(p).unwrap() == "old")
+            .unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(old)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(8 * 86400))
+            .unwrap();
+        let week = std::time::Duration::from_secs(7 * 86400);
+        assert_eq!(store.purge_quarantine(week).unwrap(), (1, 3));
+        let left: Vec<String> = std::fs::read_dir(&qdir)
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .collect();
+        assert_eq!(left, ["new"]);
+    }
+
+    #[tokio::test]
     async fn attach_moves_misplaced_and_newer_writes_win() {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("mountpaths.json");
