@@ -259,11 +259,16 @@ fn expected(access: Access, method: &Method, cred: Cred) -> Option<StatusCode> {
     }
 }
 
-async fn table(c: &SecureCluster, tokens: &Tokens, base: &str, routes: &[Route], who: &str) {
-    let http = reqwest::Client::builder()
+/// A client that shows redirects instead of following them.
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+async fn table(c: &SecureCluster, tokens: &Tokens, base: &str, routes: &[Route], who: &str) {
+    let http = no_redirects();
     let mut failures = Vec::new();
     let mut checked = 0;
     for route in routes {
@@ -500,10 +505,7 @@ async fn read_only_user_redirects_internal_endpoints_and_s3() {
     assert_eq!(r.status(), StatusCode::OK);
 
     // Captured redirect URLs: good for this object and method, until they expire.
-    let no_follow = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let no_follow = no_redirects();
     let r = no_follow
         .get(c.url("/v1/objects/data/obj"))
         .bearer_auth(&tokens.ro)
@@ -1015,10 +1017,7 @@ async fn a_non_primary_proxy_forwards_changes_with_the_clients_rights() {
     let reader = c.add_user("reader", &["read:*"], false).await.unwrap();
     let reader = c.login("reader", &reader.password, "").await.unwrap();
     let send = |token: Option<String>, method: Method, path: &str, body: serde_json::Value| {
-        let mut r = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .unwrap()
+        let mut r = no_redirects()
             .request(method, format!("{second}{path}"))
             .json(&body);
         if let Some(t) = token {
@@ -1117,10 +1116,7 @@ async fn get_batch_redirects_are_signed_for_the_user() {
     );
 
     // The signed URL: good for get-batch at that path, as that user, and nothing else.
-    let no_follow = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let no_follow = no_redirects();
     let r = no_follow
         .get(c.url("/v1/ml/moss"))
         .bearer_auth(&token)

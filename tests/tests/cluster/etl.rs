@@ -890,6 +890,50 @@ impl BigObject {
     }
 }
 
+/// A streamed GET through ETL `etl`.
+async fn get_streamed(c: &Cluster, path: &str, etl: &str, args: &str) -> reqwest::Response {
+    c.http
+        .get(c.url(path))
+        .query(&[("etl_name", etl), ("etl_args", args)])
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Reads a body to its end, checking each piece against `want(offset, len)`; returns its length.
+async fn check_stream(
+    r: reqwest::Response,
+    what: &str,
+    want: impl Fn(u64, usize) -> Vec<u8>,
+) -> u64 {
+    assert_eq!(r.status(), 200, "{what}");
+    let mut stream = r.bytes_stream();
+    let mut at = 0u64;
+    while let Some(piece) = stream.next().await {
+        let piece = piece.unwrap();
+        let end = at + piece.len() as u64;
+        assert!(
+            piece[..] == want(at, piece.len())[..],
+            "{what}: bytes {at}..{end} differ"
+        );
+        at = end;
+    }
+    at
+}
+
+/// Reads a body until it ends or breaks: (bytes read, whether it broke).
+async fn read_until_broken(r: reqwest::Response) -> (u64, bool) {
+    let mut stream = r.bytes_stream();
+    let mut got = 0u64;
+    while let Some(piece) = stream.next().await {
+        match piece {
+            Ok(p) => got += p.len() as u64,
+            Err(_) => return (got, true),
+        }
+    }
+    (got, false)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn streaming_etls_pass_objects_larger_than_the_whole_object_limit() {
     const SIZE: u64 = 600 << 20; // above the 512 MiB whole-object limit
@@ -925,27 +969,9 @@ async fn streaming_etls_pass_objects_larger_than_the_whole_object_limit() {
     let peak_before: Vec<u64> = c.targets.iter().map(|t| t.peak_rss().unwrap()).collect();
 
     // 600 MiB through the transform: every byte right, and no target grew by the object.
-    let r = c
-        .http
-        .get(c.url("/v1/objects/st/big.bin"))
-        .query(&[("etl_name", "xor")])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let mut stream = r.bytes_stream();
-    let mut at = 0u64;
-    while let Some(piece) = stream.next().await {
-        let piece = piece.unwrap();
-        let want = big.bytes(at, piece.len(), true);
-        assert!(
-            piece[..] == want[..],
-            "bytes {at}..{} differ",
-            at + piece.len() as u64
-        );
-        at += piece.len() as u64;
-    }
-    assert_eq!(at, SIZE);
+    let r = get_streamed(&c, "/v1/objects/st/big.bin", "xor", "").await;
+    let n = check_stream(r, "xor", |at, len| big.bytes(at, len, true)).await;
+    assert_eq!(n, SIZE);
     for (t, before) in c.targets.iter().zip(&peak_before) {
         let after = t.peak_rss().unwrap();
         eprintln!(
@@ -963,37 +989,14 @@ async fn streaming_etls_pass_objects_larger_than_the_whole_object_limit() {
     }
 
     // A transform that fails at once: a clean 502 naming the ETL and the error.
-    let r = c
-        .http
-        .get(c.url("/v1/objects/st/big.bin"))
-        .query(&[("etl_name", "xor"), ("etl_args", "fail-first")])
-        .send()
-        .await
-        .unwrap();
+    let r = get_streamed(&c, "/v1/objects/st/big.bin", "xor", "fail-first").await;
     assert_eq!(r.status(), 502);
     let text = r.text().await.unwrap();
     assert!(text.contains("xor") && text.contains("refusing"), "{text}");
     // One that fails midway: the body is cut, never a short answer that looks complete.
-    let r = c
-        .http
-        .get(c.url("/v1/objects/st/big.bin"))
-        .query(&[("etl_name", "xor"), ("etl_args", "fail-late")])
-        .send()
-        .await
-        .unwrap();
+    let r = get_streamed(&c, "/v1/objects/st/big.bin", "xor", "fail-late").await;
     assert_eq!(r.status(), 200);
-    let mut stream = r.bytes_stream();
-    let mut got = 0u64;
-    let mut broke = false;
-    while let Some(piece) = stream.next().await {
-        match piece {
-            Ok(p) => got += p.len() as u64,
-            Err(_) => {
-                broke = true;
-                break;
-            }
-        }
-    }
+    let (got, broke) = read_until_broken(r).await;
     assert!(
         broke && got < SIZE,
         "a failed transform must not end cleanly ({got} bytes)"
@@ -1007,27 +1010,12 @@ async fn streaming_etls_pass_objects_larger_than_the_whole_object_limit() {
         &c,
         &["etl", "init", "--name", "upper", "--command", "tr a-z A-Z"],
     );
-    let r = c
-        .http
-        .get(c.url("/v1/objects/st/big.bin"))
-        .query(&[("etl_name", "upper")])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let mut stream = r.bytes_stream();
-    let mut at = 0u64;
-    while let Some(piece) = stream.next().await {
-        let piece = piece.unwrap();
-        let want = big.bytes(at, piece.len(), false).to_ascii_uppercase();
-        assert!(
-            piece[..] == want[..],
-            "tr: bytes {at}..{} differ",
-            at + piece.len() as u64
-        );
-        at += piece.len() as u64;
-    }
-    assert_eq!(at, SIZE);
+    let r = get_streamed(&c, "/v1/objects/st/big.bin", "upper", "").await;
+    let n = check_stream(r, "tr", |at, len| {
+        big.bytes(at, len, false).to_ascii_uppercase()
+    })
+    .await;
+    assert_eq!(n, SIZE);
     // A command that fails after its output (exit 3 once it has copied 1 MB): the body is cut.
     let r = c
         .http
@@ -1038,24 +1026,8 @@ async fn streaming_etls_pass_objects_larger_than_the_whole_object_limit() {
         .await
         .unwrap();
     assert!(r.status().is_success());
-    let r = c
-        .http
-        .get(c.url("/v1/objects/st/big.bin"))
-        .query(&[("etl_name", "quitter")])
-        .send()
-        .await
-        .unwrap();
-    let mut stream = r.bytes_stream();
-    let (mut got, mut broke) = (0usize, false);
-    while let Some(piece) = stream.next().await {
-        match piece {
-            Ok(p) => got += p.len(),
-            Err(_) => {
-                broke = true;
-                break;
-            }
-        }
-    }
+    let r = get_streamed(&c, "/v1/objects/st/big.bin", "quitter", "").await;
+    let (got, broke) = read_until_broken(r).await;
     assert!(
         broke && got == 1_000_000,
         "exit 3 must cut the body ({got} bytes)"
@@ -1067,13 +1039,7 @@ async fn streaming_etls_pass_objects_larger_than_the_whole_object_limit() {
 
     // A client that stops reading early costs the worker (it is mid-object), nothing else.
     for _ in 0..2 {
-        let r = c
-            .http
-            .get(c.url("/v1/objects/st/big.bin"))
-            .query(&[("etl_name", "xor")])
-            .send()
-            .await
-            .unwrap();
+        let r = get_streamed(&c, "/v1/objects/st/big.bin", "xor", "").await;
         assert_eq!(r.status(), 200);
         let mut stream = r.bytes_stream();
         let first = stream.next().await.unwrap().unwrap();
