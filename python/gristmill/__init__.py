@@ -31,7 +31,7 @@ from .errors import (
     TooManyRequests,
     Unauthorized,
 )
-from .jobs import Etl, Job, JobFailed
+from .jobs import Etl, EtlError, Job, JobFailed
 from .retry import RetryPolicy
 from .template import expand_template
 
@@ -39,7 +39,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client", "Bucket", "Object", "ObjectProps", "ObjectReader", "ListEntry", "ListPage",
-    "Batch", "BatchItem", "RetryPolicy", "expand_template", "Job", "JobFailed", "Etl",
+    "Batch", "BatchItem", "RetryPolicy", "expand_template", "Job", "JobFailed", "Etl", "EtlError",
     "GristError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "BucketNotFound",
     "ObjectNotFound", "Conflict", "BucketExists", "RangeNotSatisfiable", "TooManyRequests",
     "ServiceUnavailable", "ConnectionFailed",
