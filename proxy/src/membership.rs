@@ -83,6 +83,9 @@ pub(crate) async fn register(proxy: &Proxy, mut node: Node) -> Result<MetaSync, 
         return Err(Removed::refusal(&node.daemon_id));
     }
     node.id_digest = gristmill_core::hrw::digest(&node.daemon_id);
+    // Heard from before it enters the map: the failure detector must not take a node that is
+    // joining for one that went silent.
+    proxy.heard_from(&node.daemon_id);
     proxy
         .change(|smap, _| {
             let map = if is_target {
@@ -257,19 +260,30 @@ async fn remove_silent_nodes(proxy: &Proxy, window: Duration) {
     if silent.is_empty() {
         return;
     }
+    let mut gone = Vec::new();
     let removed = proxy
         .change(|smap, _| {
-            let before = smap.tmap.len();
-            smap.tmap.retain(|id, _| !silent.contains(id));
+            // Checked again under the change lock: a node that (re-)joined while this change
+            // waited for the lock has been heard from since the list above was made.
+            let heard = proxy.last_heard.lock().expect("last_heard lock");
+            smap.tmap.retain(|id, _| {
+                let quiet =
+                    silent.contains(id) && heard.get(id).is_none_or(|t| t.elapsed() > window);
+                if quiet {
+                    gone.push(id.clone());
+                }
+                !quiet
+            });
             Ok(Changed {
-                smap: smap.tmap.len() != before,
+                smap: !gone.is_empty(),
                 bmd: false,
             })
         })
         .await;
     match removed {
+        Ok(_) if gone.is_empty() => {}
         Ok(_) => {
-            tracing::warn!(nodes = ?silent, after = ?window, "removed targets that stopped sending keepalives")
+            tracing::warn!(nodes = ?gone, after = ?window, "removed targets that stopped sending keepalives")
         }
         Err(e) => tracing::warn!(error = %e.message, "could not remove silent targets"),
     }

@@ -31,9 +31,6 @@ pub(crate) const NO_FALLBACK: &str = "nofb";
 
 /// Runs a rebalance (every bucket) or a `make-n-copies` job (the job's bucket only): the same
 /// walk, since both mean "bring every copy to where the map and `mirror.copies` want it".
-/// How long moved objects stay on their old owner after every transfer is acknowledged.
-const DROP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-
 pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
     let smap = t.smap();
     let bmd = t.bmd();
@@ -118,24 +115,21 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
         // Superseded: the copies stay until a rebalance completes (the next one re-sends).
         return Ok(());
     }
-    // A listing asks every target at once; one whose page on the new owner was taken before
-    // an object arrived and whose page here is taken after the drop would miss the object.
-    // Keeping both copies a moment longer than any page takes closes that window.
-    if !sent.is_empty() {
-        tokio::select! {
-            _ = run.cancel.cancelled() => return Ok(()),
-            _ = tokio::time::sleep(DROP_GRACE) => {}
-        }
-    }
     // Every transfer is acknowledged: drop the moved copies (unless rewritten meanwhile, or
-    // this target is one of the object's replica holders).
+    // this target holds the object under this map or under a newer one: a later map may have
+    // sent it back here, with the same version, and that copy must stay).
     let bmd = t.bmd();
     for (bck, meta) in sent {
+        if run.cancel.is_cancelled() {
+            // Superseded: the next rebalance decides about what is left.
+            return Ok(());
+        }
         let copies = bmd.get(&bck).map_or(1, |r| r.props.mirror.copies());
-        if smap
-            .owners(&bck.object_uname(&meta.name), copies)
+        let uname = bck.object_uname(&meta.name);
+        let current = t.smap();
+        if [&smap, &current]
             .iter()
-            .any(|o| o.daemon_id == t.id)
+            .any(|m| m.owners(&uname, copies).iter().any(|o| o.daemon_id == t.id))
         {
             continue;
         }

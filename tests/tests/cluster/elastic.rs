@@ -121,6 +121,29 @@ async fn assert_placement(c: &Cluster, bucket: &str, n: usize) -> HashMap<String
             );
         }
     }
+    if seen.len() != n {
+        let notable = |log: String| -> String {
+            log.lines()
+                .filter(|l| {
+                    [
+                        "rebalance",
+                        "decommission",
+                        "removed",
+                        "map",
+                        "WARN",
+                        "ERROR",
+                    ]
+                    .iter()
+                    .any(|k| l.contains(k))
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        for (i, t) in c.targets.iter().enumerate() {
+            eprintln!("--- target {i} log:\n{}", notable(t.log_text()));
+        }
+        eprintln!("--- proxy log:\n{}", notable(c.proxy.log_text()));
+    }
     assert_eq!(seen.len(), n, "objects lost");
     per
 }
@@ -655,7 +678,13 @@ async fn decommission_and_remove_stay_out_until_added_back() {
     wait_member(&c, &id, true).await;
     rebalanced(&c).await;
     let per = assert_placement(&c, "dr", N).await;
-    assert!(per[&id] > 0);
+    if !per.contains_key(&id) {
+        eprintln!("--- proxy log:\n{}", c.proxy.log_text());
+    }
+    assert!(
+        per.get(&id).is_some_and(|n| *n > 0),
+        "{id} added back: {per:?}"
+    );
 
     // Remove at once: its objects are out of the cluster until it is added back.
     c.grist_ok(&["cluster", "remove", &id]);
