@@ -17,6 +17,7 @@ import pytest
 from conftest import _playground
 from gristmill import Client, JobFailed
 from gristmill.jobs import EtlError
+from wheelutil import make_wheel
 
 
 def _free_port():
@@ -159,26 +160,8 @@ def test_python_etl_inline_and_offline(cluster):
 
 
 def _wheel(directory: str) -> str:
-    """A wheel of a one-module package, ``gmsdk_twice.twice(b) = b + b``, built with zipfile."""
-    import base64
-    import hashlib
-    import zipfile
-    files = {
-        "gmsdk_twice/__init__.py": b"def twice(b):\n    return b + b\n",
-        "gmsdk_twice-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: gmsdk-twice\nVersion: 1.0\n",
-        "gmsdk_twice-1.0.dist-info/WHEEL":
-            b"Wheel-Version: 1.0\nGenerator: gristmill-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    path = os.path.join(directory, "gmsdk_twice-1.0-py3-none-any.whl")
-    record = []
-    with zipfile.ZipFile(path, "w") as z:
-        for name, data in files.items():
-            z.writestr(name, data)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-            record.append(f"{name},sha256={digest},{len(data)}")
-        record.append("gmsdk_twice-1.0.dist-info/RECORD,,")
-        z.writestr("gmsdk_twice-1.0.dist-info/RECORD", "\n".join(record) + "\n")
-    return path
+    """A wheel of ``gmsdk_twice`` (``twice(b) = b + b``)."""
+    return make_wheel(directory, "gmsdk_twice", "def twice(b):\n    return b + b\n")
 
 
 def twice_etl(data, path, args):

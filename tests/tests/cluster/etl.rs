@@ -543,29 +543,18 @@ def transform(data, path, args):
     return gmdep_shout.shout(data)
 "#;
 
-/// A wheel of a one-module package (`gmdep_shout.shout(b) = b.upper() + b"!"`), made with
-/// Python's zipfile: what pip installs from a path, without any index.
+/// A wheel of a one-module package (`gmdep_shout.shout(b) = b.upper() + b"!"`), made by
+/// `python/tests/wheelutil.py`: what pip installs from a path, without any index.
 fn shout_wheel(dir: &std::path::Path) -> String {
-    const SCRIPT: &str = r#"
-import base64, hashlib, sys, zipfile
-files = {
-    "gmdep_shout/__init__.py": b"def shout(b):\n    return b.upper() + b'!'\n",
-    "gmdep_shout-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: gmdep-shout\nVersion: 1.0\n",
-    "gmdep_shout-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: gristmill-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-}
-record = []
-with zipfile.ZipFile(sys.argv[1], "w") as z:
-    for name, data in files.items():
-        z.writestr(name, data)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(data)}")
-    record.append("gmdep_shout-1.0.dist-info/RECORD,,")
-    z.writestr("gmdep_shout-1.0.dist-info/RECORD", "\n".join(record) + "\n")
-"#;
-    let path = dir.join("gmdep_shout-1.0-py3-none-any.whl");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/tests/wheelutil.py");
     let out = std::process::Command::new("python3")
-        .args(["-c", SCRIPT])
-        .arg(&path)
+        .arg(script)
+        .arg(dir)
+        .args([
+            "gmdep_shout",
+            "def shout(b):\n    return b.upper() + b'!'\n",
+        ])
         .output()
         .unwrap();
     assert!(
@@ -573,7 +562,7 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    path.display().to_string()
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 /// Each target's `dependencies` state of an ETL (`grist etl show NAME`).
