@@ -457,6 +457,7 @@ async fn get_transformed(
     let args = params.get("etl_args").map(String::as_str).unwrap_or("");
     // One streaming ETL and an object bigger than a read-ahead: streamed through it, so the
     // object is never whole in the target's memory (and may exceed the ETL object limit).
+    let mut opened = None;
     if let [only] = names
         && t.etls.streams(only)?
     {
@@ -464,8 +465,9 @@ async fn get_transformed(
         if open.data.is_none() {
             return stream_transformed(t, bck, name, only, args, open).await;
         }
+        opened = Some(open);
     }
-    let data = object_bytes(t, bck, name).await?;
+    let data = whole_object(t, bck, name, opened).await?;
     let out = t.etls.pipeline(names, data, name, args).await?;
     let mut resp = Response::new(Body::from(out.clone()));
     resp.headers_mut()
@@ -522,11 +524,24 @@ async fn stream_transformed(
 /// A whole object in memory, for transforms (bounded by [`gristmill_core::etl::MAX_ETL_OBJECT`]);
 /// an uncached remote object is cold-fetched (and cached) first.
 pub(crate) async fn object_bytes(t: &Target, bck: &Bck, name: &str) -> Result<Bytes, ApiError> {
+    whole_object(t, bck, name, None).await
+}
+
+/// [`object_bytes`], starting from the object if the caller opened it already.
+async fn whole_object(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    mut opened: Option<crate::store::OpenObject>,
+) -> Result<Bytes, ApiError> {
     // Verified like a GET (`checksum.validate_warm_get`): a corrupt copy is repaired once.
     let validate = crate::scrub::validates(t, bck, &HashMap::new());
     let mut repaired = false;
     loop {
-        let open = open_or_fetch(t, bck, name).await?;
+        let open = match opened.take() {
+            Some(o) => o,
+            None => open_or_fetch(t, bck, name).await?,
+        };
         let meta = open.meta.clone();
         let (data, verdict) = read_whole(bck, name, open, validate).await?;
         let Err(why) = verdict else {
