@@ -339,11 +339,7 @@ impl Etls {
         let spec = &run.spec;
         match spec.runtime {
             Runtime::Python => {
-                let idle = run.idle.lock().expect("etl idle lock").pop();
-                let mut worker = match idle {
-                    Some(w) => w,
-                    None => self.spawn_worker(&run).await?,
-                };
+                let mut worker = self.take_worker(&run).await?;
                 tokio::spawn(async move {
                     let _slot = slot;
                     let spec = &run.spec;
@@ -419,11 +415,7 @@ impl Etls {
         args: &str,
     ) -> Result<Bytes, EtlError> {
         let spec = &run.spec;
-        let idle = run.idle.lock().expect("etl idle lock").pop();
-        let mut worker = match idle {
-            Some(w) => w,
-            None => self.spawn_worker(run).await?,
-        };
+        let mut worker = self.take_worker(run).await?;
         match tokio::time::timeout(spec.timeout(), worker.call(path, args, &data)).await {
             Ok(Ok(Ok(out))) => {
                 run.idle.lock().expect("etl idle lock").push(worker);
@@ -449,6 +441,15 @@ impl Etls {
                     after: spec.timeout(),
                 })
             }
+        }
+    }
+
+    /// An idle worker of the ETL, or a new one.
+    async fn take_worker(&self, run: &Arc<EtlRun>) -> Result<Worker, EtlError> {
+        let idle = run.idle.lock().expect("etl idle lock").pop();
+        match idle {
+            Some(w) => Ok(w),
+            None => self.spawn_worker(run).await,
         }
     }
 

@@ -87,14 +87,9 @@ async fn relay(p: &Proxy, req: Request) -> Result<Response, ApiError> {
         .body(body);
     for (name, value) in &parts.headers {
         // The node's own signature replaces the client's credentials on this hop.
-        if !matches!(
-            *name,
-            header::HOST
-                | header::AUTHORIZATION
-                | header::CONTENT_LENGTH
-                | header::CONNECTION
-                | header::TRANSFER_ENCODING
-        ) && *name != FORWARDED
+        if !per_hop(name)
+            && !matches!(*name, header::HOST | header::AUTHORIZATION)
+            && *name != FORWARDED
         {
             out = out.header(name, value);
         }
@@ -115,14 +110,20 @@ async fn relay(p: &Proxy, req: Request) -> Result<Response, ApiError> {
     })?;
     let mut answer = (status, bytes).into_response();
     for (name, value) in &headers {
-        if !matches!(
-            *name,
-            header::CONTENT_LENGTH | header::CONNECTION | header::TRANSFER_ENCODING
-        ) {
+        if !per_hop(name) {
             answer.headers_mut().insert(name, value.clone());
         }
     }
     Ok(answer)
+}
+
+/// Headers that describe one connection or one message's framing, not the request: each hop
+/// sets its own.
+fn per_hop(name: &HeaderName) -> bool {
+    matches!(
+        *name,
+        header::CONTENT_LENGTH | header::CONNECTION | header::TRANSFER_ENCODING
+    )
 }
 
 #[cfg(test)]
