@@ -116,20 +116,14 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
         return Ok(());
     }
     // Every transfer is acknowledged: drop the moved copies (unless rewritten meanwhile, or
-    // this target holds the object under this map or under a newer one: a later map may have
-    // sent it back here, with the same version, and that copy must stay).
+    // this target is one of the object's replica holders).
     let bmd = t.bmd();
     for (bck, meta) in sent {
-        if run.cancel.is_cancelled() {
-            // Superseded: the next rebalance decides about what is left.
-            return Ok(());
-        }
         let copies = bmd.get(&bck).map_or(1, |r| r.props.mirror.copies());
-        let uname = bck.object_uname(&meta.name);
-        let current = t.smap();
-        if [&smap, &current]
+        if smap
+            .owners(&bck.object_uname(&meta.name), copies)
             .iter()
-            .any(|m| m.owners(&uname, copies).iter().any(|o| o.daemon_id == t.id))
+            .any(|o| o.daemon_id == t.id)
         {
             continue;
         }
