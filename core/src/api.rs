@@ -62,6 +62,45 @@ pub mod query {
     pub const BCK_TO: &str = "bck_to";
     /// Evict of a whole remote bucket: keep its bucket-metadata entry.
     pub const KEEP_MD: &str = "keep_md";
+    /// Set by a target that redirects an object request to the owner under its cluster map,
+    /// with that map's version: the receiver catches up with a newer map instead of bouncing
+    /// the request back. Carries no privilege; anyone may set it.
+    pub const FORWARDED: &str = "tfwd";
+    /// Internal object routes: what a transfer is (`rebalance` or `replica`).
+    pub const TRANSFER: &str = "transfer";
+}
+
+/// Query parameters that once selected node-to-node behaviour on the user object route. Those
+/// operations now live under [`internal::OBJECTS`]; a user request carrying one of these is
+/// refused with a 400, so an old node or a curious client gets a clear answer instead of an
+/// operation it may not perform.
+pub const NODE_ONLY_PARAMS: &[&str] = &["rebalance", "replica", "nofb"];
+
+/// Refuses a user object request that carries a node-only flag ([`NODE_ONLY_PARAMS`]).
+pub fn refuse_node_only_params<'a>(
+    mut keys: impl Iterator<Item = &'a String>,
+) -> Result<(), crate::ApiError> {
+    match keys.find(|k| NODE_ONLY_PARAMS.contains(&k.as_str())) {
+        Some(k) => Err(crate::ApiError::bad_request(format!(
+            "query parameter {k:?} is internal to the cluster (node-to-node transfers use {}/...)",
+            internal::OBJECTS
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Node-to-node routes. The gate classifies them as internal by path: only a node credential
+/// opens them, whatever a user's roles.
+pub mod internal {
+    /// `/v1/internal/objects/{bucket}/{*object}` on a target: `PUT ?transfer=rebalance|replica`
+    /// stores a copy as sent (never redirected, replicated or written through), `DELETE`
+    /// deletes a copy and records a tombstone, `GET`/`HEAD` read the local copy only (no
+    /// fallback to past owners, no redirect). Every answer carries [`super::header::GEN`].
+    pub const OBJECTS: &str = "/v1/internal/objects";
+    /// [`super::query::TRANSFER`] of a rebalance move.
+    pub const REBALANCE: &str = "rebalance";
+    /// [`super::query::TRANSFER`] of a replica write.
+    pub const REPLICA: &str = "replica";
 }
 
 /// Header names.
@@ -88,6 +127,15 @@ pub mod header {
     pub const COMPUTE_MD5: &str = "ais-compute-md5";
     /// PUT: S3 checksum algorithms to compute and record (comma-separated, e.g. `CRC32`).
     pub const S3_CHECKSUMS: &str = "ais-s3-checksums";
+    /// An object's owner-assigned generation: which of two copies is newer, decided without
+    /// wall clocks (internal routes; 0 when the object is absent). On an internal DELETE, the
+    /// tombstone's generation.
+    pub const GEN: &str = "ais-gen";
+    /// A target's listing page: how many moved copies the target has dropped so far (a
+    /// counter read after the page was taken).
+    pub const DROPS: &str = "ais-rebalance-drops";
+    /// Internal answers: the generation of the tombstone this target holds for the object.
+    pub const TOMBSTONE_GEN: &str = "ais-tombstone-gen";
 }
 
 /// Encodes object metadata for [`header::CUSTOM_MD_JSON`].

@@ -375,24 +375,38 @@ impl Keys {
         format!("v1\n{user}\n{exp}\n{method}\n{scope}")
     }
 
-    fn object_scope(bck: &Bck, object: &str) -> String {
-        format!("{}\n{object}", bck.uname())
+    fn object_scope(bck: &Bck, object: &str, query: &HashMap<String, String>) -> String {
+        format!("{}\n{object}\n{}", bck.uname(), signed_query_text(query))
     }
 
-    fn path_scope(path: &str) -> String {
-        format!("path\n{path}")
+    fn path_scope(path: &str, query: &HashMap<String, String>) -> String {
+        format!("path\n{path}\n{}", signed_query_text(query))
     }
 
     /// Query parameters (`gexp=..&guser=..&gsig=..`) that let whoever holds the URL do
-    /// `method` on this one object as `user`, until the redirect TTL runs out.
-    pub fn redirect_query(&self, user: &str, method: &str, bck: &Bck, object: &str) -> String {
-        self.signed_query(user, method, &Self::object_scope(bck, object))
+    /// `method` on this one object as `user`, with exactly the query parameters `query`
+    /// (see [`signed_query_text`]), until the redirect TTL runs out.
+    pub fn redirect_query(
+        &self,
+        user: &str,
+        method: &str,
+        bck: &Bck,
+        object: &str,
+        query: &HashMap<String, String>,
+    ) -> String {
+        self.signed_query(user, method, &Self::object_scope(bck, object, query))
     }
 
     /// Like [`Keys::redirect_query`], for a request on `path` (get-batch: what it reads is in
     /// its body, and the user's rights are checked again on each bucket it names).
-    pub fn redirect_path_query(&self, user: &str, method: &str, path: &str) -> String {
-        self.signed_query(user, method, &Self::path_scope(path))
+    pub fn redirect_path_query(
+        &self,
+        user: &str,
+        method: &str,
+        path: &str,
+        query: &HashMap<String, String>,
+    ) -> String {
+        self.signed_query(user, method, &Self::path_scope(path, query))
     }
 
     fn signed_query(&self, user: &str, method: &str, scope: &str) -> String {
@@ -416,7 +430,7 @@ impl Keys {
         bck: &Bck,
         object: &str,
     ) -> Result<String, Refused> {
-        self.verify_signed(query, method, &Self::object_scope(bck, object))
+        self.verify_signed(query, method, &Self::object_scope(bck, object, query))
     }
 
     /// The user a path redirect ([`Keys::redirect_path_query`]) was signed for.
@@ -426,7 +440,7 @@ impl Keys {
         method: &str,
         path: &str,
     ) -> Result<String, Refused> {
-        self.verify_signed(query, method, &Self::path_scope(path))
+        self.verify_signed(query, method, &Self::path_scope(path, query))
     }
 
     fn verify_signed(
@@ -643,6 +657,11 @@ pub const TARGET_ROUTES: &[Route] = &[
     r(ANY, "/v1/objects/{bucket}/{*object}", Access::Object),
     r(ANY, "/v1/objects/{bucket}", Access::Authenticated),
     r(ANY, "/v1/objects/{bucket}/", Access::Authenticated),
+    r(
+        ANY,
+        "/v1/internal/objects/{bucket}/{*object}",
+        Access::Internal,
+    ),
     r(GET, "/v1/buckets/{bucket}", Access::Internal),
     r(&["GET", "POST"], "/v1/remote/{bucket}", Access::Internal),
     r(POST, "/v1/cached/{bucket}", Access::Internal),
@@ -665,13 +684,41 @@ pub const TARGET_ROUTES: &[Route] = &[
     r(GET, "/metrics", Access::ClusterRead),
 ];
 
-/// Query parameters that make an object request internal: rebalance writes (`rebalance`,
-/// see `target/src/rebalance.rs`) and reads that must not fall back to a previous owner
-/// (`nofb`) are for nodes only, whatever the caller's roles.
-pub const INTERNAL_OBJECT_PARAMS: &[&str] = &["rebalance", "nofb"];
-
 /// Largest get-batch body the gate reads to find its buckets (the handlers' limit too).
 const MAX_BATCH_BODY: usize = 64 << 20;
+
+/// The query parameters a redirect signature covers, in one canonical text: every decoded
+/// `key=value` pair, sorted, except the signature's own parameters and the two that nodes add
+/// on the way (the proxy's id and a target's forward mark, which carry no privilege). Adding,
+/// dropping or changing any other parameter of a signed URL breaks the signature.
+pub fn signed_query_text(query: &HashMap<String, String>) -> String {
+    let mut pairs: Vec<(&String, &String)> = query
+        .iter()
+        .filter(|(k, _)| {
+            ![
+                REDIRECT_EXPIRES,
+                REDIRECT_USER,
+                REDIRECT_SIG,
+                crate::api::query::PROXY_ID,
+                crate::api::query::FORWARDED,
+            ]
+            .contains(&k.as_str())
+        })
+        .collect();
+    pairs.sort();
+    let mut out = String::new();
+    for (k, v) in pairs {
+        // Percent-encoded, so no key or value can forge a separator.
+        let enc = |s: &str| {
+            percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
+        };
+        out.push_str(&enc(k));
+        out.push('=');
+        out.push_str(&enc(v));
+        out.push('&');
+    }
+    out
+}
 
 /// Whether `path` matches a route pattern.
 pub fn path_matches(pattern: &str, path: &str) -> bool {
@@ -1050,15 +1097,6 @@ async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Respo
     }
     let md = (gate.metadata)();
     let params = query_params(req.uri().query());
-    let access = if access == Access::Object
-        && INTERNAL_OBJECT_PARAMS
-            .iter()
-            .any(|k| params.contains_key(*k))
-    {
-        Access::Internal
-    } else {
-        access
-    };
     let mut who = match identify(&gate.keys, &req, &md) {
         Ok(w) => w,
         Err(resp) => {
@@ -1273,9 +1311,10 @@ pub fn redirect_query_for(
     method: &Method,
     bck: &Bck,
     object: &str,
+    query: &HashMap<String, String>,
 ) -> Option<String> {
     let (keys, user) = signer_of(extensions)?;
-    Some(keys.redirect_query(user, method.as_str(), bck, object))
+    Some(keys.redirect_query(user, method.as_str(), bck, object, query))
 }
 
 /// [`redirect_query_for`] for a redirect scoped to a path (get-batch).
@@ -1283,9 +1322,10 @@ pub fn redirect_path_query_for(
     extensions: &axum::http::Extensions,
     method: &Method,
     path: &str,
+    query: &HashMap<String, String>,
 ) -> Option<String> {
     let (keys, user) = signer_of(extensions)?;
-    Some(keys.redirect_path_query(user, method.as_str(), path))
+    Some(keys.redirect_path_query(user, method.as_str(), path, query))
 }
 
 /// The keys and the user a redirect is signed for: whoever the gate let through.
@@ -1393,7 +1433,13 @@ mod tests {
     #[test]
     fn path_redirects_bind_the_path_and_never_pass_for_an_object() {
         let k = keys();
-        let q = query_params(Some(&k.redirect_path_query("bob", "GET", "/v1/ml/moss")));
+        let none = HashMap::new();
+        let q = query_params(Some(&k.redirect_path_query(
+            "bob",
+            "GET",
+            "/v1/ml/moss",
+            &none,
+        )));
         assert_eq!(
             k.verify_redirect_path(&q, "GET", "/v1/ml/moss").unwrap(),
             "bob"
@@ -1405,10 +1451,82 @@ mod tests {
     }
 
     #[test]
+    fn node_to_node_operations_are_internal_by_path_never_by_flag() {
+        // Every internal object operation has its own route, classified internal.
+        for m in [
+            Method::GET,
+            Method::HEAD,
+            Method::PUT,
+            Method::DELETE,
+            Method::POST,
+        ] {
+            assert_eq!(
+                classify(TARGET_ROUTES, &m, "/v1/internal/objects/b/o/x"),
+                Access::Internal,
+                "{m}"
+            );
+        }
+        // No user route takes a node-only flag: the handlers refuse them (400) before
+        // anything else, and the gate's table names no flag at all.
+        for flag in crate::api::NODE_ONLY_PARAMS {
+            let keys = [String::from("provider"), flag.to_string()];
+            let e = crate::api::refuse_node_only_params(keys.iter()).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::BadRequest, "{flag}");
+        }
+        let fine = [String::from("provider"), String::from("tfwd")];
+        assert!(crate::api::refuse_node_only_params(fine.iter()).is_ok());
+        // Every user-reachable object route stays a user route, and nothing under
+        // /v1/internal/ is reachable with a user's access class.
+        for r in TARGET_ROUTES.iter().chain(PROXY_ROUTES) {
+            if r.path.starts_with("/v1/internal/") {
+                assert_eq!(r.access, Access::Internal, "{}", r.path);
+            }
+        }
+    }
+
+    #[test]
+    fn redirect_signatures_cover_the_whole_query() {
+        let k = keys();
+        let b = Bck::new("b", Provider::Ais).unwrap();
+        let asked = HashMap::from([
+            ("provider".to_string(), "ais".to_string()),
+            ("etl_name".to_string(), "resize".to_string()),
+        ]);
+        let signed = k.redirect_query("alice", "GET", &b, "x", &asked);
+        let url = format!("provider=ais&etl_name=resize&pid=p1&{signed}");
+        let q = query_params(Some(&url));
+        assert_eq!(k.verify_redirect(&q, "GET", &b, "x").unwrap(), "alice");
+        // A target's forward mark may be added on the way.
+        let mut fwd = q.clone();
+        fwd.insert(crate::api::query::FORWARDED.into(), "7".into());
+        assert_eq!(k.verify_redirect(&fwd, "GET", &b, "x").unwrap(), "alice");
+        for (key, value) in [("replica", "1"), ("etl_name", "other"), ("latest", "true")] {
+            let mut changed = q.clone();
+            changed.insert(key.into(), value.into());
+            assert_eq!(
+                k.verify_redirect(&changed, "GET", &b, "x").unwrap_err(),
+                Refused::WrongTarget,
+                "{key}={value} added to a signed URL"
+            );
+        }
+        let mut dropped = q.clone();
+        dropped.remove("etl_name");
+        assert!(k.verify_redirect(&dropped, "GET", &b, "x").is_err());
+        let path = k.redirect_path_query("bob", "GET", "/v1/ml/moss", &asked);
+        let mut pq = query_params(Some(&format!("provider=ais&etl_name=resize&{path}")));
+        assert!(k.verify_redirect_path(&pq, "GET", "/v1/ml/moss").is_ok());
+        pq.insert("etl_args".into(), "x".into());
+        assert!(k.verify_redirect_path(&pq, "GET", "/v1/ml/moss").is_err());
+    }
+
+    #[test]
     fn redirects_bind_object_method_and_time() {
         let k = keys();
         let b = Bck::new("b", Provider::Ais).unwrap();
-        let q = query_params(Some(&k.redirect_query("alice", "GET", &b, "x/y.jpg")));
+        let none = HashMap::new();
+        let q = query_params(Some(
+            &k.redirect_query("alice", "GET", &b, "x/y.jpg", &none),
+        ));
         assert_eq!(
             k.verify_redirect(&q, "GET", &b, "x/y.jpg").unwrap(),
             "alice"
@@ -1441,8 +1559,13 @@ mod tests {
                 B64.encode(
                     hmac::sign(
                         &k.redirect,
-                        Keys::redirect_data("alice", 10, "GET", &Keys::object_scope(&b, "x/y.jpg"))
-                            .as_bytes(),
+                        Keys::redirect_data(
+                            "alice",
+                            10,
+                            "GET",
+                            &Keys::object_scope(&b, "x/y.jpg", &HashMap::new()),
+                        )
+                        .as_bytes(),
                     )
                     .as_ref(),
                 ),

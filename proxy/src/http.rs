@@ -141,6 +141,7 @@ async fn object(
 ) -> ApiResult {
     let bck = bucket_from(&bucket, &params)?;
     validate_object_name(&name)?;
+    gristmill_core::api::refuse_node_only_params(params.keys())?;
     crate::remote::ensure(&p, &bck).await?;
     let smap = p.smap();
     let owner = smap
@@ -149,10 +150,15 @@ async fn object(
     let uri = req.uri().clone();
     // Auth on: the owner accepts the redirected request on this signature (clients drop
     // their token when a redirect changes host or port).
-    let signed =
-        gristmill_core::auth::redirect_query_for(req.extensions(), req.method(), &bck, &name)
-            .map(|s| format!("&{s}"))
-            .unwrap_or_default();
+    let signed = gristmill_core::auth::redirect_query_for(
+        req.extensions(),
+        req.method(),
+        &bck,
+        &name,
+        &params,
+    )
+    .map(|s| format!("&{s}"))
+    .unwrap_or_default();
     drain_unless_expect_continue(req).await;
     let query = uri.query().unwrap_or("");
     let sep = if query.is_empty() { "" } else { "&" };

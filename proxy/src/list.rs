@@ -1,13 +1,21 @@
-//! List-objects across the cluster: ask every target for its first `page_size` names after the
-//! continuation token, merge, keep the first `page_size`. Each target's names are disjoint and
-//! sorted, so the merged page is exactly the next `page_size` names of the bucket — no entry is
-//! skipped or repeated, whatever the page size. A target that does not answer fails the page
+//! List-objects across the cluster: ask every target of the map for its first `page_size` names
+//! after the continuation token, merge, keep the first `page_size`. Each target's names are
+//! sorted, and a name on two targets (mid-move, or a replica) is listed once, so the merged page
+//! is exactly the next `page_size` names of the bucket — no entry is skipped or repeated,
+//! whatever the page size. The rule: a page is the union of every target that may hold a name
+//! under the maps still being rebalanced (targets leaving the map stay in it until their share
+//! is done), taken so that no copy in flight between two targets is missed (see
+//! [`list_objects`]). More unreachable targets than a bucket's copies can cover fail the page
 //! (a silently short listing is worse than an error).
 
 use gristmill_core::api::{ActionMsg, ListObjectsMsg, ListObjectsPage, action, header as h};
 use gristmill_core::{ApiError, Bck, ErrorKind};
 
 use crate::meta::Proxy;
+
+/// Most rounds a page takes while targets drop moved copies; after them the page is the
+/// union of the last two rounds (see [`list_objects`]).
+const MAX_ROUNDS: usize = 4;
 
 pub(crate) async fn list_objects(
     proxy: &Proxy,
@@ -19,18 +27,83 @@ pub(crate) async fn list_objects(
         lso.uuid = uuid::Uuid::new_v4().to_string();
     }
     let smap = proxy.smap();
-    let targets: Vec<_> = smap.active_targets().cloned().collect();
+    // Every target in the map, not only those placement uses: a target in maintenance or
+    // being decommissioned holds objects until its rebalance share is done (a decommissioned
+    // one leaves the map only then).
+    let targets: Vec<_> = smap.tmap.values().cloned().collect();
     if targets.is_empty() {
         return Err(ApiError::new(
             ErrorKind::Unavailable,
             "no targets in the cluster yet",
         ));
     }
+    // With N copies of every object, any N-1 targets may be unreachable and the page is
+    // still whole (each object has a copy on a target that answered).
+    let copies = proxy.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
     let msg = ActionMsg {
         action: action::LIST.into(),
         name: String::new(),
         value: serde_json::to_value(&lso).map_err(|e| ApiError::internal(e.to_string()))?,
     };
+    // An object moving from A to B is missed only if B's page is taken before it arrives and
+    // A's after A dropped it. Targets count their drops (before each one) and send the count
+    // with every page: if no answered target's count moved since it was last seen (by this or
+    // an earlier listing, always before this round began), no drop happened in between and
+    // the round is exact. Otherwise the round is repeated; a move that completes within one
+    // round is seen by the next, so the union of two consecutive rounds is exact as well.
+    let mut previous: Option<Vec<ListObjectsPage>> = None;
+    let mut round = 0;
+    let pages = loop {
+        round += 1;
+        let seen = proxy.list_drops.lock().expect("list_drops lock").clone();
+        let answers = fetch_pages(proxy, bck, &targets, &msg, copies).await?;
+        let mut stable = true;
+        let mut pages = Vec::with_capacity(answers.len());
+        {
+            let mut cache = proxy.list_drops.lock().expect("list_drops lock");
+            for (id, drops, page) in answers {
+                if let Some(d) = drops {
+                    stable &= seen.get(&id) == Some(&d);
+                    cache.insert(id, d);
+                }
+                pages.push(page);
+            }
+        }
+        if stable {
+            break pages;
+        }
+        if round >= MAX_ROUNDS {
+            tracing::debug!(bucket = %bck, rounds = round, "listing: targets kept dropping moved copies; page is the union of two rounds");
+            let mut both = pages;
+            both.extend(previous.take().unwrap_or_default());
+            break both;
+        }
+        previous = Some(pages);
+    };
+    let expand = lso.flags & gristmill_core::shards::LS_ARCH_DIR != 0;
+    let mut page = merge(pages, page_size, lso.uuid);
+    if expand {
+        // Targets name archive members `shard\0member` so they sort right after their shard;
+        // the token keeps that form, clients see `shard/member`.
+        for e in &mut page.entries {
+            if e.name.contains(gristmill_core::shards::ARCH_KEY_SEP) {
+                e.name = e.name.replace(gristmill_core::shards::ARCH_KEY_SEP, "/");
+            }
+        }
+    }
+    Ok(page)
+}
+
+/// One round: every target's page, with its drop counter (when it sent one). Up to
+/// `copies - 1` targets may fail to answer; more fail the page (a silently short listing is
+/// worse than an error).
+async fn fetch_pages(
+    proxy: &Proxy,
+    bck: &Bck,
+    targets: &[gristmill_core::Node],
+    msg: &ActionMsg,
+    copies: usize,
+) -> Result<Vec<(String, Option<u64>, ListObjectsPage)>, ApiError> {
     let ns = bck.namespace.uname();
     let requests = targets.iter().map(|t| {
         let req = proxy
@@ -41,7 +114,7 @@ pub(crate) async fn list_objects(
                 ("namespace", ns.as_str()),
             ])
             .header(reqwest::header::ACCEPT, h::MSGPACK)
-            .json(&msg)
+            .json(msg)
             .send();
         async move {
             let resp = req.await.map_err(|e| {
@@ -51,6 +124,11 @@ pub(crate) async fn list_objects(
                 )
             })?;
             let status = resp.status();
+            let drops = resp
+                .headers()
+                .get(h::DROPS)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
             let body = resp
                 .bytes()
                 .await
@@ -65,24 +143,26 @@ pub(crate) async fn list_objects(
                 );
                 return Err(ApiError::new(kind, message));
             }
-            ListObjectsPage::from_msgpack(&body).map_err(|e| {
+            let page = ListObjectsPage::from_msgpack(&body).map_err(|e| {
                 ApiError::internal(format!("listing: bad page from {}: {e}", t.daemon_id))
-            })
+            })?;
+            Ok((t.daemon_id.clone(), drops, page))
         }
     });
-    let pages = futures::future::try_join_all(requests).await?;
-    let expand = lso.flags & gristmill_core::shards::LS_ARCH_DIR != 0;
-    let mut page = merge(pages, page_size, lso.uuid);
-    if expand {
-        // Targets name archive members `shard\0member` so they sort right after their shard;
-        // the token keeps that form, clients see `shard/member`.
-        for e in &mut page.entries {
-            if e.name.contains(gristmill_core::shards::ARCH_KEY_SEP) {
-                e.name = e.name.replace(gristmill_core::shards::ARCH_KEY_SEP, "/");
-            }
+    let results = futures::future::join_all(requests).await;
+    let mut pages = Vec::with_capacity(results.len());
+    let mut unreachable = Vec::new();
+    for r in results {
+        match r {
+            Ok(p) => pages.push(p),
+            Err(e) if e.kind == ErrorKind::Unavailable => unreachable.push(e),
+            Err(e) => return Err(e),
         }
     }
-    Ok(page)
+    if unreachable.len() >= copies.max(1) {
+        return Err(unreachable.swap_remove(0));
+    }
+    Ok(pages)
 }
 
 /// Merges per-target pages into the cluster page.

@@ -40,6 +40,8 @@ pub(crate) struct Proxy {
     pub(crate) window: Duration,
     /// The last vote this proxy cast (persisted): one candidate per term.
     pub(crate) vote: Mutex<gristmill_core::election::VoteRecord>,
+    /// Each target's rebalance-drop counter as last seen in a listing page (see `list.rs`).
+    pub(crate) list_drops: Mutex<HashMap<String, u64>>,
 }
 
 /// Which parts a change touched.
@@ -121,6 +123,7 @@ impl Proxy {
             ),
             http,
             auth: config.serve.auth.clone(),
+            list_drops: Mutex::new(HashMap::new()),
         })
     }
 

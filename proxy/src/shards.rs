@@ -66,8 +66,12 @@ async fn moss_redirect(
     let uri = req.uri().clone();
     // With auth on, the redirect carries a signature for this path and the client's user
     // (clients drop their token on a redirect to another host).
-    let signed =
-        gristmill_core::auth::redirect_path_query_for(req.extensions(), req.method(), uri.path());
+    let signed = gristmill_core::auth::redirect_path_query_for(
+        req.extensions(),
+        req.method(),
+        uri.path(),
+        params,
+    );
     let body = axum::body::to_bytes(req.into_body(), MAX_MOSS_BODY)
         .await
         .map_err(|e| ApiError::new(ErrorKind::PayloadTooLarge, format!("get-batch body: {e}")))?;

@@ -12,6 +12,10 @@ pub enum StoreError {
     Index(String),
     #[error("corrupt metadata: {0}")]
     Corrupt(String),
+    /// A copy sent by another node was not stored: this node holds a newer generation of the
+    /// object, or a tombstone at least as new.
+    #[error("a newer generation ({current}) of the object is here already")]
+    Stale { current: u64 },
 }
 
 impl StoreError {
@@ -43,6 +47,7 @@ impl From<StoreError> for ApiError {
             StoreError::Io(io) if io.raw_os_error() == Some(libc::ENOSPC) => {
                 ApiError::new(ErrorKind::InsufficientStorage, "out of space")
             }
+            StoreError::Stale { .. } => ApiError::new(ErrorKind::Conflict, e.to_string()),
             other => ApiError::internal(other.to_string()),
         }
     }

@@ -342,6 +342,7 @@ mod tests {
                 mtime_ns: 0,
                 file: String::new(),
                 custom: Default::default(),
+                generation: 0,
             },
         ))
     }

@@ -27,13 +27,17 @@ pub(crate) use remote::differs as remote_differs;
 type Params = Query<HashMap<String, String>>;
 type ApiResult = Result<Response, ApiError>;
 
-/// Query flag on requests a target forwarded to the owner, so a map disagreement between two
-/// targets cannot bounce a request back and forth.
-const FORWARDED: &str = "tfwd";
+/// Query flag on requests a target redirected to the owner under its map, with that map's
+/// version (see [`gristmill_core::api::query::FORWARDED`]).
+const FORWARDED: &str = gristmill_core::api::query::FORWARDED;
 
 pub(crate) fn router(target: Arc<Target>) -> Router {
     let router = Router::new()
         .route("/v1/objects/{bucket}/{*object}", any(object))
+        .route(
+            "/v1/internal/objects/{bucket}/{*object}",
+            any(internal_object),
+        )
         .route(
             "/v1/objects/{bucket}",
             any(gristmill_core::server::empty_object_name),
@@ -180,33 +184,99 @@ impl Target {
         bucket: &str,
         name: &str,
         params: &HashMap<String, String>,
+        method: &Method,
         uri: &Uri,
     ) -> Result<Routed, ApiError> {
         let bck = bucket_from(bucket, params)?;
         validate_object_name(name)?;
+        gristmill_core::api::refuse_node_only_params(params.keys())?;
         self.await_first_map().await?;
         self.require_bucket(&bck).await?;
-        Ok(match self.redirect_if_not_owner(&bck, name, uri) {
-            Some(redirect) => Routed::Elsewhere(redirect),
-            None => Routed::Here(bck),
-        })
+        Ok(
+            match self
+                .redirect_if_not_owner(&bck, name, params, method, uri)
+                .await?
+            {
+                Some(redirect) => Routed::Elsewhere(redirect),
+                None => Routed::Here(bck),
+            },
+        )
     }
 
-    /// `Some(redirect)` when another target owns the object.
-    fn redirect_if_not_owner(&self, bck: &Bck, name: &str, uri: &Uri) -> Option<Response> {
-        let smap = self.smap();
-        let owner = smap.owner(&bck.object_uname(name))?;
+    /// `Some(redirect)` when another target owns the object under this target's map. A
+    /// request another target redirected here names its map's version: if that map is newer
+    /// than ours, we catch up first; if ours is newer, the sender was behind and the request
+    /// goes on to the owner under ours. Two targets on the same version agree on the owner.
+    async fn redirect_if_not_owner(
+        &self,
+        bck: &Bck,
+        name: &str,
+        params: &HashMap<String, String>,
+        method: &Method,
+        uri: &Uri,
+    ) -> Result<Option<Response>, ApiError> {
+        let uname = bck.object_uname(name);
+        let mut smap = self.smap();
+        let sent: Option<u64> = params.get(FORWARDED).map(|v| v.parse().unwrap_or(0));
+        if sent.is_some_and(|v| v > smap.version)
+            && smap.owner(&uname).is_some_and(|o| o.daemon_id != self.id)
+        {
+            self.refresh_smap().await;
+            smap = self.smap();
+        }
+        let Some(owner) = smap.owner(&uname) else {
+            return Ok(None);
+        };
         if owner.daemon_id == self.id {
-            return None;
+            return Ok(None);
         }
-        let query = uri.query().unwrap_or("");
-        if query.split('&').any(|kv| kv.starts_with(FORWARDED)) {
-            // Forwarded once already: the maps disagree; serve what we can here.
-            return None;
+        if sent.is_some_and(|v| v >= smap.version) {
+            // The sender's map is at least as new as ours and places the object here.
+            if matches!(*method, Method::GET | Method::HEAD) {
+                return Ok(None); // served from here or a past owner
+            }
+            return Err(ApiError::unavailable(format!(
+                "cluster maps disagree about the owner of {bck}/{name} (this target has version {}); retry",
+                smap.version
+            )));
         }
-        let sep = if query.is_empty() { "" } else { "&" };
-        let location = format!("{}{}?{query}{sep}{FORWARDED}=1", owner.url(), uri.path());
-        Some(redirect(&location))
+        let query: String = uri
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .filter(|kv| !kv.is_empty() && !kv.starts_with(FORWARDED))
+            .map(|kv| format!("{kv}&"))
+            .collect();
+        let location = format!(
+            "{}{}?{query}{FORWARDED}={}",
+            owner.url(),
+            uri.path(),
+            smap.version
+        );
+        Ok(Some(redirect(&location)))
+    }
+
+    /// Fetches the primary's cluster map (another target redirected a request here under a
+    /// newer one).
+    async fn refresh_smap(&self) {
+        let primary = self.smap().proxy_si.url().to_owned();
+        if primary.is_empty() {
+            return;
+        }
+        if let Ok(resp) = self
+            .http
+            .get(format!("{primary}/v1/daemon?what=smap"))
+            .send()
+            .await
+            && let Ok(smap) = resp.json().await
+        {
+            let _ = self
+                .apply_metasync(MetaSync {
+                    smap: Some(smap),
+                    bmd: None,
+                })
+                .await;
+        }
     }
 }
 
@@ -216,22 +286,15 @@ async fn object(
     Query(params): Params,
     req: Request,
 ) -> ApiResult {
-    let bck = match t.route_object(&bucket, &name, &params, req.uri()).await? {
+    let bck = match t
+        .route_object(&bucket, &name, &params, req.method(), req.uri())
+        .await?
+    {
         Routed::Here(bck) => bck,
         Routed::Elsewhere(redirect) => return Ok(redirect),
     };
     let remote = bck.is_remote();
-    let internal = params.contains_key(crate::rebalance::REBALANCE)
-        || params.contains_key(crate::rebalance::REPLICA);
-    if internal && req.method() == Method::PUT {
-        return crate::rebalance::receive(&t, &bck, &name, req).await;
-    }
-    if params.contains_key(crate::rebalance::REPLICA) && req.method() == Method::DELETE {
-        let _ = t.store.delete(&bck, &name).await;
-        return Ok(StatusCode::OK.into_response());
-    }
-    let may_fall_back = !remote && !params.contains_key(crate::rebalance::NO_FALLBACK);
-    if may_fall_back && matches!(*req.method(), Method::GET | Method::HEAD) {
+    if !remote && matches!(*req.method(), Method::GET | Method::HEAD) {
         let method = req.method().clone();
         let local = if method == Method::GET {
             get_object(&t, &bck, &name, &params, req.headers()).await
@@ -281,14 +344,101 @@ async fn object(
         }
         Method::DELETE if remote => remote::delete_object(&t, &bck, &name).await,
         Method::DELETE => {
-            t.store.delete(&bck, &name).await?;
-            crate::rebalance::delete_replicas(&t, &bck, &name).await;
+            delete_object(&t, &bck, &name).await?;
             crate::shards::after_delete(&t, &bck, &name);
             Ok(StatusCode::OK.into_response())
         }
         _ => Err(ApiError::new(
             gristmill_core::ErrorKind::MethodNotAllowed,
             format!("{} is not supported on objects", req.method()),
+        )),
+    }
+}
+
+/// DELETE on the owner: buries the object here (a tombstone one generation past every copy
+/// known, here and on past owners), then deletes it on every other possible holder with that
+/// tombstone's generation. `NotFound` only if no node held it.
+pub(crate) async fn delete_object(t: &Target, bck: &Bck, name: &str) -> Result<(), ApiError> {
+    let floor = crate::rebalance::gen_floor(t, bck, name).await;
+    let (removed, tombstone) = t
+        .store
+        .bury(bck, name, crate::index::BuryGen::Next { floor })
+        .await?;
+    let elsewhere = crate::rebalance::delete_everywhere(t, bck, name, tombstone).await;
+    if removed.is_none() && !elsewhere {
+        return Err(ApiError::not_found(format!(
+            "object {bck}/{name} does not exist"
+        )));
+    }
+    Ok(())
+}
+
+/// `/v1/internal/objects/{bucket}/{*object}`: node-to-node operations on this target's own
+/// copy (the gate admits only node credentials): `PUT ?transfer=` stores a copy as sent,
+/// `DELETE` buries the copy with the sender's tombstone generation, `GET`/`HEAD` read the
+/// local copy (no redirect, no fallback). Answers carry the generation and tombstone here.
+async fn internal_object(
+    State(t): State<Arc<Target>>,
+    Path((bucket, name)): Path<(String, String)>,
+    Query(params): Params,
+    req: Request,
+) -> ApiResult {
+    let bck = bucket_from(&bucket, &params)?;
+    validate_object_name(&name)?;
+    t.await_first_map().await?;
+    t.require_bucket(&bck).await?;
+    let tombstone = || {
+        let mut resp =
+            ApiError::not_found(format!("object {bck}/{name} is not here")).into_response();
+        if let Ok(generation) = t.store.tombstone(&bck, &name) {
+            resp.headers_mut()
+                .insert(h::TOMBSTONE_GEN, HeaderValue::from(generation));
+        }
+        resp
+    };
+    match *req.method() {
+        Method::PUT => match params.get(q::TRANSFER).map(String::as_str) {
+            Some(api::internal::REBALANCE | api::internal::REPLICA) => {
+                crate::rebalance::receive(&t, &bck, &name, req).await
+            }
+            other => Err(ApiError::bad_request(format!(
+                "internal PUT needs {}=rebalance|replica, not {other:?}",
+                q::TRANSFER
+            ))),
+        },
+        Method::DELETE => {
+            let generation: u64 = req
+                .headers()
+                .get(h::GEN)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| {
+                    ApiError::bad_request(format!("internal DELETE needs {}", h::GEN))
+                })?;
+            let (removed, _) = t
+                .store
+                .bury(&bck, &name, crate::index::BuryGen::Exact(generation))
+                .await?;
+            if removed.is_none() {
+                return Ok(tombstone());
+            }
+            crate::shards::after_delete(&t, &bck, &name);
+            Ok(StatusCode::OK.into_response())
+        }
+        Method::HEAD => match head_object(&t, &bck, &name, req.headers()) {
+            Err(e) if e.kind == gristmill_core::ErrorKind::NotFound => Ok(tombstone()),
+            other => other,
+        },
+        Method::GET => match get_object(&t, &bck, &name, &params, req.headers()).await {
+            Err(e) if e.kind == gristmill_core::ErrorKind::NotFound => Ok(tombstone()),
+            other => other,
+        },
+        _ => Err(ApiError::new(
+            gristmill_core::ErrorKind::MethodNotAllowed,
+            format!(
+                "{} is not supported on internal object routes",
+                req.method()
+            ),
         )),
     }
 }
@@ -306,7 +456,8 @@ pub(crate) fn object_headers(t: &Target, bck: &Bck, meta: &ObjectMeta, headers: 
     const CUSTOM_MD: HeaderName = HeaderName::from_static(h::CUSTOM_MD);
     const CUSTOM_MD_JSON: HeaderName = HeaderName::from_static(h::CUSTOM_MD_JSON);
     const MTIME: HeaderName = HeaderName::from_static(h::MTIME);
-    headers.reserve(16);
+    const GEN: HeaderName = HeaderName::from_static(h::GEN);
+    headers.reserve(17);
     let mut set = |name: HeaderName, value: &str| {
         if let Ok(v) = HeaderValue::from_str(value) {
             headers.insert(name, v);
@@ -340,6 +491,7 @@ pub(crate) fn object_headers(t: &Target, bck: &Bck, meta: &ObjectMeta, headers: 
     set(header::ETAG, &format!("\"{etag}\""));
     headers.insert(ATIME, HeaderValue::from(meta.atime_ns));
     headers.insert(MTIME, HeaderValue::from(meta.mtime_ns));
+    headers.insert(GEN, HeaderValue::from(meta.effective_gen()));
     headers.insert(PRESENT, HeaderValue::from_static("true"));
     headers.insert(MIRROR_COPIES, HeaderValue::from_static("1"));
     headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
@@ -807,7 +959,10 @@ async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) -> ApiResul
         None => Default::default(),
     };
     t.space.check_room(bck, name, expected_size.unwrap_or(0))?;
+    // Ordered after every copy a past owner may still hold (a rebalance not yet finished).
+    let floor = crate::rebalance::gen_floor(t, bck, name).await;
     let opts = PutOptions {
+        generation: crate::index::GenRule::Next { floor },
         durable: !bck.is_remote(),
         expected_size,
         expected_xxhash,
@@ -851,10 +1006,15 @@ async fn list_objects(
         return crate::shards::list_objects(&t, &bck, &lso, &headers).await;
     }
     let metas = t.store.list(&bck, &lso.prefix, lso.after(), limit).await?;
+    // Read after the scan: a copy dropped during or after it shows as a changed counter.
+    let drops = t.drops.load(std::sync::atomic::Ordering::SeqCst);
     let more = metas.len() >= limit;
     let entries = metas.iter().map(|m| entry(&t, m, &lso)).collect();
     let page = ListObjectsPage::answering(&lso, entries, more);
-    Ok(encode_page(&page, &headers))
+    let mut resp = encode_page(&page, &headers);
+    resp.headers_mut()
+        .insert(h::DROPS, HeaderValue::from(drops));
+    Ok(resp)
 }
 
 pub(crate) fn entry(t: &Target, m: &ObjectMeta, lso: &ListObjectsMsg) -> ListEntry {
@@ -1001,7 +1161,10 @@ async fn multipart(
     Query(params): Params,
     req: Request,
 ) -> ApiResult {
-    let bck = match t.route_object(&bucket, &name, &params, req.uri()).await? {
+    let bck = match t
+        .route_object(&bucket, &name, &params, req.method(), req.uri())
+        .await?
+    {
         Routed::Here(bck) => bck,
         Routed::Elsewhere(redirect) => return Ok(redirect),
     };

@@ -17,6 +17,10 @@ use crate::hot::MetaCache;
 use crate::meta::ObjectMeta;
 
 const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("objects");
+/// Deleted objects: key as in [`OBJECTS`], value the tombstone's generation and when it was
+/// written (local clock, for retention only), 8 + 8 bytes little-endian. A copy arriving later
+/// with an older generation is not stored (see [`GenRule::IfNewer`]).
+const TOMBSTONES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("tombstones");
 
 /// Most changes folded into one transaction.
 const MAX_BATCH: usize = 512;
@@ -56,19 +60,54 @@ pub fn object_key(bucket: &str, name: &str) -> Vec<u8> {
     k
 }
 
+/// How a put's generation ([`ObjectMeta::generation`]) is decided: by the owner, never by a clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GenRule {
+    /// A new write on the owner: one more than every generation known for the object — the
+    /// record and tombstone here, and `floor` (what other possible holders reported).
+    Next { floor: u64 },
+    /// A copy sent by another node, with its generation: stored only if newer than the record
+    /// and the tombstone here; otherwise nothing changes (`stored` is `None`).
+    IfNewer(u64),
+    /// Stored as given (a record put back after a failed drop).
+    AsIs,
+}
+
+impl Default for GenRule {
+    fn default() -> Self {
+        GenRule::Next { floor: 0 }
+    }
+}
+
+/// The generation of a tombstone a delete writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuryGen {
+    /// A delete on the owner: one more than every generation known (as [`GenRule::Next`]).
+    Next { floor: u64 },
+    /// A delete the owner sent with its tombstone's generation: removes a record older than it.
+    Exact(u64),
+}
+
 /// One change to apply.
 #[derive(Debug)]
 pub enum IndexOp {
-    Put(ObjectMeta),
-    /// Remove the object if present; answers with the removed record.
-    Delete {
+    Put {
+        meta: ObjectMeta,
+        generation: GenRule,
+    },
+    /// Remove the object (if older than the tombstone) and record a tombstone; answers with
+    /// the removed record and the tombstone's generation.
+    Bury {
         bucket: String,
         name: String,
+        generation: BuryGen,
     },
+    /// Forget tombstones written before this time (local clock, Unix ns).
+    PurgeTombstones { before_ns: i64 },
+    /// Remove the object if present; answers with the removed record.
+    Delete { bucket: String, name: String },
     /// Remove every object of a bucket.
-    DropBucket {
-        bucket: String,
-    },
+    DropBucket { bucket: String },
     /// Record access times (bucket, name, atime ns) of objects that still exist; older times
     /// than the stored ones are ignored.
     Touch(Vec<(String, String, i64)>),
@@ -99,12 +138,13 @@ enum Changes {
 impl Changes {
     fn of(op: &IndexOp) -> Self {
         match op {
-            IndexOp::Put(m) | IndexOp::PutIf { meta: m, .. } => {
+            IndexOp::Put { meta: m, .. } | IndexOp::PutIf { meta: m, .. } => {
                 Changes::Object(m.bucket.clone(), m.name.clone())
             }
-            IndexOp::Delete { bucket, name } | IndexOp::DeleteIf { bucket, name, .. } => {
-                Changes::Object(bucket.clone(), name.clone())
-            }
+            IndexOp::Delete { bucket, name }
+            | IndexOp::DeleteIf { bucket, name, .. }
+            | IndexOp::Bury { bucket, name, .. } => Changes::Object(bucket.clone(), name.clone()),
+            IndexOp::PurgeTombstones { .. } => Changes::AccessTimes,
             IndexOp::DropBucket { bucket } => Changes::Bucket(bucket.clone()),
             IndexOp::Touch(_) => Changes::AccessTimes,
         }
@@ -118,8 +158,10 @@ pub struct Applied {
     pub replaced: Option<ObjectMeta>,
     /// The record as stored by a put, with its assigned version.
     pub stored: Option<ObjectMeta>,
-    /// Records a bucket drop removed.
+    /// Records a bucket drop removed; tombstones a purge removed.
     pub dropped: u64,
+    /// The generation of the tombstone a [`IndexOp::Bury`] left.
+    pub tombstone: u64,
 }
 
 pub type IndexReply = Result<Applied, StoreError>;
@@ -156,6 +198,7 @@ impl ObjectIndex {
         {
             let tx = db.begin_write()?;
             tx.open_table(OBJECTS)?;
+            tx.open_table(TOMBSTONES)?;
             tx.commit()?;
         }
         let db = Arc::new(db);
@@ -211,6 +254,13 @@ impl ObjectIndex {
             Some(v) => Ok(Some(ObjectMeta::decode(v.value())?)),
             None => Ok(None),
         }
+    }
+
+    /// The generation of the object's tombstone, if it has one.
+    pub fn tombstone(&self, bucket: &str, name: &str) -> Result<Option<u64>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(TOMBSTONES)?;
+        Ok(read_tombstone(&table, &object_key(bucket, name))?.map(|(g, _)| g))
     }
 
     /// Up to `limit` objects of `bucket` whose names start with `prefix` and sort strictly after
@@ -308,8 +358,9 @@ fn commit_batch(db: &Database, batch: Vec<Pending>, durable: bool) {
         });
         {
             let mut table = tx.open_table(OBJECTS)?;
+            let mut tombs = tx.open_table(TOMBSTONES)?;
             for p in &batch {
-                replies.push(apply_one(&mut table, &p.op)?);
+                replies.push(apply_one(&mut table, &mut tombs, &p.op)?);
             }
         }
         tx.commit()?;
@@ -331,27 +382,117 @@ fn commit_batch(db: &Database, batch: Vec<Pending>, durable: bool) {
     }
 }
 
-fn apply_one(table: &mut redb::Table<&[u8], &[u8]>, op: &IndexOp) -> Result<Applied, StoreError> {
+type Table<'t> = redb::Table<'t, &'static [u8], &'static [u8]>;
+
+fn read_tombstone(
+    table: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    key: &[u8],
+) -> Result<Option<(u64, i64)>, StoreError> {
+    Ok(table.get(key)?.and_then(|v| {
+        let b = v.value();
+        let generation = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
+        let at = i64::from_le_bytes(b.get(8..16)?.try_into().ok()?);
+        Some((generation, at))
+    }))
+}
+
+fn write_tombstone(tombs: &mut Table<'_>, key: &[u8], generation: u64) -> Result<(), StoreError> {
+    let mut v = [0u8; 16];
+    v[..8].copy_from_slice(&generation.to_le_bytes());
+    v[8..].copy_from_slice(&crate::store::now_ns().to_le_bytes());
+    tombs.insert(key, v.as_slice())?;
+    Ok(())
+}
+
+fn apply_one(
+    table: &mut Table<'_>,
+    tombs: &mut Table<'_>,
+    op: &IndexOp,
+) -> Result<Applied, StoreError> {
     match op {
-        IndexOp::Put(meta) => {
+        IndexOp::Put { meta, generation } => {
             let key = object_key(&meta.bucket, &meta.name);
             let replaced = match table.get(key.as_slice())? {
                 Some(v) => Some(ObjectMeta::decode(v.value())?),
                 None => None,
             };
+            let known = || -> Result<u64, StoreError> {
+                let record = replaced.as_ref().map_or(0, ObjectMeta::effective_gen);
+                let tomb = read_tombstone(tombs, &key)?.map_or(0, |(g, _)| g);
+                Ok(record.max(tomb))
+            };
             let mut stored = meta.clone();
+            match *generation {
+                GenRule::Next { floor } => stored.generation = known()?.max(floor) + 1,
+                GenRule::IfNewer(sent) => {
+                    stored.generation = sent;
+                    if sent <= known()? {
+                        return Ok(Applied {
+                            replaced,
+                            ..Default::default()
+                        });
+                    }
+                }
+                GenRule::AsIs => {}
+            }
             if stored.version.is_empty() {
-                // Native objects count their overwrites, like AIStore's version.
-                let prev = replaced
-                    .as_ref()
-                    .and_then(|m| m.version.parse::<u64>().ok());
-                stored.version = (prev.unwrap_or(0) + 1).to_string();
+                // Native objects: AIStore's version, counting writes — the generation.
+                stored.version = stored.generation.to_string();
             }
             table.insert(key.as_slice(), stored.encode().as_slice())?;
             Ok(Applied {
                 replaced,
                 stored: Some(stored),
-                dropped: 0,
+                ..Default::default()
+            })
+        }
+        IndexOp::Bury {
+            bucket,
+            name,
+            generation,
+        } => {
+            let key = object_key(bucket, name);
+            let current = match table.get(key.as_slice())? {
+                Some(v) => Some(ObjectMeta::decode(v.value())?),
+                None => None,
+            };
+            let record = current.as_ref().map_or(0, ObjectMeta::effective_gen);
+            let tomb = read_tombstone(tombs, &key)?.map_or(0, |(g, _)| g);
+            let generation = match *generation {
+                BuryGen::Next { floor } => record.max(tomb).max(floor) + 1,
+                BuryGen::Exact(g) => g,
+            };
+            if generation > tomb {
+                write_tombstone(tombs, &key, generation)?;
+            }
+            // A record newer than the tombstone (written after the delete) stays.
+            let replaced = match current {
+                Some(m) if m.effective_gen() < generation => {
+                    table.remove(key.as_slice())?;
+                    Some(m)
+                }
+                _ => None,
+            };
+            Ok(Applied {
+                replaced,
+                tombstone: generation.max(tomb),
+                ..Default::default()
+            })
+        }
+        IndexOp::PurgeTombstones { before_ns } => {
+            let mut dropped = 0;
+            for item in tombs.extract_if(|_, v| {
+                v.get(8..16)
+                    .and_then(|b| b.try_into().ok())
+                    .map(i64::from_le_bytes)
+                    .is_some_and(|at| at < *before_ns)
+            })? {
+                item?;
+                dropped += 1;
+            }
+            Ok(Applied {
+                dropped,
+                ..Default::default()
             })
         }
         IndexOp::Delete { bucket, name } => {
@@ -381,7 +522,7 @@ fn apply_one(table: &mut redb::Table<&[u8], &[u8]>, op: &IndexOp) -> Result<Appl
             Ok(Applied {
                 replaced: current,
                 stored: Some(meta.clone()),
-                dropped: 0,
+                ..Default::default()
             })
         }
         IndexOp::DeleteIf { bucket, name, file } => {

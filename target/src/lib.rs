@@ -95,6 +95,10 @@ pub(crate) struct Target {
     shards: Arc<shards::State>,
     /// Recent earlier cluster maps (objects may still sit where they placed them).
     past: std::sync::Mutex<Vec<Arc<ClusterMap>>>,
+    /// Rebalance drops so far: bumped before each moved copy is deleted, and sent with every
+    /// listing page, so a proxy can tell that a page may have missed an object in flight
+    /// between two targets (see `proxy/src/list.rs`).
+    drops: std::sync::atomic::AtomicU64,
     /// Active targets the last rebalance was started for (None: none yet in this process).
     rebalanced_for: std::sync::Mutex<Option<Vec<String>>>,
     /// This target, for starting jobs from `&self` contexts.
@@ -202,6 +206,25 @@ impl Target {
     }
 }
 
+/// How long a tombstone outlives its delete: longer than any rebalance or replica write that
+/// could still carry an older copy of the object.
+const TOMBSTONE_KEEP: Duration = Duration::from_secs(24 * 3600);
+
+/// Forgets old tombstones once an hour.
+async fn purge_tombstones(store: Arc<Store>, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
+        }
+        match store.purge_tombstones(TOMBSTONE_KEEP).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(purged = n, "old tombstones purged"),
+            Err(e) => tracing::warn!(error = %e, "tombstone purge failed"),
+        }
+    }
+}
+
 /// Runs a target on `listener` until `shutdown` fires.
 pub async fn run(
     config: TargetConfig,
@@ -271,6 +294,7 @@ pub async fn run(
         etls: gristmill_etl::Etls::new(),
         shards: Arc::default(),
         past: Default::default(),
+        drops: Default::default(),
         rebalanced_for: Default::default(),
         me: Default::default(),
     });
@@ -288,6 +312,7 @@ pub async fn run(
         shutdown.clone(),
     ));
     tokio::spawn(report_capacity(target.store.clone(), shutdown.clone()));
+    tokio::spawn(purge_tombstones(target.store.clone(), shutdown.clone()));
     let bmd_source = target.clone();
     tokio::spawn(space.run(move || bmd_source.bmd(), shutdown.clone()));
     let mut app = http::router(target.clone());

@@ -37,9 +37,29 @@ pub struct ObjectMeta {
     /// User and system key/values (`ETag`, `source`, `content-type`, user metadata...).
     #[serde(default)]
     pub custom: BTreeMap<String, String>,
+    /// Owner-assigned generation: which of two copies of an object is newer. Each write on
+    /// the owner takes one more than every generation known for the object (here, in its
+    /// tombstone, and on past owners while a rebalance is unfinished); copies keep theirs
+    /// through rebalance, replication and resilver. Never a wall clock: hosts' clocks differ.
+    /// 0 in records written before generations existed (see [`ObjectMeta::effective_gen`]).
+    #[serde(default)]
+    pub generation: u64,
 }
 
 impl ObjectMeta {
+    /// The generation to compare copies by. Records from before generations existed count
+    /// native objects' version (it counted writes the same way); cached copies of remote
+    /// objects count as 0.
+    pub fn effective_gen(&self) -> u64 {
+        if self.generation > 0 {
+            return self.generation;
+        }
+        if self.bucket.starts_with("ais/") {
+            return self.version.parse().unwrap_or(0);
+        }
+        0
+    }
+
     /// Versioned binary encoding: one format byte, then msgpack.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = vec![META_FORMAT_VERSION];
@@ -77,6 +97,7 @@ mod tests {
             mtime_ns: 2,
             file: "obj/aa/bb".into(),
             custom: [("k".to_string(), "v".to_string())].into(),
+            generation: 3,
         };
         assert_eq!(ObjectMeta::decode(&m.encode()).unwrap(), m);
         assert!(ObjectMeta::decode(&[9, 1, 2]).is_err());

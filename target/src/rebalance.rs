@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, Method, Uri};
+use axum::http::{HeaderMap, HeaderValue, Method, Uri};
 use axum::response::Response;
 use futures::StreamExt;
 use gristmill_core::api::header as h;
@@ -22,12 +22,7 @@ use crate::Target;
 use crate::jobs::{JobRun, Outcome};
 use crate::meta::ObjectMeta;
 
-/// Query flag of a rebalance transfer (the receiver stores it as sent, never writes through).
-pub(crate) const REBALANCE: &str = "rebalance";
-/// Query flag of a replica write or delete (stored as sent; never redirected or replicated).
-pub(crate) const REPLICA: &str = "replica";
-/// Query flag: do not look for the object on past owners (no chains of fallbacks).
-pub(crate) const NO_FALLBACK: &str = "nofb";
+use gristmill_core::api::internal::{REBALANCE, REPLICA};
 
 /// Runs a rebalance (every bucket) or a `make-n-copies` job (the job's bucket only): the same
 /// walk, since both mean "bring every copy to where the map and `mirror.copies` want it".
@@ -127,12 +122,12 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
         {
             continue;
         }
-        if let Ok(now) = t.store.head(&bck, &meta.name)
-            && now.mtime_ns == meta.mtime_ns
-            && now.cksum_value == meta.cksum_value
-        {
-            let _ = t.store.delete(&bck, &meta.name).await;
-        }
+        // Counted before the copy goes: a listing that read the counter earlier learns that
+        // a name may have left this target after the new owner's page was taken.
+        t.drops.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        // Only the very record that was sent (its data file names the write): a copy
+        // rewritten meanwhile stays.
+        let _ = t.store.delete_if_file(&bck, &meta.name, &meta.file).await;
     }
     Ok(())
 }
@@ -171,38 +166,55 @@ async fn send(
     })
 }
 
-/// Whether `node` holds this version (or a newer one) of the object.
+/// Whether `node` holds this generation (or a newer one) of the object.
 async fn has_copy(t: &Target, node: &gristmill_core::Node, bck: &Bck, meta: &ObjectMeta) -> bool {
-    let url = format!(
-        "{}/v1/objects/{}/{}",
-        node.url(),
-        bck.name,
-        gristmill_core::name::encode_path(&meta.name)
-    );
     let resp = t
         .relay
-        .head(url)
-        .query(&[
-            ("provider", bck.provider.as_str()),
-            ("namespace", bck.namespace.uname().as_str()),
-            ("tfwd", "1"),
-            (NO_FALLBACK, "1"),
-        ])
+        .head(internal_url(node, bck, &meta.name))
+        .query(&bucket_query(bck))
         .send()
         .await;
     match resp {
-        Ok(r) if r.status().is_success() => r
-            .headers()
-            .get(h::MTIME)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<i64>().ok())
-            .is_some_and(|m| m >= meta.mtime_ns),
+        Ok(r) if r.status().is_success() => gen_of(r.headers()) >= sent_gen(meta),
         _ => false,
     }
 }
 
-/// Writes this target's copy of an object to `node`'s store, as is (`flag`: rebalance or
-/// replica).
+/// `provider` and `namespace` of a bucket, as query parameters.
+pub(crate) fn bucket_query(bck: &Bck) -> [(&'static str, String); 2] {
+    [
+        ("provider", bck.provider.as_str().to_owned()),
+        ("namespace", bck.namespace.uname()),
+    ]
+}
+
+/// An object's URL on a node's internal route.
+pub(crate) fn internal_url(node: &gristmill_core::Node, bck: &Bck, name: &str) -> String {
+    format!(
+        "{}{}/{}/{}",
+        node.url(),
+        gristmill_core::api::internal::OBJECTS,
+        bck.name,
+        gristmill_core::name::encode_path(name)
+    )
+}
+
+/// The generation header of an internal answer (0 when absent).
+pub(crate) fn gen_of(headers: &reqwest::header::HeaderMap) -> u64 {
+    headers
+        .get(h::GEN)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The generation a copy travels with: never 0, so a receiver without it stores it.
+fn sent_gen(meta: &ObjectMeta) -> u64 {
+    meta.effective_gen().max(1)
+}
+
+/// Writes this target's copy of an object to `node`'s store, as is, with its generation
+/// (`flag`: rebalance or replica). A receiver holding a newer generation keeps it.
 pub(crate) async fn send_to(
     t: &Target,
     owner: &gristmill_core::Node,
@@ -223,22 +235,13 @@ pub(crate) async fn send_to(
         Some(d) => reqwest::Body::from(d),
         None => reqwest::Body::wrap_stream(crate::http::file_stream(open.file, 0, size)),
     };
-    let url = format!(
-        "{}/v1/objects/{}/{}",
-        owner.url(),
-        bck.name,
-        gristmill_core::name::encode_path(&m.name)
-    );
     let resp = t
         .relay
-        .put(url)
-        .query(&[
-            ("provider", bck.provider.as_str()),
-            ("namespace", bck.namespace.uname().as_str()),
-            (flag, "1"),
-            ("tfwd", "1"),
-        ])
+        .put(internal_url(owner, bck, &m.name))
+        .query(&bucket_query(bck))
+        .query(&[(gristmill_core::api::query::TRANSFER, flag)])
         .header(reqwest::header::CONTENT_LENGTH, size)
+        .header(h::GEN, sent_gen(m))
         .header(h::CHECKSUM_TYPE, m.cksum_type.as_str())
         .header(h::CHECKSUM_VALUE, m.cksum_value.as_str())
         .header(h::VERSION, m.version.as_str())
@@ -262,9 +265,10 @@ pub(crate) async fn send_to(
     Ok(Outcome::Done(size))
 }
 
-/// Receives a rebalanced object: stored as sent (version, mtime, metadata), checksum verified,
-/// never written through to a backend; a newer local copy (a client's PUT that landed here
-/// first) is kept.
+/// Receives a copy from another node (rebalance or replica): stored as sent (generation,
+/// version, mtime, metadata), checksum verified, never written through to a backend. Stored
+/// only if its generation is newer than the copy or tombstone here: a client's PUT that
+/// landed here first, or a DELETE, wins over a late transfer whatever the hosts' clocks say.
 pub(crate) async fn receive(
     t: &Target,
     bck: &Bck,
@@ -273,12 +277,14 @@ pub(crate) async fn receive(
 ) -> Result<Response, ApiError> {
     let headers = req.headers();
     let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let mtime: i64 = get(h::MTIME).parse().unwrap_or(0);
-    if let Ok(local) = t.store.head(bck, name)
-        && local.mtime_ns >= mtime
-    {
-        return Ok(Response::new(Body::empty()));
+    let generation: u64 = get(h::GEN).parse().unwrap_or(0);
+    if generation == 0 {
+        return Err(ApiError::bad_request(format!(
+            "a transfer needs its generation ({})",
+            h::GEN
+        )));
     }
+    let mtime: i64 = get(h::MTIME).parse().unwrap_or(0);
     let custom = match get(h::CUSTOM_MD_JSON) {
         "" => Default::default(),
         v => gristmill_core::api::decode_custom_md(v)?,
@@ -290,12 +296,122 @@ pub(crate) async fn receive(
         expected_size: get("content-length").parse().ok(),
         expected_xxhash: Some(get(h::CHECKSUM_VALUE).to_owned()).filter(|v| !v.is_empty()),
         mtime_ns: Some(mtime).filter(|m| *m > 0),
+        generation: crate::index::GenRule::IfNewer(generation),
         ..Default::default()
     };
-    t.store
+    let stored = match t
+        .store
         .put(bck, name, req.into_body().into_data_stream(), opts)
-        .await?;
-    Ok(Response::new(Body::empty()))
+        .await
+    {
+        Ok(meta) => meta.generation,
+        // A newer generation is here: the sender's copy is delivered as far as it cares.
+        Err(crate::StoreError::Stale { current }) => current,
+        Err(e) => return Err(e.into()),
+    };
+    let mut resp = Response::new(Body::empty());
+    resp.headers_mut().insert(h::GEN, HeaderValue::from(stored));
+    Ok(resp)
+}
+
+/// Every other target of the current map that may hold a copy of the object: its owners
+/// under the maps still being rebalanced and its replica holders. Nodes no longer in the
+/// map are left out (there is nobody to ask).
+pub(crate) fn other_holders(t: &Target, bck: &Bck, name: &str) -> Vec<gristmill_core::Node> {
+    let uname = bck.object_uname(name);
+    let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
+    let current = t.smap();
+    let mut out: Vec<gristmill_core::Node> = Vec::new();
+    let maps = std::iter::once(current.clone()).chain(t.past_smaps());
+    for map in maps {
+        for node in map.owners(&uname, copies) {
+            if node.daemon_id == t.id || out.iter().any(|n| n.daemon_id == node.daemon_id) {
+                continue;
+            }
+            if let Some(now) = current.tmap.get(&node.daemon_id) {
+                out.push(now.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The highest generation other possible holders report for an object (past owners whose
+/// copy may not have moved yet): a new write on the owner must order after it.
+pub(crate) async fn gen_floor(t: &Target, bck: &Bck, name: &str) -> u64 {
+    let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
+    let current = t.smap();
+    let uname = bck.object_uname(name);
+    let replicas: Vec<String> = current
+        .owners(&uname, copies)
+        .iter()
+        .map(|n| n.daemon_id.clone())
+        .collect();
+    // Replicas take their generation from this owner; only past owners can be ahead.
+    let uname = &uname;
+    let asks = other_holders(t, bck, name)
+        .into_iter()
+        .filter(|n| !replicas.contains(&n.daemon_id))
+        .map(|node| async move {
+            let resp = t
+                .relay
+                .head(internal_url(&node, bck, name))
+                .query(&bucket_query(bck))
+                .timeout(std::time::Duration::from_secs(5))
+                .send()
+                .await;
+            match resp {
+                Ok(r) => {
+                    let tomb = r
+                        .headers()
+                        .get(h::TOMBSTONE_GEN)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0u64);
+                    gen_of(r.headers()).max(tomb)
+                }
+                Err(e) => {
+                    tracing::warn!(object = %uname, node = %node.daemon_id, error = %e, "generation of a past owner's copy unknown");
+                    0
+                }
+            }
+        });
+    futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+}
+
+/// After the owner buried an object (tombstone generation `generation`): the same delete on every
+/// other possible holder — past owners whose copy may not have moved yet, and replicas —
+/// so no copy of it survives to come back. Answers whether any of them held it.
+pub(crate) async fn delete_everywhere(t: &Target, bck: &Bck, name: &str, generation: u64) -> bool {
+    let deletes = other_holders(t, bck, name).into_iter().map(|node| async move {
+        let resp = t
+            .relay
+            .delete(internal_url(&node, bck, name))
+            .query(&bucket_query(bck))
+            .header(h::GEN, generation)
+            .send()
+            .await;
+        match resp {
+            Ok(r) if r.status().is_success() => true,
+            Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => false,
+            Ok(r) => {
+                tracing::warn!(object = %name, node = %node.daemon_id, status = %r.status(), "delete of another copy failed");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(object = %name, node = %node.daemon_id, error = %e, "delete of another copy failed");
+                false
+            }
+        }
+    });
+    futures::future::join_all(deletes)
+        .await
+        .into_iter()
+        .any(|held| held)
 }
 
 /// A GET or HEAD that missed here: if the object's owner under a recent cluster map was
@@ -339,12 +455,7 @@ pub(crate) async fn fetch_from_past_owner(
         // A past owner may have moved: use its current address when it has one.
         let owner = current.node(&owner.daemon_id).unwrap_or(owner);
         let query = uri.query().unwrap_or("");
-        let sep = if query.is_empty() { "" } else { "&" };
-        let url = format!(
-            "{}{}?{query}{sep}tfwd=1&{NO_FALLBACK}=1",
-            owner.url(),
-            uri.path()
-        );
+        let url = format!("{}?{query}", internal_url(owner, bck, name));
         let mut req = t.relay.request(method.clone(), url);
         for k in [
             "range",
@@ -415,35 +526,4 @@ pub(crate) async fn replicate(t: &Target, bck: &Bck, meta: &ObjectMeta) -> Resul
         r?;
     }
     Ok(())
-}
-
-/// Deletes the replicas of a deleted object (best effort: a replica left behind is removed by
-/// the next rebalance of its target — it is then misplaced).
-pub(crate) async fn delete_replicas(t: &Target, bck: &Bck, name: &str) {
-    let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
-    if copies <= 1 {
-        return;
-    }
-    let smap = t.smap();
-    let deletes = smap
-        .owners(&bck.object_uname(name), copies)
-        .into_iter()
-        .filter(|n| n.daemon_id != t.id)
-        .map(|n| {
-            t.relay
-                .delete(format!(
-                    "{}/v1/objects/{}/{}",
-                    n.url(),
-                    bck.name,
-                    gristmill_core::name::encode_path(name)
-                ))
-                .query(&[
-                    ("provider", bck.provider.as_str()),
-                    ("namespace", bck.namespace.uname().as_str()),
-                    (REPLICA, "1"),
-                    ("tfwd", "1"),
-                ])
-                .send()
-        });
-    futures::future::join_all(deletes).await;
 }

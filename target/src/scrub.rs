@@ -341,21 +341,10 @@ async fn fetch_copy(
     bck: &Bck,
     name: &str,
 ) -> Result<u64, ApiError> {
-    let url = format!(
-        "{}/v1/objects/{}/{}",
-        node.url(),
-        bck.name,
-        gristmill_core::name::encode_path(name)
-    );
     let resp = t
         .relay
-        .get(url)
-        .query(&[
-            ("provider", bck.provider.as_str()),
-            ("namespace", bck.namespace.uname().as_str()),
-            ("tfwd", "1"),
-            (crate::rebalance::NO_FALLBACK, "1"),
-        ])
+        .get(crate::rebalance::internal_url(node, bck, name))
+        .query(&crate::rebalance::bucket_query(bck))
         .send()
         .await
         .map_err(|e| ApiError::unavailable(e.to_string()))?;
@@ -374,11 +363,7 @@ async fn fetch_copy(
             .to_owned()
     };
     let mtime: i64 = get(h::MTIME).parse().unwrap_or(0);
-    if let Ok(local) = t.store.head(bck, name)
-        && local.mtime_ns >= mtime
-    {
-        return Ok(0); // a newer copy landed here meanwhile
-    }
+    let generation = crate::rebalance::gen_of(&headers).max(1);
     let custom = match get(h::CUSTOM_MD_JSON).as_str() {
         "" => Default::default(),
         v => gristmill_core::api::decode_custom_md(v)?,
@@ -394,10 +379,15 @@ async fn fetch_copy(
         expected_size: get("content-length").parse().ok(),
         expected_xxhash: Some(cksum),
         mtime_ns: Some(mtime).filter(|m| *m > 0),
+        // A newer copy that landed here meanwhile (or its delete) wins.
+        generation: crate::index::GenRule::IfNewer(generation),
         ..Default::default()
     };
-    let meta = t.store.put(bck, name, resp.bytes_stream(), opts).await?;
-    Ok(meta.size)
+    match t.store.put(bck, name, resp.bytes_stream(), opts).await {
+        Ok(meta) => Ok(meta.size),
+        Err(crate::StoreError::Stale { .. }) => Ok(0),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// This target's share of a scrub: every object it holds of the bucket (or of every bucket),
@@ -560,6 +550,7 @@ mod tests {
             mtime_ns: 0,
             file: "obj/x".into(),
             custom: Default::default(),
+            generation: 1,
         }
     }
 

@@ -75,6 +75,9 @@ pub struct PutOptions {
     pub s3_checksums: Vec<String>,
     /// Modification time to record (an object moved by rebalance keeps its own); None = now.
     pub mtime_ns: Option<i64>,
+    /// How the object's generation is decided: a new write on the owner (the default) or a
+    /// copy sent by another node with its own.
+    pub generation: crate::index::GenRule,
     /// Commit the index entry without waiting for an fsync ([`ObjectIndex::apply_relaxed`]):
     /// for cache fills, whose loss in a crash is harmless. The data file must be on disk
     /// before the commit (written and synced by the caller), or a power loss could leave an
@@ -422,6 +425,112 @@ impl Store {
         })
     }
 
+    /// Deletes an object for good: removes it (unless a newer generation is here) and leaves a
+    /// tombstone on its HRW mountpath, so no copy of it that arrives later — a rebalance
+    /// transfer, a replica — re-creates it. Answers the removed record (if any) and the
+    /// tombstone's generation.
+    pub async fn bury(
+        &self,
+        bck: &Bck,
+        name: &str,
+        generation: crate::index::BuryGen,
+    ) -> Result<(Option<ObjectMeta>, u64), StoreError> {
+        let bucket = bck.uname();
+        let mut removed = None;
+        let mut tombstone = 0;
+        for (i, mp) in self.lookup_order(bck, name).into_iter().enumerate() {
+            let applied = if i == 0 {
+                let a = mp
+                    .index
+                    .apply(IndexOp::Bury {
+                        bucket: bucket.clone(),
+                        name: name.to_owned(),
+                        generation,
+                    })
+                    .await?;
+                tombstone = a.tombstone;
+                a
+            } else {
+                // Other mountpaths (a resilver in progress): a read first, so a settled store
+                // commits only once.
+                match mp.index.get(&bucket, name)? {
+                    Some(m) if m.effective_gen() < tombstone => {
+                        mp.index
+                            .apply(IndexOp::DeleteIf {
+                                bucket: bucket.clone(),
+                                name: name.to_owned(),
+                                file: m.file,
+                            })
+                            .await?
+                    }
+                    _ => continue,
+                }
+            };
+            if let Some(old) = applied.replaced {
+                remove_data_file(&mp, &old.file).await;
+                self.usage.account(&old.bucket, 0, old.size);
+                removed.get_or_insert(old);
+            }
+        }
+        Ok((removed, tombstone))
+    }
+
+    /// Removes one particular record of an object — the one whose data file is `file` — from
+    /// whichever mountpath holds it; a record rewritten since (another file) stays. Answers
+    /// whether it was removed. No tombstone: for dropping a copy that moved elsewhere.
+    pub async fn delete_if_file(
+        &self,
+        bck: &Bck,
+        name: &str,
+        file: &str,
+    ) -> Result<bool, StoreError> {
+        let bucket = bck.uname();
+        for mp in self.lookup_order(bck, name) {
+            // A read first: only the mountpath holding that record commits.
+            if mp.index.get(&bucket, name)?.is_none_or(|m| m.file != file) {
+                continue;
+            }
+            let applied = mp
+                .index
+                .apply(IndexOp::DeleteIf {
+                    bucket: bucket.clone(),
+                    name: name.to_owned(),
+                    file: file.to_owned(),
+                })
+                .await?;
+            if let Some(old) = applied.replaced {
+                remove_data_file(&mp, &old.file).await;
+                self.usage.account(&old.bucket, 0, old.size);
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The generation of an object's tombstone here (0: none).
+    pub fn tombstone(&self, bck: &Bck, name: &str) -> Result<u64, StoreError> {
+        let bucket = bck.uname();
+        let mut generation = 0;
+        for mp in self.lookup_order(bck, name) {
+            generation = generation.max(mp.index.tombstone(&bucket, name)?.unwrap_or(0));
+        }
+        Ok(generation)
+    }
+
+    /// Forgets tombstones older than `keep` (their deletes have long reached every holder).
+    pub async fn purge_tombstones(&self, keep: std::time::Duration) -> Result<u64, StoreError> {
+        let before_ns = now_ns() - keep.as_nanos().min(i64::MAX as u128) as i64;
+        let mut purged = 0;
+        for mp in self.mountpaths().iter() {
+            purged += mp
+                .index
+                .apply_relaxed(IndexOp::PurgeTombstones { before_ns })
+                .await?
+                .dropped;
+        }
+        Ok(purged)
+    }
+
     /// Removes an object — from its HRW mountpath and from any other that still holds a
     /// copy (a resilver in progress); `NotFound` if it was nowhere.
     pub async fn delete(&self, bck: &Bck, name: &str) -> Result<ObjectMeta, StoreError> {
@@ -574,7 +683,12 @@ impl Store {
             }
             // Overwritten between the check and the drop: the new record goes back.
             Some(newer) => {
-                mp.index.apply(IndexOp::Put(newer)).await?;
+                mp.index
+                    .apply(IndexOp::Put {
+                        meta: newer,
+                        generation: crate::index::GenRule::AsIs,
+                    })
+                    .await?;
                 Ok(false)
             }
             None => Ok(false),
@@ -780,6 +894,7 @@ impl PendingWrite {
             mtime_ns: self.opts.mtime_ns.unwrap_or(now),
             file: rel.clone(),
             custom,
+            generation: 0,
         };
         let Some(tmp) = self.tmp.take() else {
             return Err(StoreError::Index("commit of a removed write".into()));
@@ -792,7 +907,7 @@ impl PendingWrite {
             let dir = dest
                 .parent()
                 .expect("data files live in a fan-out directory");
-            let moved = std::fs::create_dir_all(dir).and_then(|_| std::fs::rename(&tmp, &dest));
+            let moved = create_fan_out_dir(dir, durable).and_then(|_| std::fs::rename(&tmp, &dest));
             if let Err(e) = moved {
                 let _ = std::fs::remove_file(&tmp);
                 return Err(e.into());
@@ -806,7 +921,11 @@ impl PendingWrite {
         .map_err(|e| StoreError::Index(e.to_string()))?;
         placed?;
 
-        let put = IndexOp::Put(meta);
+        let rule = self.opts.generation;
+        let put = IndexOp::Put {
+            meta,
+            generation: rule,
+        };
         let applied = match if self.opts.relaxed_index {
             mp.index.apply_relaxed(put).await
         } else {
@@ -818,6 +937,20 @@ impl PendingWrite {
                 return Err(e);
             }
         };
+        if applied.stored.is_none()
+            && let crate::index::GenRule::IfNewer(_) = rule
+        {
+            // A newer generation (or its tombstone) is here: this copy is not wanted.
+            let _ = tokio::fs::remove_file(mp.path.join(&rel)).await;
+            let current = applied
+                .replaced
+                .as_ref()
+                .map_or(0, ObjectMeta::effective_gen);
+            let tomb = mp.index.tombstone(&self.bucket, &self.name)?.unwrap_or(0);
+            return Err(StoreError::Stale {
+                current: current.max(tomb),
+            });
+        }
         let replaced_size = applied.replaced.as_ref().map_or(0, |m| m.size);
         self.usage.account(&self.bucket, size, replaced_size);
         if let Some(old) = applied.replaced {
@@ -895,6 +1028,34 @@ async fn remove_data_file(mp: &Mountpath, rel: &str) {
     {
         tracing::warn!(file = rel, error = %e, "could not remove replaced data file");
     }
+}
+
+/// Creates a data file's fan-out directory (and its parents) if missing. When `durable`, each
+/// directory created is made durable by an fsync of its parent: without it a power loss can
+/// drop the new directory, and with it every fsynced file inside.
+fn create_fan_out_dir(dir: &Path, durable: bool) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let mut missing = Vec::new();
+    let mut at = dir;
+    while !at.is_dir() {
+        missing.push(at.to_path_buf());
+        match at.parent() {
+            Some(p) => at = p,
+            None => break,
+        }
+    }
+    std::fs::create_dir_all(dir)?;
+    if durable {
+        // Parents first: a created directory's own entry lives in its parent.
+        for created in missing.iter().rev() {
+            if let Some(parent) = created.parent() {
+                std::fs::File::open(parent)?.sync_all()?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn set_meta_xattr(path: &Path, encoded: &[u8]) {
@@ -975,4 +1136,130 @@ pub fn now_ns() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::{BuryGen, GenRule};
+    use gristmill_core::Provider;
+
+    fn body(s: &str) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + use<> {
+        futures::stream::iter([Ok(Bytes::from(s.to_owned()))])
+    }
+
+    async fn read(store: &Store, bck: &Bck, name: &str) -> String {
+        let open = store.open_object(bck, name).await.unwrap();
+        String::from_utf8(open.data.unwrap().to_vec()).unwrap()
+    }
+
+    fn transfer(generation: u64) -> PutOptions {
+        PutOptions {
+            generation: GenRule::IfNewer(generation),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn generations_order_copies_and_tombstones_stop_late_transfers() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&[dir.path().join("mp0")]).await.unwrap();
+        let bck = Bck::new("b", Provider::Ais).unwrap();
+
+        // Writes on the owner count up; the native version follows the generation.
+        let first = store.put(&bck, "x", body("one"), Default::default()).await;
+        assert_eq!(first.unwrap().generation, 1);
+        let floor = PutOptions {
+            generation: GenRule::Next { floor: 41 },
+            ..Default::default()
+        };
+        let second = store.put(&bck, "x", body("two"), floor).await.unwrap();
+        assert_eq!((second.generation, second.version.as_str()), (42, "42"));
+
+        // A transfer of an older (or the same) generation changes nothing...
+        for g in [1, 42] {
+            let late = store.put(&bck, "x", body("old"), transfer(g)).await;
+            assert!(matches!(late, Err(StoreError::Stale { current: 42 })), "{g}");
+            assert_eq!(read(&store, &bck, "x").await, "two");
+        }
+        // ...a newer one replaces the copy and keeps its generation.
+        let newer = store.put(&bck, "x", body("three"), transfer(50)).await;
+        assert_eq!(newer.unwrap().generation, 50);
+        assert_eq!(read(&store, &bck, "x").await, "three");
+
+        // A delete leaves a tombstone one past the copy; a late transfer of any older
+        // generation does not bring the object back.
+        let (removed, tomb) = store
+            .bury(&bck, "x", BuryGen::Next { floor: 0 })
+            .await
+            .unwrap();
+        assert_eq!((removed.unwrap().generation, tomb), (50, 51));
+        assert_eq!(store.tombstone(&bck, "x").unwrap(), 51);
+        let late = store.put(&bck, "x", body("old"), transfer(50)).await;
+        assert!(matches!(late, Err(StoreError::Stale { current: 51 })));
+        assert!(store.head(&bck, "x").is_err(), "a deleted object came back");
+        // No data file of the refused copies is left behind.
+        let files = walk_files(&dir.path().join("mp0").join("obj"));
+        assert!(files.is_empty(), "{files:?}");
+        // A write after the delete orders after its tombstone.
+        let again = store.put(&bck, "x", body("four"), Default::default()).await;
+        assert_eq!(again.unwrap().generation, 52);
+
+        // A delete sent with an older tombstone than the copy here keeps the copy.
+        let (removed, tomb) = store.bury(&bck, "x", BuryGen::Exact(10)).await.unwrap();
+        assert!(removed.is_none());
+        assert_eq!(tomb, 51);
+        assert_eq!(read(&store, &bck, "x").await, "four");
+        let (removed, _) = store.bury(&bck, "x", BuryGen::Exact(60)).await.unwrap();
+        assert!(removed.is_some());
+
+        // Records from before generations existed order by their native version.
+        let legacy = ObjectMeta {
+            generation: 0,
+            version: "7".into(),
+            ..second.clone()
+        };
+        assert_eq!(legacy.effective_gen(), 7);
+
+        // Old tombstones are purged; fresh ones stay.
+        assert_eq!(
+            store
+                .purge_tombstones(std::time::Duration::from_secs(3600))
+                .await
+                .unwrap(),
+            0
+        );
+        assert_eq!(
+            store
+                .purge_tombstones(std::time::Duration::ZERO)
+                .await
+                .unwrap(),
+            1
+        );
+        assert_eq!(store.tombstone(&bck, "x").unwrap(), 0);
+    }
+
+    fn walk_files(root: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                if e.path().is_dir() {
+                    stack.push(e.path());
+                } else {
+                    out.push(e.path());
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn fan_out_directories_are_created_with_their_parents() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("obj").join("aa").join("bb");
+        create_fan_out_dir(&deep, true).unwrap();
+        assert!(deep.is_dir());
+        create_fan_out_dir(&deep, true).unwrap();
+    }
 }

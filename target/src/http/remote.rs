@@ -243,10 +243,12 @@ pub(super) async fn put_object(
 pub(super) async fn delete_object(t: &Target, bck: &Bck, name: &str) -> ApiResult {
     let backend = t.backend(bck)?;
     backend.delete(bck, name).await?;
-    match t.store.delete(bck, name).await {
-        Ok(_) => {}
-        Err(e) if is_not_found(&e) => {}
-        Err(e) => return Err(e.into()),
+    // The cached copy goes everywhere it may be (past owners, replicas), with a tombstone, so
+    // no late transfer brings the deleted object back into the cache.
+    match super::delete_object(t, bck, name).await {
+        Ok(()) => {}
+        Err(e) if e.kind == gristmill_core::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
     }
     Ok(StatusCode::OK.into_response())
 }

@@ -566,7 +566,7 @@ async fn read_only_user_redirects_internal_endpoints_and_s3() {
         (format!("{target}/v1/jobs"), Method::POST),
         (format!("{target}/v1/buckets/data"), Method::GET),
         (
-            format!("{target}/v1/objects/data/obj?rebalance=1&tfwd=1"),
+            format!("{target}/v1/internal/objects/data/obj?transfer=rebalance"),
             Method::PUT,
         ),
     ] {
@@ -825,6 +825,127 @@ fn gristmill_tests_default_key() -> &'static str {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn internal_object_operations_are_closed_to_users() {
+    // Issue 14: every node-to-node object operation lives on `/v1/internal/...` and only a
+    // node credential opens it; the old query flags on the user route are a 400 for anyone.
+    let (c, tokens, _) = setup().await;
+    let rw_http = c.client(Some(&tokens.rw));
+    let admin_http = c.client(Some(&tokens.admin));
+    let anon = no_redirects();
+    let smap = c.smap().await.unwrap();
+    let generation = gristmill_core::api::header::GEN;
+    let before = admin_http
+        .get(c.url("/v1/objects/data/obj"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut checked = 0;
+    for t in smap.tmap.values() {
+        let base = format!("{}/v1/internal/objects/data", t.url());
+        let ops: Vec<(Method, String, Vec<(&str, String)>)> = vec![
+            (
+                Method::PUT,
+                format!("{base}/obj?transfer=rebalance"),
+                vec![(generation, "999".into())],
+            ),
+            (
+                Method::PUT,
+                format!("{base}/obj?transfer=replica"),
+                vec![(generation, "999".into())],
+            ),
+            (
+                Method::PUT,
+                format!("{base}/planted?transfer=replica"),
+                vec![(generation, "9".into())],
+            ),
+            (
+                Method::DELETE,
+                format!("{base}/obj"),
+                vec![(generation, "999".into())],
+            ),
+            (Method::GET, format!("{base}/obj"), vec![]),
+            (Method::HEAD, format!("{base}/obj"), vec![]),
+        ];
+        for (method, url, headers) in ops {
+            for (who, client, want) in [
+                ("no credential", &anon, StatusCode::UNAUTHORIZED),
+                ("a bucket writer", &rw_http, StatusCode::FORBIDDEN),
+                ("the admin", &admin_http, StatusCode::FORBIDDEN),
+            ] {
+                let mut req = client.request(method.clone(), &url).body("poison");
+                for (k, v) in &headers {
+                    req = req.header(*k, v);
+                }
+                let r = req.send().await.unwrap();
+                assert_eq!(r.status(), want, "{method} {url} as {who}");
+                checked += 1;
+            }
+        }
+        // A node credential opens them (a HEAD of the owner's or a missing copy).
+        let path = "/v1/internal/objects/data/obj";
+        let r = anon
+            .head(format!("{}{path}", t.url()))
+            .header(
+                auth::NODE_AUTH_HEADER,
+                tokens.keys.sign_intra("test-node", "HEAD", path),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.status() == StatusCode::OK || r.status() == StatusCode::NOT_FOUND,
+            "node HEAD on {}: {}",
+            t.daemon_id,
+            r.status()
+        );
+        // The old flags on the user route: 400 for the writer and the admin, on every target
+        // and through the proxy.
+        for flag in gristmill_core::api::NODE_ONLY_PARAMS {
+            for base in [t.url().to_owned(), c.endpoint.clone()] {
+                for method in [Method::PUT, Method::DELETE, Method::GET] {
+                    for (who, client) in [("writer", &rw_http), ("admin", &admin_http)] {
+                        let r = client
+                            .request(
+                                method.clone(),
+                                format!("{base}/v1/objects/data/obj?{flag}=1&tfwd=1"),
+                            )
+                            .body("poison")
+                            .send()
+                            .await
+                            .unwrap();
+                        assert_eq!(
+                            r.status(),
+                            StatusCode::BAD_REQUEST,
+                            "{method} {base} ?{flag} as {who}"
+                        );
+                        assert!(r.text().await.unwrap().contains("internal"));
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "{checked}");
+    // Nothing was stored or deleted: the object reads as before and nothing was planted.
+    let after = admin_http
+        .get(c.url("/v1/objects/data/obj"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(after.status(), StatusCode::OK);
+    assert_eq!(after.text().await.unwrap(), before);
+    let planted = admin_http
+        .head(c.url("/v1/objects/data/planted"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(planted.status(), StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_die_with_their_user_and_the_cli_logs_in() {
     let mut c = SecureCluster::start(SecureOptions {
         targets: 1,
