@@ -41,6 +41,13 @@ if ! command -v nft >/dev/null 2>&1; then
     || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q nftables >/dev/null; }
 fi
 
+step "faketime (the clock-skew test runs targets under libfaketime, 10 minutes ahead and behind)"
+if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get install -y -q faketime >/dev/null 2>&1 \
+    || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q faketime >/dev/null; }
+fi
+
 step "Python venv (.venv): the gristmill SDK and clients that Rust integration tests drive too"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv

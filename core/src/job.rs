@@ -89,6 +89,17 @@ impl JobKind {
         }
     }
 
+    /// Whether a job of this kind waits for running rebalances to end before it starts. Such
+    /// a job works on the objects each target holds; while objects move between targets an
+    /// object could be seen by both (processed twice) or by neither. After the rebalance every
+    /// object is on its owner and each is processed exactly once.
+    pub fn waits_for_rebalance(self) -> bool {
+        matches!(
+            self,
+            JobKind::Evict | JobKind::Copy | JobKind::Etl | JobKind::Archive | JobKind::Reshard
+        )
+    }
+
     /// Parses a kind by its wire name or a short alias (`prefetch`, `evict`, `copy`, `lru`).
     pub fn parse(s: &str) -> Option<Self> {
         match s {

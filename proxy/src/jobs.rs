@@ -13,6 +13,9 @@ use crate::remote::node_error;
 /// Sends the job to every active target. If any target refuses, the others are told to abort
 /// and the error is returned: a job runs everywhere or nowhere.
 pub(crate) async fn start(p: &Proxy, spec: JobSpec) -> Result<String, ApiError> {
+    if spec.kind.waits_for_rebalance() {
+        wait_for_placement(p, &spec).await?;
+    }
     let smap = p.smap();
     let targets: Vec<_> = smap.active_targets().cloned().collect();
     if targets.is_empty() {
@@ -41,6 +44,39 @@ pub(crate) async fn start(p: &Proxy, spec: JobSpec) -> Result<String, ApiError> 
     }
     tracing::info!(job = %spec.id, kind = %spec.kind, targets = targets.len(), "job started");
     Ok(spec.id)
+}
+
+/// Longest a job start waits for running rebalances to end.
+const PLACEMENT_WAIT: Duration = Duration::from_secs(600);
+
+/// Waits until no target runs a rebalance or a `make-n-copies` job (objects are where the
+/// map places them), so a job started mid-change sees every object exactly once.
+async fn wait_for_placement(p: &Proxy, spec: &JobSpec) -> Result<(), ApiError> {
+    let started = tokio::time::Instant::now();
+    let mut pause = Duration::from_millis(50);
+    let mut logged = false;
+    loop {
+        let mut moving = snaps(p, "", Some(JobKind::Rebalance), true).await;
+        moving.extend(snaps(p, "", Some(JobKind::MakeNCopies), true).await);
+        let Some(first) = moving.first() else {
+            if logged {
+                tracing::info!(job = %spec.id, waited = ?started.elapsed(), "rebalance over; job starting");
+            }
+            return Ok(());
+        };
+        if !logged {
+            tracing::info!(job = %spec.id, kind = %spec.kind, rebalance = %first.id, "job waits for the running rebalance to end");
+            logged = true;
+        }
+        if started.elapsed() >= PLACEMENT_WAIT {
+            return Err(ApiError::unavailable(format!(
+                "job {} ({}) waited {PLACEMENT_WAIT:?} for {} to end; start it again when the rebalance is over",
+                spec.id, spec.kind, first.id
+            )));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
 }
 
 /// Every target's snapshots matching the filters. A target that cannot be reached is

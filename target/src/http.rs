@@ -396,8 +396,25 @@ async fn internal_object(
         }
         resp
     };
-    match *req.method() {
-        Method::PUT => match params.get(q::TRANSFER).map(String::as_str) {
+    let stage = params.get("stage").map(String::as_str);
+    match (req.method().clone(), stage) {
+        (Method::PUT, Some(stage)) => {
+            crate::rebalance::stage_receive(&t, &bck, &name, stage, req).await
+        }
+        (Method::POST, Some(stage)) => {
+            let resp = crate::rebalance::stage_commit(&t, stage, req.headers()).await?;
+            crate::shards::after_put(&t, &bck, &name);
+            Ok(resp)
+        }
+        (Method::DELETE, Some(stage)) => Ok(if crate::rebalance::stage_abort(&t, stage) {
+            StatusCode::OK.into_response()
+        } else {
+            StatusCode::NOT_FOUND.into_response()
+        }),
+        (_, Some(_)) => Err(ApiError::bad_request(
+            "a stage is written with PUT, committed with POST, given up with DELETE",
+        )),
+        (Method::PUT, None) => match params.get(q::TRANSFER).map(String::as_str) {
             Some(api::internal::REBALANCE | api::internal::REPLICA) => {
                 crate::rebalance::receive(&t, &bck, &name, req).await
             }
@@ -406,7 +423,7 @@ async fn internal_object(
                 q::TRANSFER
             ))),
         },
-        Method::DELETE => {
+        (Method::DELETE, None) => {
             let generation: u64 = req
                 .headers()
                 .get(h::GEN)
@@ -425,11 +442,11 @@ async fn internal_object(
             crate::shards::after_delete(&t, &bck, &name);
             Ok(StatusCode::OK.into_response())
         }
-        Method::HEAD => match head_object(&t, &bck, &name, req.headers()) {
+        (Method::HEAD, None) => match head_object(&t, &bck, &name, req.headers()) {
             Err(e) if e.kind == gristmill_core::ErrorKind::NotFound => Ok(tombstone()),
             other => other,
         },
-        Method::GET => match get_object(&t, &bck, &name, &params, req.headers()).await {
+        (Method::GET, None) => match get_object(&t, &bck, &name, &params, req.headers()).await {
             Err(e) if e.kind == gristmill_core::ErrorKind::NotFound => Ok(tombstone()),
             other => other,
         },
@@ -977,11 +994,11 @@ async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) -> ApiResul
         custom,
         ..Default::default()
     };
-    let meta = t
-        .store
-        .put(bck, name, req.into_body().into_data_stream(), opts)
+    let mut pending = t.store.begin_write(bck, name, opts).await?;
+    pending
+        .write_stream(req.into_body().into_data_stream())
         .await?;
-    crate::rebalance::replicate(t, bck, &meta).await?;
+    let meta = crate::rebalance::commit_with_replicas(t, bck, name, pending).await?;
     let mut resp = StatusCode::OK.into_response();
     object_headers(t, bck, &meta, resp.headers_mut());
     Ok(resp)
@@ -997,6 +1014,9 @@ async fn list_objects(
 ) -> ApiResult {
     let bck = bucket_from(&bucket, &params)?;
     let lso = ListObjectsMsg::from_action_body(&body)?;
+    // A target that just joined is asked for its page as soon as it is in the map; without
+    // the map it cannot know the bucket yet.
+    t.await_first_map().await?;
     t.require_bucket(&bck).await?;
     let limit = lso.page_size();
     if params.get("list").is_some_and(|v| v == "remote") {

@@ -345,9 +345,21 @@ pub(crate) async fn enumerate(
     let smap = t.smap();
     let me = t.id.clone();
     let bck2 = bck.clone();
+    let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
+    let (smap2, me2, bck3) = (smap.clone(), me.clone(), bck.clone());
     let mine = move |name: &str| {
         smap.owner(&bck2.object_uname(name))
             .is_some_and(|o| o.daemon_id == me)
+    };
+    // A local copy is this target's to work on if it owns the object, or holds it where the
+    // map places it nowhere (misplaced: a rebalance was aborted before moving it). A replica
+    // is its owner's: with N copies, each object is worked on once, not N times.
+    let mine_here = move |name: &str| {
+        let owners = smap2.owners(&bck3.object_uname(name), copies);
+        match owners.iter().position(|o| o.daemon_id == me2) {
+            Some(i) => i == 0,
+            None => true,
+        }
     };
     match spec.selection.resolve()? {
         Resolved::Names(names) => Ok(names.into_iter().filter(|n| mine(n)).collect()),
@@ -376,7 +388,12 @@ pub(crate) async fn enumerate(
                 let Some(last) = names.last().cloned() else {
                     break;
                 };
-                out.extend(names.into_iter().filter(|n| local || mine(n)));
+                out.extend(names.into_iter().filter(|n| match (spec.kind, local) {
+                    // Every cached copy goes, replicas included.
+                    (JobKind::Evict, _) => true,
+                    (_, true) => mine_here(n),
+                    (_, false) => mine(n),
+                }));
                 if !more {
                     break;
                 }

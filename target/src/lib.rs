@@ -99,6 +99,8 @@ pub(crate) struct Target {
     /// listing page, so a proxy can tell that a page may have missed an object in flight
     /// between two targets (see `proxy/src/list.rs`).
     drops: std::sync::atomic::AtomicU64,
+    /// Replica copies staged for owners' PUTs, not yet committed.
+    stages: rebalance::Stages,
     /// Active targets the last rebalance was started for (None: none yet in this process).
     rebalanced_for: std::sync::Mutex<Option<Vec<String>>>,
     /// This target, for starting jobs from `&self` contexts.
@@ -295,6 +297,7 @@ pub async fn run(
         shards: Arc::default(),
         past: Default::default(),
         drops: Default::default(),
+        stages: Default::default(),
         rebalanced_for: Default::default(),
         me: Default::default(),
     });

@@ -172,6 +172,7 @@ async fn has_copy(t: &Target, node: &gristmill_core::Node, bck: &Bck, meta: &Obj
         .relay
         .head(internal_url(node, bck, &meta.name))
         .query(&bucket_query(bck))
+        .timeout(std::time::Duration::from_secs(10))
         .send()
         .await;
     match resp {
@@ -393,6 +394,7 @@ pub(crate) async fn delete_everywhere(t: &Target, bck: &Bck, name: &str, generat
             .delete(internal_url(&node, bck, name))
             .query(&bucket_query(bck))
             .header(h::GEN, generation)
+            .timeout(std::time::Duration::from_secs(10))
             .send()
             .await;
         match resp {
@@ -468,7 +470,13 @@ pub(crate) async fn fetch_from_past_owner(
                 req = req.header(k, v.as_bytes());
             }
         }
-        let Ok(resp) = req.send().await else { continue };
+        // A paused or wedged holder must not hold the reader: its answer's head comes in
+        // seconds or not at all (the body may then stream for as long as it takes).
+        let Ok(Ok(resp)) =
+            tokio::time::timeout(std::time::Duration::from_secs(5), req.send()).await
+        else {
+            continue;
+        };
         if !resp.status().is_success() && resp.status().as_u16() != 304 {
             tracing::debug!(object = %uname, at = %owner.daemon_id, status = %resp.status(), "not at a past owner");
             continue;
@@ -499,6 +507,266 @@ pub(crate) fn remember(past: &mut Vec<Arc<ClusterMap>>, old: Arc<ClusterMap>) {
     if past.len() > 3 {
         past.remove(0);
     }
+}
+
+/// Replica copies written and verified on this target for an owner's PUT that is not yet
+/// committed, by stage id: invisible until the owner commits them (or dropped after
+/// [`STAGE_TTL`], removing the temp file).
+pub(crate) type Stages = std::sync::Mutex<
+    std::collections::HashMap<String, (crate::store::PendingWrite, std::time::Instant)>,
+>;
+
+/// How long a staged replica waits for its owner's commit.
+const STAGE_TTL: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Commits an owner's PUT with `mirror.copies = N`: the bytes, written and verified here,
+/// are first staged — durable but invisible — on the N-1 replica targets; only when every
+/// stage succeeded is the object committed here and then on the replicas (with the
+/// generation this commit assigned). A PUT that cannot reach N copies fails before anything
+/// becomes visible: readers keep the previous version (or none) on every node.
+pub(crate) async fn commit_with_replicas(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    mut pending: crate::store::PendingWrite,
+) -> Result<ObjectMeta, ApiError> {
+    let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
+    if copies <= 1 {
+        return Ok(pending.commit().await?);
+    }
+    pending.verify().await?;
+    let smap = t.smap();
+    let targets: Vec<gristmill_core::Node> = smap
+        .owners(&bck.object_uname(name), copies)
+        .into_iter()
+        .filter(|n| n.daemon_id != t.id)
+        .cloned()
+        .collect();
+    if targets.len() + 1 < copies {
+        return Err(ApiError::unavailable(format!(
+            "{bck} keeps {copies} copies but only {} targets are active",
+            targets.len() + 1
+        )));
+    }
+    let stage = uuid::Uuid::new_v4().to_string();
+    let size = pending.size();
+    let cksum = pending.xxhash_hex();
+    let path = pending.path().to_owned();
+    let staged = futures::future::join_all(
+        targets
+            .iter()
+            .map(|n| stage_on(t, n, bck, name, &stage, &path, size, &cksum)),
+    )
+    .await;
+    if let Some(Err(e)) = staged.iter().find(|r| r.is_err()) {
+        let e = e.clone();
+        abort_stages(t, &targets, bck, name, &stage);
+        pending.abort().await;
+        return Err(e);
+    }
+    let meta = match pending.commit().await {
+        Ok(m) => m,
+        Err(e) => {
+            abort_stages(t, &targets, bck, name, &stage);
+            return Err(e.into());
+        }
+    };
+    let commits = futures::future::join_all(
+        targets
+            .iter()
+            .map(|n| commit_stage(t, n, bck, name, &stage, &meta)),
+    )
+    .await;
+    for (n, r) in targets.iter().zip(commits) {
+        if let Err(e) = r {
+            // The replica had the bytes durably a moment ago: it died or restarted since.
+            return Err(ApiError::unavailable(format!(
+                "{bck}/{name}: the replica on {} did not commit ({}); the object is stored on fewer than {copies} targets until it is re-replicated",
+                n.daemon_id, e.message
+            )));
+        }
+    }
+    Ok(meta)
+}
+
+/// Tells the replicas to drop a stage, in the background and briefly (one that does not
+/// answer — paused, dead — drops its own after [`STAGE_TTL`]): the failed PUT answers now.
+fn abort_stages(t: &Target, targets: &[gristmill_core::Node], bck: &Bck, name: &str, stage: &str) {
+    for n in targets {
+        let req = t
+            .relay
+            .delete(internal_url(n, bck, name))
+            .query(&bucket_query(bck))
+            .query(&[("stage", stage)])
+            .timeout(std::time::Duration::from_secs(5))
+            .send();
+        tokio::spawn(async move {
+            let _ = req.await;
+        });
+    }
+}
+
+/// Sends the staged bytes (`path`, the owner's temp file) to one replica target.
+#[allow(clippy::too_many_arguments)]
+async fn stage_on(
+    t: &Target,
+    node: &gristmill_core::Node,
+    bck: &Bck,
+    name: &str,
+    stage: &str,
+    path: &std::path::Path,
+    size: u64,
+    cksum: &str,
+) -> Result<(), ApiError> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| ApiError::internal(format!("reopening a staged write: {e}")))?;
+    // A paused or wedged replica must not hold the PUT forever: 10 s plus 20 MiB/s.
+    let limit = std::time::Duration::from_secs(10 + size / (20 << 20));
+    let resp = t
+        .relay
+        .put(internal_url(node, bck, name))
+        .query(&bucket_query(bck))
+        .query(&[
+            (gristmill_core::api::query::TRANSFER, REPLICA),
+            ("stage", stage),
+        ])
+        .header(reqwest::header::CONTENT_LENGTH, size)
+        .header(h::CHECKSUM_TYPE, crate::store::CKSUM_XXHASH)
+        .header(h::CHECKSUM_VALUE, cksum)
+        .body(reqwest::Body::wrap_stream(crate::http::file_stream(
+            file, 0, size,
+        )))
+        .timeout(limit)
+        .send()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("replica on {}: {e}", node.daemon_id)))?;
+    if !resp.status().is_success() {
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        let message = serde_json::from_str::<gristmill_core::ErrorBody>(&text)
+            .map(|b| b.message)
+            .unwrap_or(text);
+        return Err(ApiError::new(
+            ErrorKind::from_status(status),
+            format!("replica on {}: {message}", node.daemon_id),
+        ));
+    }
+    Ok(())
+}
+
+/// Tells one replica target to make its staged copy the object, as the owner committed it.
+async fn commit_stage(
+    t: &Target,
+    node: &gristmill_core::Node,
+    bck: &Bck,
+    name: &str,
+    stage: &str,
+    meta: &ObjectMeta,
+) -> Result<(), ApiError> {
+    let mut last = None;
+    for _ in 0..3 {
+        let resp = t
+            .relay
+            .post(internal_url(node, bck, name))
+            .query(&bucket_query(bck))
+            .query(&[("stage", stage)])
+            .header(h::GEN, sent_gen(meta))
+            .header(h::VERSION, meta.version.as_str())
+            .header(h::MTIME, meta.mtime_ns.to_string())
+            .header(
+                h::CUSTOM_MD_JSON,
+                gristmill_core::api::encode_custom_md(&meta.custom),
+            )
+            .timeout(std::time::Duration::from_secs(10))
+            .send()
+            .await;
+        match resp {
+            Ok(r) if r.status().is_success() => return Ok(()),
+            Ok(r) => {
+                return Err(ApiError::new(
+                    ErrorKind::from_status(r.status()),
+                    format!("commit answered {}", r.status()),
+                ));
+            }
+            Err(e) => last = Some(e.to_string()),
+        }
+    }
+    Err(ApiError::unavailable(last.unwrap_or_default()))
+}
+
+/// Replica side of [`commit_with_replicas`]: receives, verifies and keeps a staged copy.
+pub(crate) async fn stage_receive(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    stage: &str,
+    req: axum::extract::Request,
+) -> Result<Response, ApiError> {
+    let headers = req.headers();
+    let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let expected_size: Option<u64> = get("content-length").parse().ok();
+    t.space.check_room(bck, name, expected_size.unwrap_or(0))?;
+    let opts = crate::store::PutOptions {
+        durable: !bck.is_remote(),
+        expected_size,
+        expected_xxhash: Some(get(h::CHECKSUM_VALUE).to_owned()).filter(|v| !v.is_empty()),
+        ..Default::default()
+    };
+    let mut pending = t.store.begin_write(bck, name, opts).await?;
+    pending
+        .write_stream(req.into_body().into_data_stream())
+        .await?;
+    pending.verify().await?;
+    let mut stages = t.stages.lock().expect("stages lock");
+    stages.retain(|_, (_, at)| at.elapsed() < STAGE_TTL);
+    stages.insert(stage.to_owned(), (pending, std::time::Instant::now()));
+    Ok(Response::new(Body::empty()))
+}
+
+/// Replica side: the owner committed; the staged copy becomes the object (unless a newer
+/// generation is here already).
+pub(crate) async fn stage_commit(
+    t: &Target,
+    stage: &str,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let generation: u64 = get(h::GEN).parse().unwrap_or(0);
+    if generation == 0 {
+        return Err(ApiError::bad_request(format!(
+            "a stage commit needs {}",
+            h::GEN
+        )));
+    }
+    let custom = match get(h::CUSTOM_MD_JSON) {
+        "" => Default::default(),
+        v => gristmill_core::api::decode_custom_md(v)?,
+    };
+    let Some((mut pending, _)) = t.stages.lock().expect("stages lock").remove(stage) else {
+        return Err(ApiError::not_found(format!("no staged copy {stage}")));
+    };
+    let opts = pending.options_mut();
+    opts.generation = crate::index::GenRule::IfNewer(generation);
+    opts.version = get(h::VERSION).to_owned();
+    opts.mtime_ns = get(h::MTIME).parse().ok().filter(|m: &i64| *m > 0);
+    opts.custom = custom;
+    let stored = match pending.commit().await {
+        Ok(meta) => meta.generation,
+        Err(crate::StoreError::Stale { current }) => current,
+        Err(e) => return Err(e.into()),
+    };
+    let mut resp = Response::new(Body::empty());
+    resp.headers_mut().insert(h::GEN, HeaderValue::from(stored));
+    Ok(resp)
+}
+
+/// Replica side: the owner gave the PUT up; the staged copy goes.
+pub(crate) fn stage_abort(t: &Target, stage: &str) -> bool {
+    t.stages
+        .lock()
+        .expect("stages lock")
+        .remove(stage)
+        .is_some()
 }
 
 /// After the owner stored an object: writes its replicas (copies > 1) and waits for all of

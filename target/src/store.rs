@@ -825,9 +825,21 @@ impl PendingWrite {
         self.flush().await
     }
 
-    /// Checks size and checksum against what the sender declared, fsyncs when durable, moves
-    /// the file into place and commits its metadata. On any error nothing of it remains.
-    pub async fn commit(mut self) -> Result<ObjectMeta, StoreError> {
+    /// The xxhash checksum (hex) of the bytes written so far.
+    pub fn xxhash_hex(&self) -> String {
+        format!("{:016x}", self.xxhash.digest())
+    }
+
+    /// Changes how the object will be committed (a staged replica learns its generation,
+    /// version and mtime only when the owner commits).
+    pub fn options_mut(&mut self) -> &mut PutOptions {
+        &mut self.opts
+    }
+
+    /// Closes the temp file, fsyncs it when durable, and checks size and checksum against
+    /// what the sender declared: after it, the write is on disk and only the commit is left.
+    /// On a mismatch the temp file is removed. Idempotent.
+    pub async fn verify(&mut self) -> Result<(), StoreError> {
         self.flush().await?;
         if let Some(out) = self.out.take() {
             let file = out.into_inner();
@@ -836,7 +848,7 @@ impl PendingWrite {
             }
         }
         let size = self.size;
-        let cksum = format!("{:016x}", self.xxhash.digest());
+        let cksum = self.xxhash_hex();
         let opts = &self.opts;
         let mismatch = if opts.expected_size.is_some_and(|want| want != size) {
             Some(format!(
@@ -856,6 +868,15 @@ impl PendingWrite {
             self.remove_tmp().await;
             return Err(ApiError::bad_request(why).into());
         }
+        Ok(())
+    }
+
+    /// Checks size and checksum against what the sender declared, fsyncs when durable, moves
+    /// the file into place and commits its metadata. On any error nothing of it remains.
+    pub async fn commit(mut self) -> Result<ObjectMeta, StoreError> {
+        self.verify().await?;
+        let size = self.size;
+        let cksum = self.xxhash_hex();
         let md5 = self
             .md5
             .take()
@@ -1179,7 +1200,10 @@ mod tests {
         // A transfer of an older (or the same) generation changes nothing...
         for g in [1, 42] {
             let late = store.put(&bck, "x", body("old"), transfer(g)).await;
-            assert!(matches!(late, Err(StoreError::Stale { current: 42 })), "{g}");
+            assert!(
+                matches!(late, Err(StoreError::Stale { current: 42 })),
+                "{g}"
+            );
             assert_eq!(read(&store, &bck, "x").await, "two");
         }
         // ...a newer one replaces the copy and keeps its generation.

@@ -95,6 +95,15 @@ impl NodeProcess {
         }
     }
 
+    /// Sends `signal` (e.g. `STOP`, `CONT`) to the running process.
+    pub fn signal(&self, signal: &str) {
+        if let Some(c) = self.child.as_ref() {
+            let _ = Command::new("kill")
+                .args([&format!("-{signal}"), &c.id().to_string()])
+                .status();
+        }
+    }
+
     /// SIGTERM and wait for a clean exit.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -173,6 +182,20 @@ impl Cluster {
         proxy_args: &[&str],
         target_env: &[(String, String)],
     ) -> anyhow::Result<Self> {
+        Self::start_each(targets, mountpaths_per_target, proxy_args, |_| {
+            target_env.to_vec()
+        })
+        .await
+    }
+
+    /// Like [`Cluster::start_full`], with each target's extra environment given by its index
+    /// (e.g. a skewed clock for some of them: [`faketime_env`]).
+    pub async fn start_each(
+        targets: usize,
+        mountpaths_per_target: usize,
+        proxy_args: &[&str],
+        target_env: impl Fn(usize) -> Vec<(String, String)>,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("gristmill-test-")
             .tempdir()?;
@@ -216,7 +239,7 @@ impl Cluster {
             nodes.push(NodeProcess::spawn(
                 &format!("target-{i}"),
                 args,
-                target_env.to_vec(),
+                target_env(i),
                 dir.path(),
             )?);
             mps.push(these);
@@ -338,6 +361,27 @@ impl Cluster {
         Ok(i)
     }
 
+    /// The daemon id of target process `i`: the map's node whose URL that process logged
+    /// last when it started (targets listen on port 0).
+    pub async fn target_id(&self, i: usize) -> anyhow::Result<String> {
+        let log = self.targets[i].log_text();
+        let started = log
+            .lines()
+            .rfind(|l| l.contains("target starting"))
+            .with_context(|| format!("target-{i} has not started"))?;
+        let smap = self.smap().await?;
+        smap.tmap
+            .values()
+            .find(|n| {
+                // The URL exactly: not a prefix of a longer port number.
+                started.match_indices(n.url()).any(|(at, u)| {
+                    !started[at + u.len()..].starts_with(|ch: char| ch.is_ascii_digit())
+                })
+            })
+            .map(|n| n.daemon_id.clone())
+            .with_context(|| format!("target-{i} is not in the cluster map"))
+    }
+
     /// The URL of the first target in the cluster map (for tests that talk to a target).
     pub async fn first_target_url(&self) -> String {
         let smap = self.smap().await.expect("cluster map");
@@ -351,6 +395,16 @@ impl Cluster {
 
     /// The names one target holds of a native bucket (its local listing, not the cluster's).
     pub async fn names_on(&self, target_url: &str, bucket: &str) -> Vec<String> {
+        let entries = self.entries_on(target_url, bucket).await;
+        entries.into_iter().map(|e| e.name).collect()
+    }
+
+    /// The entries (name, size, mtime...) one target holds of a native bucket.
+    pub async fn entries_on(
+        &self,
+        target_url: &str,
+        bucket: &str,
+    ) -> Vec<gristmill_core::api::ListEntry> {
         let page: gristmill_core::api::ListObjectsPage = self
             .http
             .get(format!("{target_url}/v1/buckets/{bucket}?provider=ais"))
@@ -361,7 +415,7 @@ impl Cluster {
             .json()
             .await
             .expect("target listing page");
-        page.entries.into_iter().map(|e| e.name).collect()
+        page.entries
     }
 
     /// Runs the `grist` CLI against this cluster (blocking); the caller checks the outcome.
@@ -402,6 +456,20 @@ impl Cluster {
         }
         Ok(Bck::new(name, Provider::Ais)?)
     }
+}
+
+/// Environment that runs a process under libfaketime (Debian's `faketime` package) with its
+/// wall clock shifted by `offset` (e.g. `"+10m"`, `"-10m"`); monotonic clocks are left alone.
+pub fn faketime_env(offset: &str) -> anyhow::Result<Vec<(String, String)>> {
+    const LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    if !Path::new(LIB).exists() {
+        bail!("{LIB} is missing: install the faketime package (scripts/test.sh does)");
+    }
+    Ok(vec![
+        ("LD_PRELOAD".into(), LIB.into()),
+        ("FAKETIME".into(), offset.into()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+    ])
 }
 
 /// Deterministic pseudo-random bytes for object `i` (so content can be re-derived to verify).

@@ -20,6 +20,8 @@ mod coldfill;
 mod elastic;
 #[path = "cluster/etl.rs"]
 mod etl;
+#[path = "cluster/exact.rs"]
+mod exact;
 #[path = "cluster/hardening.rs"]
 mod hardening;
 #[path = "cluster/jobs.rs"]

@@ -711,3 +711,157 @@ async fn decommission_and_remove_stay_out_until_added_back() {
         assert_eq!(r.bytes().await.unwrap(), content(i as u64, SIZE));
     }
 }
+
+/// The id of the target process `i` (its state dir keeps it).
+fn target_id(c: &Cluster, i: usize) -> String {
+    std::fs::read_to_string(c.dir.path().join(format!("target-{i}")).join("node_id"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mirrored_put_that_cannot_reach_every_copy_changes_nothing() {
+    // Issue 14 item 5: with mirror.copies = 2, a PUT whose replica target cannot take the
+    // write — paused (SIGSTOP) or out of space — fails, and every node still serves the
+    // previous bytes (or nothing). A long failure window keeps the paused target in the map.
+    let env = vec![(
+        "GRISTD_KEEPALIVE_INTERVAL_MS".to_string(),
+        "1000".to_string(),
+    )];
+    let mut c = Cluster::start_full(
+        3,
+        1,
+        &[
+            "--keepalive-interval-ms",
+            "1000",
+            "--keepalive-retries",
+            "90",
+        ],
+        &env,
+    )
+    .await
+    .unwrap();
+    c.create_bucket("mir").await.unwrap();
+    c.grist_ok(&["bucket", "props", "set", "ais://mir", "mirror.copies=2"]);
+    let smap = c.smap().await.unwrap();
+    let bck = Bck::new("mir", Provider::Ais).unwrap();
+    let refusing = target_id(&c, 2);
+    // Objects whose replica (second HRW target) is the refusing one, and two never stored.
+    let replica_on = |n: &String| smap.owners(&bck.object_uname(n), 2)[1].daemon_id == refusing;
+    let names: Vec<String> = (0..400)
+        .map(|i| format!("m-{i:04}"))
+        .filter(replica_on)
+        .take(4)
+        .collect();
+    let fresh: Vec<String> = (0..400)
+        .map(|i| format!("m-new-{i:04}"))
+        .filter(replica_on)
+        .take(2)
+        .collect();
+    assert_eq!((names.len(), fresh.len()), (4, 2));
+    for n in &names {
+        let r = super::put(&c, "mir", n, b"previous".to_vec()).await;
+        assert!(r.status().is_success());
+    }
+    let direct = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    for (round, how) in ["paused", "out of space"].iter().enumerate() {
+        match round {
+            0 => c.targets[2].signal("STOP"),
+            _ => {
+                c.targets[2].stop();
+                for k in [
+                    "GRISTD_LRU_LOW_WM",
+                    "GRISTD_LRU_HIGH_WM",
+                    "GRISTD_OUT_OF_SPACE_WM",
+                ] {
+                    c.targets[2].env.push((k.into(), "1".into()));
+                }
+                c.restart_target(2).await.unwrap();
+            }
+        }
+        let puts = names.iter().chain(&fresh).map(|n| {
+            let req = c
+                .http
+                .put(c.url(&format!("/v1/objects/mir/{n}")))
+                .body(b"new bytes that must not show".to_vec());
+            async move { (n, req.send().await.unwrap().status()) }
+        });
+        for (n, status) in futures::future::join_all(puts).await {
+            assert!(
+                status.is_server_error(),
+                "{how}: {n}: PUT answered {status}"
+            );
+        }
+        let smap_now = c.smap().await.unwrap();
+        let mut checked = 0;
+        for base in std::iter::once(c.endpoint.clone()).chain(
+            smap_now
+                .tmap
+                .values()
+                .filter(|t| round > 0 || t.daemon_id != refusing)
+                .map(|t| t.url().to_owned()),
+        ) {
+            let via_proxy = base == c.endpoint;
+            for n in &names {
+                // Asking a target directly with a forward mark from a newer map: it serves
+                // its own copy (a replica) or its owner's, never redirects.
+                let url = if via_proxy {
+                    format!("{base}/v1/objects/mir/{n}")
+                } else {
+                    format!("{base}/v1/objects/mir/{n}?tfwd=999999")
+                };
+                let client = if via_proxy { &c.http } else { &direct };
+                let r = client.get(&url).send().await.unwrap();
+                assert_eq!(r.status(), 200, "{how}: {url}");
+                assert_eq!(&r.bytes().await.unwrap()[..], b"previous", "{how}: {url}");
+                checked += 1;
+            }
+            for n in &fresh {
+                let r = c
+                    .http
+                    .get(format!("{}/v1/objects/mir/{n}", c.endpoint))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 404, "{how}: a failed PUT of {n} is visible");
+            }
+        }
+        if round == 0 {
+            c.targets[2].signal("CONT");
+        }
+        println!(
+            "mirrored PUT, replica {how}: 6 PUTs failed, {checked} GETs of the previous bytes"
+        );
+    }
+    // The refusing target, back and with room, holds no trace of the refused writes; the
+    // bucket takes writes again.
+    c.targets[2].stop();
+    c.targets[2].env.retain(|(k, _)| !k.ends_with("_WM"));
+    let smap = c.restart_target(2).await.unwrap();
+    let held = holders(&c, &smap, "mir").await;
+    for n in &fresh {
+        assert!(!held.contains_key(n), "{n} held by {:?}", held.get(n));
+    }
+    let r = c
+        .http
+        .get(format!(
+            "{}/v1/objects/mir/{}?tfwd=999999",
+            refusing_url(&c, &refusing).await,
+            names[0]
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(&r.bytes().await.unwrap()[..], b"previous");
+    let r = super::put(&c, "mir", &names[0], b"after".to_vec()).await;
+    assert!(r.status().is_success());
+}
+
+async fn refusing_url(c: &Cluster, id: &str) -> String {
+    c.smap().await.unwrap().tmap[id].url().to_owned()
+}
