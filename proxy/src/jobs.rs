@@ -79,6 +79,72 @@ async fn wait_for_placement(p: &Proxy, spec: &JobSpec) -> Result<(), ApiError> {
     }
 }
 
+/// Primary: tells the targets when every object is where the current map places it — every
+/// target of the map finished its latest rebalance cleanly, for a map at least as new as the
+/// last one that changed the active targets — so they can forget the earlier maps (reads,
+/// writes and deletes stop asking past owners). Checked every second while not yet told.
+pub(crate) async fn watch_placement(
+    p: std::sync::Arc<Proxy>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    use std::sync::atomic::Ordering::SeqCst;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        let smap = p.smap();
+        if !p.is_primary() || p.placed.load(SeqCst) >= smap.version || smap.tmap.is_empty() {
+            continue;
+        }
+        let since = p.active_changed_at.load(SeqCst);
+        let (rebalances, silent) =
+            snaps_counting_silent(&p, "", Some(JobKind::Rebalance), false).await;
+        if silent > 0 {
+            continue;
+        }
+        let placed = smap.tmap.keys().all(|tid| {
+            let latest = rebalances
+                .iter()
+                .filter(|s| &s.node == tid)
+                .max_by_key(|s| s.start_ns);
+            latest.is_some_and(|s| {
+                s.state == JobState::Finished
+                    && s.errors == 0
+                    && s.id
+                        .strip_prefix("rb")
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .is_some_and(|v| v >= since)
+            })
+        });
+        let copies_moving = !snaps(&p, "", Some(JobKind::MakeNCopies), true)
+            .await
+            .is_empty();
+        if !placed || copies_moving || p.smap().version != smap.version {
+            continue;
+        }
+        let pushes = smap.tmap.values().map(|t| {
+            p.http
+                .put(format!("{}/v1/internal/placed", t.url()))
+                .json(&serde_json::json!({ "version": smap.version }))
+                .timeout(Duration::from_secs(5))
+                .send()
+        });
+        let answered = futures::future::join_all(pushes)
+            .await
+            .into_iter()
+            .filter(|r| r.as_ref().is_ok_and(|r| r.status().is_success()))
+            .count();
+        if answered == smap.tmap.len() {
+            p.placed.store(smap.version, SeqCst);
+            tracing::info!(
+                version = smap.version,
+                "every object is placed by the current map"
+            );
+        }
+    }
+}
+
 /// Every target's snapshots matching the filters. A target that cannot be reached is
 /// skipped (its share shows up again when it answers).
 pub(crate) async fn snaps(

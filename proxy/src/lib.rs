@@ -81,6 +81,10 @@ pub async fn run(
         config.serve.source_ip = Some(ip);
     }
     let proxy = Arc::new(Proxy::load(&config, url)?);
+    // Objects may still be moving for the map this proxy starts with.
+    proxy
+        .active_changed_at
+        .store(proxy.smap().version, std::sync::atomic::Ordering::SeqCst);
     election::startup(&proxy).await;
     tracing::info!(node = %proxy.id, url = %proxy.url, primary = proxy.is_primary(), "proxy starting");
     auth_api::bootstrap(&proxy).await?;
@@ -94,6 +98,7 @@ pub async fn run(
         config.keepalive_retries.max(1),
         shutdown.clone(),
     ));
+    tokio::spawn(jobs::watch_placement(proxy.clone(), shutdown.clone()));
     let s3 = s3::service(proxy.clone(), &config.s3_users);
     if let Some(addr) = &config.s3_listen {
         let s3_listener = TcpListener::bind(addr).await?;

@@ -42,6 +42,11 @@ pub(crate) struct Proxy {
     pub(crate) vote: Mutex<gristmill_core::election::VoteRecord>,
     /// Each target's rebalance-drop counter as last seen in a listing page (see `list.rs`).
     pub(crate) list_drops: Mutex<HashMap<String, u64>>,
+    /// Version of the map that last changed the active targets (this process's view; at
+    /// start, the current version), and of the map whose rebalance every target finished
+    /// (see `jobs::watch_placement`).
+    pub(crate) active_changed_at: std::sync::atomic::AtomicU64,
+    pub(crate) placed: std::sync::atomic::AtomicU64,
 }
 
 /// Which parts a change touched.
@@ -124,6 +129,8 @@ impl Proxy {
             http,
             auth: config.serve.auth.clone(),
             list_drops: Mutex::new(HashMap::new()),
+            active_changed_at: Default::default(),
+            placed: Default::default(),
         })
     }
 
@@ -167,6 +174,7 @@ impl Proxy {
         let mut sync = MetaSync::default();
         if changed.smap {
             smap.version += 1;
+            self.note_active_change(&self.smap(), &smap);
             persist::save_json(&self.state_dir.join("smap.json"), &smap)
                 .map_err(|e| ApiError::internal(format!("persisting cluster map: {e}")))?;
             *self.smap.write().expect("smap lock") = Arc::new(smap.clone());
@@ -193,6 +201,17 @@ impl Proxy {
             }
         }
         Ok(sync)
+    }
+
+    /// Remembers the version of a map that changes the active targets (objects move).
+    fn note_active_change(&self, old: &ClusterMap, new: &ClusterMap) {
+        let active = |m: &ClusterMap| -> Vec<String> {
+            m.active_targets().map(|n| n.daemon_id.clone()).collect()
+        };
+        if active(old) != active(new) {
+            self.active_changed_at
+                .store(new.version, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 
     /// Primary only: adds a bucket with fresh properties to the bucket metadata. Returns
@@ -357,6 +376,7 @@ impl Proxy {
                 tracing::info!(primary = %new.proxy_si.daemon_id, version = new.version, term = new.term, "new primary");
             }
             persist::save_json(&self.state_dir.join("smap.json"), &new).map_err(persist_err)?;
+            self.note_active_change(&self.smap(), &new);
             *self.smap.write().expect("smap lock") = Arc::new(new);
         }
         if let Some(new) = sync.bmd

@@ -38,6 +38,7 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
             "/v1/internal/objects/{bucket}/{*object}",
             any(internal_object),
         )
+        .route("/v1/internal/placed", put(placed))
         .route(
             "/v1/objects/{bucket}",
             any(gristmill_core::server::empty_object_name),
@@ -371,6 +372,22 @@ pub(crate) async fn delete_object(t: &Target, bck: &Bck, name: &str) -> Result<(
         )));
     }
     Ok(())
+}
+
+/// `PUT /v1/internal/placed` `{"version": v}` (from the primary): every object is where map
+/// `v` places it. If that is our map, the earlier ones are forgotten: reads, writes and deletes
+/// stop asking their owners.
+async fn placed(State(t): State<Arc<Target>>, body: Bytes) -> ApiResult {
+    #[derive(serde::Deserialize)]
+    struct Placed {
+        version: u64,
+    }
+    let msg: Placed =
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("placed: {e}")))?;
+    if t.smap().version == msg.version {
+        t.forget_past_smaps()?;
+    }
+    Ok(StatusCode::OK.into_response())
 }
 
 /// `/v1/internal/objects/{bucket}/{*object}`: node-to-node operations on this target's own

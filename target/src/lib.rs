@@ -131,6 +131,21 @@ impl Target {
         self.past.lock().expect("past lock").clone()
     }
 
+    /// Forgets the earlier cluster maps (every object is where the current one places it).
+    pub(crate) fn forget_past_smaps(&self) -> Result<(), StoreError> {
+        let mut past = self.past.lock().expect("past lock");
+        if past.is_empty() {
+            return Ok(());
+        }
+        past.clear();
+        persist::save_json(&self.state_dir.join(PAST_SMAPS), &Vec::<ClusterMap>::new())?;
+        tracing::info!(
+            version = self.smap().version,
+            "objects placed: earlier maps forgotten"
+        );
+        Ok(())
+    }
+
     /// Starts a rebalance if the active targets differ from the ones the last rebalance ran
     /// for (or none ran yet in this process: after a restart it finishes an interrupted one).
     pub(crate) fn maybe_rebalance(&self) {
@@ -182,7 +197,12 @@ impl Target {
                 "new cluster map"
             );
             let old = std::mem::replace(&mut *self.smap.write().expect("smap lock"), Arc::new(new));
-            rebalance::remember(&mut self.past.lock().expect("past lock"), old);
+            let past: Vec<ClusterMap> = {
+                let mut past = self.past.lock().expect("past lock");
+                rebalance::remember(&mut past, old);
+                past.iter().map(|m| (**m).clone()).collect()
+            };
+            persist::save_json(&self.state_dir.join(PAST_SMAPS), &past)?;
             self.maybe_rebalance();
         }
         if let Some(new) = sync.bmd {
@@ -207,6 +227,9 @@ impl Target {
         Ok(())
     }
 }
+
+/// The recent earlier cluster maps, in the state dir.
+const PAST_SMAPS: &str = "past_smaps.json";
 
 /// How long a tombstone outlives its delete: longer than any rebalance or replica write that
 /// could still carry an older copy of the object.
@@ -295,7 +318,16 @@ pub async fn run(
         jobs: jobs::Jobs::default(),
         etls: gristmill_etl::Etls::new(),
         shards: Arc::default(),
-        past: Default::default(),
+        // Persisted: a target restarted mid-rebalance still knows where objects may sit (a
+        // DELETE must reach them, a GET may be served from them).
+        past: std::sync::Mutex::new(
+            persist::load_json::<Vec<ClusterMap>>(&config.state_dir.join(PAST_SMAPS))
+                .unwrap_or_default()
+                .unwrap_or_default()
+                .into_iter()
+                .map(Arc::new)
+                .collect(),
+        ),
         drops: Default::default(),
         stages: Default::default(),
         rebalanced_for: Default::default(),

@@ -31,7 +31,7 @@ const PAGE: u64 = 100;
 /// Listings per scenario; those the change did not last for are taken after it.
 const MIN_LISTINGS: u64 = 100;
 /// Concurrent listers, readers and writers of the load, and PUTs of the fill.
-const LISTERS: usize = 2;
+const LISTERS: usize = 3;
 const READERS: usize = 2;
 const WRITERS: usize = 2;
 const FILL: usize = 16;
@@ -310,9 +310,10 @@ impl Ctx {
     }
 
     async fn get(&self, bucket: &str, i: usize) -> Result<(u16, Bytes), String> {
-        // A GET redirected to a target at the moment it is killed finds no one listening: a
-        // connection that was never made is retried, as the SDK's retry policy does (through
-        // the proxy again, which by then routes by the next map). Nothing else is retried.
+        // A GET redirected to a target at the moment it is killed finds no one listening, or
+        // loses the answer it was getting: a GET is idempotent and is retried on a transport
+        // error, as the SDK's retry policy does (through the proxy again, which by then routes
+        // by the next map). An answer — any status — is never retried.
         let mut tries = 0;
         let r = loop {
             tries += 1;
@@ -323,7 +324,7 @@ impl Ctx {
                 .send()
                 .await
             {
-                Err(e) if e.is_connect() && tries < 10 => {
+                Err(_) if tries < 10 => {
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 other => break other.map_err(|e| e.to_string())?,
