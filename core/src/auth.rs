@@ -662,6 +662,7 @@ pub const TARGET_ROUTES: &[Route] = &[
         "/v1/internal/objects/{bucket}/{*object}",
         Access::Internal,
     ),
+    r(PUT, "/v1/internal/placed", Access::Internal),
     r(GET, "/v1/buckets/{bucket}", Access::Internal),
     r(&["GET", "POST"], "/v1/remote/{bucket}", Access::Internal),
     r(POST, "/v1/cached/{bucket}", Access::Internal),

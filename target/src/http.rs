@@ -121,15 +121,7 @@ impl Target {
                 .await
                 .map_err(|e| ApiError::unavailable(format!("adding {bck}: {e}")))?;
             if !resp.status().is_success() {
-                let status = resp.status();
-                let text = resp.text().await.unwrap_or_default();
-                let message = serde_json::from_str::<gristmill_core::ErrorBody>(&text)
-                    .map(|b| b.message)
-                    .unwrap_or(text);
-                return Err(ApiError::new(
-                    gristmill_core::ErrorKind::from_status(status),
-                    message,
-                ));
+                return Err(crate::rebalance::peer_error(resp, &format!("adding {bck}")).await);
             }
             self.refresh_bmd(&primary).await;
         }

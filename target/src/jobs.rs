@@ -534,15 +534,7 @@ async fn copy_one(t: &Target, spec: &JobSpec, bck: &Bck, name: &str) -> Result<O
         .await
         .map_err(|e| ApiError::unavailable(format!("copy to {}: {e}", owner.daemon_id)))?;
     if !resp.status().is_success() {
-        let status = resp.status();
-        let text = resp.text().await.unwrap_or_default();
-        let message = serde_json::from_str::<gristmill_core::ErrorBody>(&text)
-            .map(|b| b.message)
-            .unwrap_or(text);
-        return Err(ApiError::new(
-            ErrorKind::from_status(status),
-            format!("copy to {to}/{dest}: {message}"),
-        ));
+        return Err(crate::rebalance::peer_error(resp, &format!("copy to {to}/{dest}")).await);
     }
     Ok(Outcome::Done(size))
 }

@@ -300,19 +300,34 @@ pub(crate) async fn receive(
         generation: crate::index::GenRule::IfNewer(generation),
         ..Default::default()
     };
-    let stored = match t
-        .store
-        .put(bck, name, req.into_body().into_data_stream(), opts)
-        .await
-    {
+    generation_kept(
+        t.store
+            .put(bck, name, req.into_body().into_data_stream(), opts)
+            .await,
+    )
+}
+
+/// The answer to a copy sent by another node: the generation this node now holds. A copy
+/// refused because a newer generation is here is delivered as far as the sender cares.
+fn generation_kept(stored: Result<ObjectMeta, crate::StoreError>) -> Result<Response, ApiError> {
+    let kept = match stored {
         Ok(meta) => meta.generation,
-        // A newer generation is here: the sender's copy is delivered as far as it cares.
         Err(crate::StoreError::Stale { current }) => current,
         Err(e) => return Err(e.into()),
     };
     let mut resp = Response::new(Body::empty());
-    resp.headers_mut().insert(h::GEN, HeaderValue::from(stored));
+    resp.headers_mut().insert(h::GEN, HeaderValue::from(kept));
     Ok(resp)
+}
+
+/// The error a peer answered (its JSON message when it sent one), prefixed with `what`.
+pub(crate) async fn peer_error(resp: reqwest::Response, what: &str) -> ApiError {
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    let message = serde_json::from_str::<gristmill_core::ErrorBody>(&text)
+        .map(|b| b.message)
+        .unwrap_or(text);
+    ApiError::new(ErrorKind::from_status(status), format!("{what}: {message}"))
 }
 
 /// Every other target of the current map that may hold a copy of the object: its owners
@@ -641,15 +656,7 @@ async fn stage_on(
         .await
         .map_err(|e| ApiError::unavailable(format!("replica on {}: {e}", node.daemon_id)))?;
     if !resp.status().is_success() {
-        let status = resp.status();
-        let text = resp.text().await.unwrap_or_default();
-        let message = serde_json::from_str::<gristmill_core::ErrorBody>(&text)
-            .map(|b| b.message)
-            .unwrap_or(text);
-        return Err(ApiError::new(
-            ErrorKind::from_status(status),
-            format!("replica on {}: {message}", node.daemon_id),
-        ));
+        return Err(peer_error(resp, &format!("replica on {}", node.daemon_id)).await);
     }
     Ok(())
 }
@@ -750,14 +757,7 @@ pub(crate) async fn stage_commit(
     opts.version = get(h::VERSION).to_owned();
     opts.mtime_ns = get(h::MTIME).parse().ok().filter(|m: &i64| *m > 0);
     opts.custom = custom;
-    let stored = match pending.commit().await {
-        Ok(meta) => meta.generation,
-        Err(crate::StoreError::Stale { current }) => current,
-        Err(e) => return Err(e.into()),
-    };
-    let mut resp = Response::new(Body::empty());
-    resp.headers_mut().insert(h::GEN, HeaderValue::from(stored));
-    Ok(resp)
+    generation_kept(pending.commit().await)
 }
 
 /// Replica side: the owner gave the PUT up; the staged copy goes.

@@ -580,15 +580,27 @@ impl Ctx {
 
     /// Starts copying the bucket to `to` (created by the copy).
     async fn start_copy(&self, to: &str) -> CopyJob {
+        self.start_job(to, "copy-bck", serde_json::json!({})).await
+    }
+
+    /// Starts transforming the bucket into `to` through ETL `etl` (an identity transform, so
+    /// the destination is checked like a copy's).
+    async fn start_transform(&self, to: &str, etl: &str) -> CopyJob {
+        self.start_job(to, "etl-bck", serde_json::json!({"id": etl}))
+            .await
+    }
+
+    /// Starts a copy-like job (`action`, extra `value` fields) into `to`.
+    async fn start_job(&self, to: &str, action: &str, mut value: serde_json::Value) -> CopyJob {
         let (started, before) = {
             let m = self.lock();
             (Instant::now(), m.states())
         };
+        value["tobck"] = serde_json::json!({"name": to, "provider": "ais"});
         let r = self
             .http
             .post(self.url(&format!("/v1/buckets/{}?provider=ais", self.bucket)))
-            .json(&serde_json::json!({"action": "copy-bck",
-                "value": {"tobck": {"name": to, "provider": "ais"}}}))
+            .json(&serde_json::json!({"action": action, "value": value}))
             .send()
             .await
             .unwrap();
@@ -964,8 +976,8 @@ fn assert_exact(reports: &[Report]) {
 
 const BUCKET: &str = "exact";
 
-/// Join (a 5th target), maintenance start (with a copy job started mid-change), maintenance
-/// stop, and decommission of the target that joined.
+/// Join (a 5th target), maintenance start (with a copy job and an ETL job started
+/// mid-change), maintenance stop, and decommission of the target that joined.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn exact_through_join_maintenance_and_decommission() {
     let (mut c, ctx) = filled(4, BUCKET, 1, |_| Vec::new()).await;
@@ -978,10 +990,23 @@ async fn exact_through_join_maintenance_and_decommission() {
 
     let first = c.target_id(0).await.unwrap();
     let load = Load::start(&ctx, 1, 4);
+    // An identity ETL (a command runtime: `cat`, object on stdin, result on stdout).
+    let r = ctx
+        .http
+        .put(ctx.url("/v1/etl"))
+        .json(&serde_json::json!({"name": "ident", "runtime": "command", "command": ["cat"]}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "ETL init: {}", r.status());
     ctx.node_action_ok("start-maintenance", &first).await;
-    let copy = ctx.start_copy("exact-copy").await;
+    let (copy, transform) = tokio::join!(
+        ctx.start_copy("exact-copy"),
+        ctx.start_transform("exact-etl", "ident")
+    );
     let mut report = load.finish(&c, "maintenance start", |_| true).await;
     report.problems.extend(ctx.check_copy(copy).await);
+    report.problems.extend(ctx.check_copy(transform).await);
     reports.push(report);
 
     let load = Load::start(&ctx, 2, 4);
