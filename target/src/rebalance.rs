@@ -579,6 +579,9 @@ pub(crate) async fn commit_with_replicas(
         pending.abort().await;
         return Err(e);
     }
+    // The copy this PUT replaces, kept aside until every replica has committed: if one
+    // cannot, the PUT is undone and readers see this copy again.
+    let kept = t.store.keep(bck, name)?;
     let meta = match pending.commit().await {
         Ok(m) => m,
         Err(e) => {
@@ -592,16 +595,33 @@ pub(crate) async fn commit_with_replicas(
             .map(|n| commit_stage(t, n, bck, name, &stage, &meta)),
     )
     .await;
-    for (n, r) in targets.iter().zip(commits) {
-        if let Err(e) = r {
-            // The replica had the bytes durably a moment ago: it died or restarted since.
-            return Err(ApiError::unavailable(format!(
-                "{bck}/{name}: the replica on {} did not commit ({}); the object is stored on fewer than {copies} targets until it is re-replicated",
-                n.daemon_id, e.message
-            )));
-        }
+    let failed: Vec<String> = targets
+        .iter()
+        .zip(commits)
+        .filter_map(|(n, r)| r.err().map(|e| format!("{}: {}", n.daemon_id, e.message)))
+        .collect();
+    if failed.is_empty() {
+        return Ok(meta);
     }
-    Ok(meta)
+    // A replica had the bytes durably a moment ago and cannot commit them now (it died or
+    // restarted): the PUT cannot have its copies, so it is undone — the replaced copy is
+    // put back (or the new object deleted), ordered after this write, and the replicas that
+    // did commit follow it.
+    tracing::warn!(object = %name, bucket = %bck, replicas = ?failed, "a replica did not commit: undoing the PUT");
+    let undone = match &kept {
+        Some(kept) => match t.store.restore(bck, kept, meta.generation).await {
+            Ok(back) => replicate(t, bck, &back).await,
+            Err(e) => Err(e.into()),
+        },
+        None => crate::http::delete_object(t, bck, name).await,
+    };
+    if let Err(e) = undone {
+        tracing::error!(object = %name, bucket = %bck, error = %e.message, "could not undo a PUT whose replica did not commit");
+    }
+    Err(ApiError::unavailable(format!(
+        "{bck}/{name}: the replica(s) {} did not commit, so the PUT was undone; retry",
+        failed.join(", ")
+    )))
 }
 
 /// Tells the replicas to drop a stage, in the background and briefly (one that does not

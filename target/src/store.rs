@@ -88,6 +88,19 @@ pub struct PutOptions {
 /// Custom-metadata key holding an object's S3 ETag (without quotes).
 pub const ETAG_KEY: &str = "ETag";
 
+/// A copy of an object kept aside by [`Store::keep`]; the link goes when this is dropped.
+#[derive(Debug)]
+pub struct KeptCopy {
+    pub meta: ObjectMeta,
+    link: PathBuf,
+}
+
+impl Drop for KeptCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.link);
+    }
+}
+
 /// An open object ready to be streamed.
 #[derive(Debug)]
 pub struct OpenObject {
@@ -505,6 +518,58 @@ impl Store {
             }
         }
         Ok(false)
+    }
+
+    /// Keeps the current copy of an object (if any) reachable after an overwrite: a hard link
+    /// to its data file in `tmp/`, so a write that must be undone can put it back
+    /// ([`Store::restore`]). Dropping the [`KeptCopy`] removes the link.
+    pub fn keep(&self, bck: &Bck, name: &str) -> Result<Option<KeptCopy>, StoreError> {
+        let Some((mp, meta)) = self.locate(bck, name)? else {
+            return Ok(None);
+        };
+        let link = mp.tmp_dir().join(format!(
+            "kept-{:016x}",
+            self.generation.fetch_add(1, Ordering::Relaxed)
+        ));
+        match std::fs::hard_link(mp.path.join(&meta.file), &link) {
+            Ok(()) => Ok(Some(KeptCopy { meta, link })),
+            // Overwritten or deleted a moment ago: nothing to keep.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Puts a kept copy back as the object, as a new write ordered after `after` (the
+    /// generation of the write being undone).
+    pub async fn restore(
+        &self,
+        bck: &Bck,
+        kept: &KeptCopy,
+        after: u64,
+    ) -> Result<ObjectMeta, StoreError> {
+        let file = std::fs::File::open(&kept.link)?;
+        let m = &kept.meta;
+        let opts = PutOptions {
+            durable: !bck.is_remote(),
+            version: if bck.is_remote() {
+                m.version.clone()
+            } else {
+                String::new()
+            },
+            custom: m.custom.clone(),
+            expected_size: Some(m.size),
+            expected_xxhash: Some(m.cksum_value.clone()),
+            mtime_ns: Some(m.mtime_ns),
+            generation: crate::index::GenRule::Next { floor: after },
+            ..Default::default()
+        };
+        self.put(
+            bck,
+            &m.name,
+            crate::http::file_stream(file, 0, m.size),
+            opts,
+        )
+        .await
     }
 
     /// The generation of an object's tombstone here (0: none).

@@ -868,6 +868,14 @@ async fn internal_object_operations_are_closed_to_users() {
             ),
             (Method::GET, format!("{base}/obj"), vec![]),
             (Method::HEAD, format!("{base}/obj"), vec![]),
+            // A staged replica write, its commit and its abort.
+            (Method::PUT, format!("{base}/obj?stage=s1"), vec![]),
+            (
+                Method::POST,
+                format!("{base}/obj?stage=s1"),
+                vec![(generation, "999".into())],
+            ),
+            (Method::DELETE, format!("{base}/obj?stage=s1"), vec![]),
         ];
         for (method, url, headers) in ops {
             for (who, client, want) in [
