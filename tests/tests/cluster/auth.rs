@@ -826,6 +826,8 @@ fn gristmill_tests_default_key() -> &'static str {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn internal_object_operations_are_closed_to_users() {
+    // Method, URL and headers of one internal operation.
+    type InternalOp<'a> = (Method, String, Vec<(&'a str, String)>);
     // Issue 14: every node-to-node object operation lives on `/v1/internal/...` and only a
     // node credential opens it; the old query flags on the user route are a 400 for anyone.
     let (c, tokens, _) = setup().await;
@@ -845,7 +847,7 @@ async fn internal_object_operations_are_closed_to_users() {
     let mut checked = 0;
     for t in smap.tmap.values() {
         let base = format!("{}/v1/internal/objects/data", t.url());
-        let ops: Vec<(Method, String, Vec<(&str, String)>)> = vec![
+        let ops: Vec<InternalOp> = vec![
             (
                 Method::PUT,
                 format!("{base}/obj?transfer=rebalance"),
