@@ -433,14 +433,13 @@ async fn internal_object(
             ))),
         },
         (Method::DELETE, None) => {
-            let generation: u64 = req
-                .headers()
-                .get(h::GEN)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| {
-                    ApiError::bad_request(format!("internal DELETE needs {}", h::GEN))
-                })?;
+            let generation = crate::rebalance::gen_of(req.headers());
+            if generation == 0 {
+                return Err(ApiError::bad_request(format!(
+                    "internal DELETE needs {}",
+                    h::GEN
+                )));
+            }
             let (removed, _) = t
                 .store
                 .bury(&bck, &name, crate::index::BuryGen::Exact(generation))

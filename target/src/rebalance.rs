@@ -201,9 +201,14 @@ pub(crate) fn internal_url(node: &gristmill_core::Node, bck: &Bck, name: &str) -
 }
 
 /// The generation header of an internal answer (0 when absent).
-pub(crate) fn gen_of(headers: &reqwest::header::HeaderMap) -> u64 {
+pub(crate) fn gen_of(headers: &HeaderMap) -> u64 {
+    header_u64(headers, h::GEN)
+}
+
+/// A numeric header (a generation): 0 when absent or not a number.
+pub(crate) fn header_u64(headers: &HeaderMap, name: &str) -> u64 {
     headers
-        .get(h::GEN)
+        .get(name)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
@@ -278,7 +283,7 @@ pub(crate) async fn receive(
 ) -> Result<Response, ApiError> {
     let headers = req.headers();
     let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let generation: u64 = get(h::GEN).parse().unwrap_or(0);
+    let generation = gen_of(headers);
     if generation == 0 {
         return Err(ApiError::bad_request(format!(
             "a transfer needs its generation ({})",
@@ -377,15 +382,7 @@ pub(crate) async fn gen_floor(t: &Target, bck: &Bck, name: &str) -> u64 {
                 .send()
                 .await;
             match resp {
-                Ok(r) => {
-                    let tomb = r
-                        .headers()
-                        .get(h::TOMBSTONE_GEN)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(0u64);
-                    gen_of(r.headers()).max(tomb)
-                }
+                Ok(r) => gen_of(r.headers()).max(header_u64(r.headers(), h::TOMBSTONE_GEN)),
                 Err(e) => {
                     tracing::warn!(object = %uname, node = %node.daemon_id, error = %e, "generation of a past owner's copy unknown");
                     0
@@ -758,7 +755,7 @@ pub(crate) async fn stage_commit(
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let generation: u64 = get(h::GEN).parse().unwrap_or(0);
+    let generation = gen_of(headers);
     if generation == 0 {
         return Err(ApiError::bad_request(format!(
             "a stage commit needs {}",
