@@ -376,7 +376,13 @@ async fn join(State(p): State<Arc<Proxy>>, req: Request) -> ApiResult {
         .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?;
     let node: Node = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid node: {e}")))?;
+    let is_target = node.daemon_type == gristmill_core::smap::TARGET;
     let sync = membership::register(&p, node).await?;
+    if is_target {
+        // A target that (re)joins without a map change — a restart, a wiped state dir — does
+        // not know where objects are until told again that every one is placed.
+        p.placed.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
     Ok(axum::Json(sync).into_response())
 }
 

@@ -352,12 +352,12 @@ async fn object(
 /// known, here and on past owners), then deletes it on every other possible holder with that
 /// tombstone's generation. `NotFound` only if no node held it.
 pub(crate) async fn delete_object(t: &Target, bck: &Bck, name: &str) -> Result<(), ApiError> {
-    let floor = crate::rebalance::gen_floor(t, bck, name).await;
+    let floor = crate::rebalance::gen_floor(t, bck, name).await?;
     let (removed, tombstone) = t
         .store
         .bury(bck, name, crate::index::BuryGen::Next { floor })
         .await?;
-    let elsewhere = crate::rebalance::delete_everywhere(t, bck, name, tombstone).await;
+    let elsewhere = crate::rebalance::delete_everywhere(t, bck, name, tombstone).await?;
     if removed.is_none() && !elsewhere {
         return Err(ApiError::not_found(format!(
             "object {bck}/{name} does not exist"
@@ -985,7 +985,7 @@ async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) -> ApiResul
     };
     t.space.check_room(bck, name, expected_size.unwrap_or(0))?;
     // Ordered after every copy a past owner may still hold (a rebalance not yet finished).
-    let floor = crate::rebalance::gen_floor(t, bck, name).await;
+    let floor = crate::rebalance::gen_floor(t, bck, name).await?;
     let opts = PutOptions {
         generation: crate::index::GenRule::Next { floor },
         durable: !bck.is_remote(),
@@ -1249,9 +1249,11 @@ async fn multipart(
                 .map_err(|e| ApiError::bad_request(e.to_string()))?;
             let parts: CompleteBody = serde_json::from_slice(&body)
                 .map_err(|e| ApiError::bad_request(format!("invalid parts list: {e}")))?;
+            // Ordered after any copy a rebalance has not moved yet, like a PUT.
+            let floor = crate::rebalance::gen_floor(&t, &bck, &name).await?;
             let meta = t
                 .store
-                .mpu_complete(&bck, &name, &upload_id, &parts.parts, !bck.is_remote())
+                .mpu_complete(&bck, &name, &upload_id, &parts.parts, !bck.is_remote(), floor)
                 .await?;
             // Like a PUT: acknowledged only once every copy is stored.
             crate::rebalance::replicate(&t, &bck, &meta).await?;

@@ -131,6 +131,13 @@ impl Target {
         self.past.lock().expect("past lock").clone()
     }
 
+    /// Whether every object is where the current map places it (the primary said so, and no
+    /// map changed since): then only an object's owners hold it. Until then, a copy may sit on
+    /// any target of the map.
+    pub(crate) fn placement_settled(&self) -> bool {
+        self.past.lock().expect("past lock").is_empty()
+    }
+
     /// Forgets the earlier cluster maps (every object is where the current one places it).
     pub(crate) fn forget_past_smaps(&self) -> Result<(), StoreError> {
         let mut past = self.past.lock().expect("past lock");
@@ -184,26 +191,45 @@ impl Target {
         Node::new(&self.id, smap::TARGET, &self.url)
     }
 
+    /// Persists a newer cluster map, switches to it, remembers the one it replaces, and starts
+    /// the rebalance it calls for.
+    fn switch_smap(&self, new: ClusterMap) -> Result<(), StoreError> {
+        persist::save_json(&self.state_dir.join("smap.json"), &new)?;
+        tracing::info!(
+            version = new.version,
+            targets = new.tmap.len(),
+            "new cluster map"
+        );
+        let old = std::mem::replace(&mut *self.smap.write().expect("smap lock"), Arc::new(new));
+        let past: Vec<ClusterMap> = {
+            let mut past = self.past.lock().expect("past lock");
+            rebalance::remember(&mut past, old);
+            past.iter().map(|m| (**m).clone()).collect()
+        };
+        persist::save_json(&self.state_dir.join(PAST_SMAPS), &past)?;
+        self.maybe_rebalance();
+        Ok(())
+    }
+
     /// Applies pushed metadata: each part only if newer; persists before switching to it.
     pub(crate) async fn apply_metasync(&self, sync: MetaSync) -> Result<(), StoreError> {
         let _guard = self.apply_lock.lock().await;
-        if let Some(new) = sync.smap
-            && new.supersedes(&self.smap())
-        {
-            persist::save_json(&self.state_dir.join("smap.json"), &new)?;
-            tracing::info!(
-                version = new.version,
-                targets = new.tmap.len(),
-                "new cluster map"
-            );
-            let old = std::mem::replace(&mut *self.smap.write().expect("smap lock"), Arc::new(new));
-            let past: Vec<ClusterMap> = {
-                let mut past = self.past.lock().expect("past lock");
-                rebalance::remember(&mut past, old);
-                past.iter().map(|m| (**m).clone()).collect()
-            };
-            persist::save_json(&self.state_dir.join(PAST_SMAPS), &past)?;
-            self.maybe_rebalance();
+        if let Some(new) = sync.smap {
+            if new.supersedes(&self.smap()) {
+                self.switch_smap(new)?;
+            } else {
+                // A map that arrived after a newer one (pushes overtake each other): objects
+                // may have moved by it before it was superseded, so while a rebalance is
+                // unconfirmed it counts among the maps past owners are found by.
+                let past: Option<Vec<ClusterMap>> = {
+                    let mut past = self.past.lock().expect("past lock");
+                    rebalance::remember_late(&mut past, &self.smap(), new)
+                        .then(|| past.iter().map(|m| (**m).clone()).collect())
+                };
+                if let Some(past) = past {
+                    persist::save_json(&self.state_dir.join(PAST_SMAPS), &past)?;
+                }
+            }
         }
         if let Some(new) = sync.bmd {
             let old = self.bmd();

@@ -207,6 +207,7 @@ impl Store {
         upload_id: &str,
         parts: &[(u32, String)],
         durable: bool,
+        floor: u64,
     ) -> Result<ObjectMeta, StoreError> {
         let (dir, info) = self.load_upload(bck, key, upload_id).await?;
         if parts.is_empty() {
@@ -274,6 +275,7 @@ impl Store {
                 PutOptions {
                     durable,
                     custom,
+                    generation: crate::index::GenRule::Next { floor },
                     ..Default::default()
                 },
             )

@@ -203,6 +203,9 @@ pub(super) async fn put_object(
         durable: false,
         expected_size,
         custom,
+        generation: crate::index::GenRule::Next {
+            floor: crate::rebalance::gen_floor(t, bck, name).await?,
+        },
         ..Default::default()
     };
     let mut pending = t.store.begin_write(bck, name, opts).await?;

@@ -145,6 +145,9 @@ async fn append_locked(
             name,
             PutOptions {
                 durable: true,
+                generation: crate::index::GenRule::Next {
+                    floor: crate::rebalance::gen_floor(t, bck, name).await?,
+                },
                 ..Default::default()
             },
         )
