@@ -10,23 +10,15 @@
 //! download per object to every waiting client while it fills the local copy ([`cold`]); PUT
 //! and DELETE write through to the backend first.
 
+mod api;
 pub mod backend;
-mod cold;
-mod error;
-mod hot;
-mod http;
-mod index;
+mod cluster;
 mod jobs;
-mod membership;
-mod meta;
-pub mod multipart;
-mod rebalance;
-mod resilver;
-mod scrub;
+mod read;
 mod shards;
-pub mod space;
 pub mod store;
-mod vote;
+mod verify;
+mod write;
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -38,10 +30,13 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use backend::BackendConfig;
-pub use error::StoreError;
-pub use meta::ObjectMeta;
-pub use space::SpaceConfig;
+pub use store::error::StoreError;
+
+/// What a handler or a read/write path answers.
+pub(crate) type ApiResult = Result<axum::response::Response, gristmill_core::ApiError>;
 pub use store::Store;
+pub use store::meta::ObjectMeta;
+pub use store::space::SpaceConfig;
 
 /// Runtime configuration of a target.
 #[derive(Debug, Clone)]
@@ -84,9 +79,9 @@ pub(crate) struct Target {
     /// Backends of remote buckets, by provider.
     backends: backend::Backends,
     /// Cold-GET downloads in flight.
-    fills: cold::Fills,
+    fills: read::cold::Fills,
     /// Out-of-space checks and LRU eviction.
-    space: Arc<space::Space>,
+    space: Arc<store::space::Space>,
     /// Jobs this target runs or ran.
     jobs: jobs::Jobs,
     /// ETL runtimes (started from the ETL definitions in the bucket metadata).
@@ -100,7 +95,7 @@ pub(crate) struct Target {
     /// between two targets (see `proxy/src/list.rs`).
     drops: std::sync::atomic::AtomicU64,
     /// Replica copies staged for owners' PUTs, not yet committed.
-    stages: rebalance::Stages,
+    stages: cluster::replicas::Stages,
     /// Active targets the last rebalance was started for (None: none yet in this process).
     rebalanced_for: std::sync::Mutex<Option<Vec<String>>>,
     /// This target, for starting jobs from `&self` contexts.
@@ -160,7 +155,7 @@ impl Target {
         if smap.version == 0 || smap.node(&self.id).is_none() {
             return;
         }
-        let active = rebalance::active_set(&smap);
+        let active = cluster::placement::active_set(&smap);
         {
             let mut last = self.rebalanced_for.lock().expect("rebalanced lock");
             if last.as_ref() == Some(&active) {
@@ -203,7 +198,7 @@ impl Target {
         let old = std::mem::replace(&mut *self.smap.write().expect("smap lock"), Arc::new(new));
         let past: Vec<ClusterMap> = {
             let mut past = self.past.lock().expect("past lock");
-            rebalance::remember(&mut past, old);
+            cluster::placement::remember(&mut past, old);
             past.iter().map(|m| (**m).clone()).collect()
         };
         persist::save_json(&self.state_dir.join(PAST_SMAPS), &past)?;
@@ -223,7 +218,7 @@ impl Target {
                 // unconfirmed it counts among the maps past owners are found by.
                 let past: Option<Vec<ClusterMap>> = {
                     let mut past = self.past.lock().expect("past lock");
-                    rebalance::remember_late(&mut past, &self.smap(), new)
+                    cluster::placement::remember_late(&mut past, &self.smap(), new)
                         .then(|| past.iter().map(|m| (**m).clone()).collect())
                 };
                 if let Some(past) = past {
@@ -285,7 +280,7 @@ pub async fn run(
     // Install the metrics recorder before anything records.
     gristmill_core::server::metrics_handle();
     std::fs::create_dir_all(&config.state_dir)?;
-    vote::mark_start();
+    cluster::vote::mark_start();
     let mut config = config;
     let ip = listener.local_addr()?.ip();
     if ip.is_loopback() && ip != std::net::IpAddr::from([127, 0, 0, 1]) {
@@ -311,7 +306,10 @@ pub async fn run(
         Some(&config.state_dir.join("mountpaths.json")),
     )
     .await?;
-    let space = Arc::new(space::Space::new(config.space.clone(), store.clone()));
+    let space = Arc::new(store::space::Space::new(
+        config.space.clone(),
+        store.clone(),
+    ));
     let smap: Option<ClusterMap> = persist::load_json(&config.state_dir.join("smap.json"))?;
     let bmd: Option<BucketMetadata> = persist::load_json(&config.state_dir.join("bmd.json"))?;
     let placeholder = ClusterMap::new(Node::new("", smap::PROXY, ""), String::new(), String::new());
@@ -339,7 +337,7 @@ pub async fn run(
         )?,
         apply_lock: tokio::sync::Mutex::new(()),
         backends: backend::Backends::new(&config.backend)?,
-        fills: cold::Fills::default(),
+        fills: read::cold::Fills::default(),
         space: space.clone(),
         jobs: jobs::Jobs::default(),
         etls: gristmill_etl::Etls::new(),
@@ -363,11 +361,11 @@ pub async fn run(
     target.etls.apply(&target.bmd().etls);
     if target.store.resilver_pending() {
         // A mountpath change not fully resilvered before the restart (or a new --mountpath).
-        resilver::start(&target, "restarted");
+        cluster::resilver::start(&target, "restarted");
     }
     tracing::info!(node = %id, %url, mountpaths = config.mountpaths.len(), "target starting");
 
-    let members = tokio::spawn(membership::run(
+    let members = tokio::spawn(cluster::membership::run(
         target.clone(),
         config.keepalive_interval,
         shutdown.clone(),
@@ -376,7 +374,7 @@ pub async fn run(
     tokio::spawn(purge_tombstones(target.store.clone(), shutdown.clone()));
     let bmd_source = target.clone();
     tokio::spawn(space.run(move || bmd_source.bmd(), shutdown.clone()));
-    let mut app = http::router(target.clone());
+    let mut app = api::router(target.clone());
     if let Some(keys) = config.serve.auth.clone() {
         let t = target.clone();
         app = gristmill_core::auth::Gate::new(

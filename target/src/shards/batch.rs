@@ -39,8 +39,8 @@ use super::State as ShardState;
 use super::catalog::{self, Catalog};
 use super::io::{self, BlockingBody, FileRange};
 use crate::Target;
-use crate::meta::ObjectMeta;
 use crate::store::Store;
+use crate::store::meta::ObjectMeta;
 
 type Params = Query<HashMap<String, String>>;
 type ApiResult = Result<Response, ApiError>;
@@ -423,7 +423,7 @@ async fn fetch_remote(t: &Target, items: &[Item], idx: &[usize]) -> HashMap<usiz
             if t.store.head(&it.bck, &it.name).is_ok() {
                 return None;
             }
-            match crate::http::open_or_fetch(t, &it.bck, &it.name).await {
+            match crate::read::local::open_or_fetch(t, &it.bck, &it.name).await {
                 Ok(_) => None,
                 Err(e) => Some((i, e)),
             }
@@ -1114,7 +1114,7 @@ async fn run(
     for b in buckets {
         t.require_bucket(b).await?;
     }
-    let etl = match crate::http::etl_names(&params) {
+    let etl = match crate::read::transform::etl_names(&params) {
         None => None,
         Some(names) => {
             if !req.strm {

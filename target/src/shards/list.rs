@@ -75,7 +75,7 @@ pub(crate) async fn list_objects(
             } else {
                 None
             };
-            let mut e = crate::http::entry(t, m, lso);
+            let mut e = crate::read::local::entry(t, m, lso);
             if cat.is_some() {
                 e.flags |= ENTRY_IS_ARCHIVE;
             }

@@ -578,7 +578,7 @@ async fn records(
         if run.cancel.is_cancelled() {
             return Err(ApiError::new(ErrorKind::Conflict, "aborted"));
         }
-        let open = crate::http::open_or_fetch(t, input, &shard).await?;
+        let open = crate::read::local::open_or_fetch(t, input, &shard).await?;
         let (store, shards_state, bck, name) = (
             t.store.clone(),
             t.shards.clone(),

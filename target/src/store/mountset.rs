@@ -32,9 +32,9 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::{Mountpath, Store, Usage, remove_data_file, set_meta_xattr};
-use crate::error::StoreError;
-use crate::index::IndexOp;
-use crate::meta::ObjectMeta;
+use crate::store::error::StoreError;
+use crate::store::index::IndexOp;
+use crate::store::meta::ObjectMeta;
 
 /// Where a mountpath stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -920,7 +920,12 @@ async fn a_delete_while_unsettled_waits_for_every_target_to_answer() {
             if theirs.version >= smap.version {
                 break;
             }
-            assert!(Instant::now() < deadline, "{} has no map v{}", t.daemon_id, smap.version);
+            assert!(
+                Instant::now() < deadline,
+                "{} has no map v{}",
+                t.daemon_id,
+                smap.version
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

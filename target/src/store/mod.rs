@@ -12,6 +12,14 @@
 //! so no key can escape the mountpath or exceed a name-length limit. Every write gets a fresh
 //! generation suffix and becomes visible only when the index commit that references it lands.
 
+pub(crate) mod error;
+pub(crate) mod hot;
+pub(crate) mod index;
+pub(crate) mod meta;
+pub mod multipart;
+pub mod space;
+pub(crate) mod stream;
+
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,9 +33,9 @@ use tokio::io::AsyncWriteExt;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 use xxhash_rust::xxh64::Xxh64;
 
-use crate::error::StoreError;
-use crate::index::{IndexOp, ObjectIndex};
-use crate::meta::{META_XATTR, ObjectMeta};
+use crate::store::error::StoreError;
+use crate::store::index::{IndexOp, ObjectIndex};
+use crate::store::meta::{META_XATTR, ObjectMeta};
 
 mod mountset;
 pub use mountset::{Changed, Misplaced, MountSet, Moved, MpAction, MpState};
@@ -77,7 +85,7 @@ pub struct PutOptions {
     pub mtime_ns: Option<i64>,
     /// How the object's generation is decided: a new write on the owner (the default) or a
     /// copy sent by another node with its own.
-    pub generation: crate::index::GenRule,
+    pub generation: crate::store::index::GenRule,
     /// Commit the index entry without waiting for an fsync ([`ObjectIndex::apply_relaxed`]):
     /// for cache fills, whose loss in a crash is harmless. The data file must be on disk
     /// before the commit (written and synced by the caller), or a power loss could leave an
@@ -131,7 +139,7 @@ pub struct Store {
     atimes: Mutex<HashMap<(String, String), i64>>,
     /// Records of recently read objects (shared with every mountpath's index, which drops
     /// changed keys): warm GETs skip the index and the blocking pool.
-    hot: Arc<crate::hot::MetaCache>,
+    hot: Arc<crate::store::hot::MetaCache>,
 }
 
 /// Entries of the hot-record cache (`GRISTD_META_CACHE` overrides): each costs a few hundred
@@ -192,7 +200,7 @@ impl Store {
             return Err(ApiError::bad_request("a target needs at least one mountpath").into());
         }
         let (plan, dynamic) = mountset::plan(paths, state_file)?;
-        let hot = Arc::new(crate::hot::MetaCache::new(
+        let hot = Arc::new(crate::store::hot::MetaCache::new(
             meta_cache_entries(),
             kept_open_files(),
         ));
@@ -397,7 +405,10 @@ impl Store {
                 };
                 hot.insert_if(
                     generation,
-                    Arc::new(crate::hot::Cached::new(mp.path.clone(), meta.clone())),
+                    Arc::new(crate::store::hot::Cached::new(
+                        mp.path.clone(),
+                        meta.clone(),
+                    )),
                 );
                 let data = if meta.size <= PREFETCH_MAX {
                     let mut buf = vec![0u8; meta.size as usize];
@@ -424,7 +435,7 @@ impl Store {
         let file = self.hot.open_file(&hit).ok()?;
         let data = if hit.meta.size <= PREFETCH_MAX {
             let mut buf = vec![0u8; hit.meta.size as usize];
-            if !crate::hot::read_if_cached(&file, &mut buf, 0).ok()? {
+            if !crate::store::hot::read_if_cached(&file, &mut buf, 0).ok()? {
                 return None;
             }
             Some(Bytes::from(buf))
@@ -446,7 +457,7 @@ impl Store {
         &self,
         bck: &Bck,
         name: &str,
-        generation: crate::index::BuryGen,
+        generation: crate::store::index::BuryGen,
     ) -> Result<(Option<ObjectMeta>, u64), StoreError> {
         let bucket = bck.uname();
         let mut removed = None;
@@ -560,13 +571,13 @@ impl Store {
             expected_size: Some(m.size),
             expected_xxhash: Some(m.cksum_value.clone()),
             mtime_ns: Some(m.mtime_ns),
-            generation: crate::index::GenRule::Next { floor: after },
+            generation: crate::store::index::GenRule::Next { floor: after },
             ..Default::default()
         };
         self.put(
             bck,
             &m.name,
-            crate::http::file_stream(file, 0, m.size),
+            crate::store::stream::file_stream(file, 0, m.size),
             opts,
         )
         .await
@@ -751,7 +762,7 @@ impl Store {
                 mp.index
                     .apply(IndexOp::Put {
                         meta: newer,
-                        generation: crate::index::GenRule::AsIs,
+                        generation: crate::store::index::GenRule::AsIs,
                     })
                     .await?;
                 Ok(false)
@@ -1024,7 +1035,7 @@ impl PendingWrite {
             }
         };
         if applied.stored.is_none()
-            && let crate::index::GenRule::IfNewer(_) = rule
+            && let crate::store::index::GenRule::IfNewer(_) = rule
         {
             // A newer generation (or its tombstone) is here: this copy is not wanted.
             let _ = tokio::fs::remove_file(mp.path.join(&rel)).await;
@@ -1074,7 +1085,10 @@ impl Drop for PendingWrite {
 }
 
 /// Opens one mountpath: its layout (created if missing; mode 0700) and its index.
-fn open_mountpath(p: &Path, hot: Arc<crate::hot::MetaCache>) -> Result<Mountpath, StoreError> {
+fn open_mountpath(
+    p: &Path,
+    hot: Arc<crate::store::hot::MetaCache>,
+) -> Result<Mountpath, StoreError> {
     std::fs::create_dir_all(p)?;
     let path = std::fs::canonicalize(p)?;
     // Only the target's user may enter: ETL workers (another user) and others never
@@ -1227,7 +1241,7 @@ pub fn now_ns() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::{BuryGen, GenRule};
+    use crate::store::index::{BuryGen, GenRule};
     use gristmill_core::Provider;
 
     fn body(s: &str) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + use<> {

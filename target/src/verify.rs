@@ -16,33 +16,28 @@
 //!   with `no_repair`, only reports) what is corrupt. At its end it deletes quarantined copies
 //!   older than `GRISTD_QUARANTINE_KEEP_DAYS` (default 7).
 
+use crate::Target;
+use crate::jobs::scrub::SCRUB_CHUNK;
+use crate::read::cold::Start;
+use crate::store::CKSUM_XXHASH;
+use crate::store::meta::ObjectMeta;
+use bytes::Bytes;
+use gristmill_core::api::{header as h, query as q};
+use gristmill_core::{ApiError, Bck, ErrorKind};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-
-use bytes::Bytes;
-use futures::StreamExt;
-use gristmill_core::api::{header as h, query as q};
-use gristmill_core::job::{JobKind, Resolved};
-use gristmill_core::{ApiError, Bck, ErrorKind};
 use xxhash_rust::xxh64::Xxh64;
 
-use crate::Target;
-use crate::cold::Start;
-use crate::jobs::{JobRun, Outcome};
-use crate::meta::ObjectMeta;
-use crate::store::CKSUM_XXHASH;
-
 /// Chunk sizes of verified streamed reads (as the plain ones: a small first chunk).
-const FIRST_CHUNK: u64 = 256 * 1024;
-const STREAM_CHUNK: u64 = 1024 * 1024;
-/// Scrub reads files in chunks of this size.
-const SCRUB_CHUNK: usize = 1024 * 1024;
-/// Objects listed per page by a scrub.
-const LIST_PAGE: usize = 10_000;
+pub(crate) const FIRST_CHUNK: u64 = 256 * 1024;
+
+pub(crate) const STREAM_CHUNK: u64 = 1024 * 1024;
 
 /// Counter names of a scrub's snapshot.
 pub(crate) const CORRUPT: &str = "corrupt";
+
 pub(crate) const REPAIRED: &str = "repaired";
+
 pub(crate) const UNREPAIRABLE: &str = "unrepairable";
 
 /// Whether a GET of `bck` verifies checksums: the bucket property, or the request asks.
@@ -61,13 +56,13 @@ pub(crate) fn explicit(params: &HashMap<String, String>) -> bool {
 }
 
 /// Whether this metadata carries a checksum we can verify.
-fn has_xxhash(meta: &ObjectMeta) -> bool {
+pub(crate) fn has_xxhash(meta: &ObjectMeta) -> bool {
     meta.cksum_type == CKSUM_XXHASH && !meta.cksum_value.is_empty()
 }
 
 /// The verdict on `size` bytes hashing to `digest` against the metadata: `Err(why)` if they
 /// differ.
-fn judge(meta: &ObjectMeta, size: u64, digest: u64) -> Result<(), String> {
+pub(crate) fn judge(meta: &ObjectMeta, size: u64, digest: u64) -> Result<(), String> {
     if size != meta.size {
         return Err(format!("size {size} differs from the stored {}", meta.size));
     }
@@ -90,7 +85,10 @@ pub(crate) fn check_bytes(meta: &ObjectMeta, data: &[u8]) -> Result<(), String> 
 
 /// Reads a whole data file (blocking, positioned reads from 0) and checks it: `Ok(Err(why))`
 /// when corrupt.
-fn check_file(file: &std::fs::File, meta: &ObjectMeta) -> std::io::Result<Result<(), String>> {
+pub(crate) fn check_file(
+    file: &std::fs::File,
+    meta: &ObjectMeta,
+) -> std::io::Result<Result<(), String>> {
     use std::os::unix::fs::FileExt;
     let mut hasher = Xxh64::new(0);
     let mut buf = vec![0u8; SCRUB_CHUNK];
@@ -127,7 +125,7 @@ pub(crate) async fn check_open(
 }
 
 /// State of a verified streamed read.
-struct Verifying {
+pub(crate) struct Verifying {
     file: Arc<std::fs::File>,
     offset: u64,
     hasher: Option<Xxh64>,
@@ -243,7 +241,7 @@ pub(crate) fn verified_stream(
 
 /// Repairs serialized per object on this target (two GETs that find the same corrupt copy
 /// repair it once).
-fn repair_lock(key: String) -> Arc<tokio::sync::Mutex<()>> {
+pub(crate) fn repair_lock(key: String) -> Arc<tokio::sync::Mutex<()>> {
     static LOCKS: std::sync::LazyLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> =
         std::sync::LazyLock::new(Default::default);
     let mut locks = LOCKS.lock().expect("repair locks");
@@ -289,7 +287,7 @@ pub(crate) async fn quarantine_and_repair(
 }
 
 /// Restores a good copy of a quarantined object.
-async fn repair(t: &Target, bck: &Bck, meta: &ObjectMeta) -> Result<u64, ApiError> {
+pub(crate) async fn repair(t: &Target, bck: &Bck, meta: &ObjectMeta) -> Result<u64, ApiError> {
     let name = &meta.name;
     if bck.is_remote() {
         // Cached object: fetch it again through the cold-GET path.
@@ -335,7 +333,7 @@ async fn repair(t: &Target, bck: &Bck, meta: &ObjectMeta) -> Result<u64, ApiErro
 
 /// Copies `node`'s copy of an object here. The holder verifies it as it sends (its own GET
 /// path), and the store checks the received bytes against the holder's size and checksum.
-async fn fetch_copy(
+pub(crate) async fn fetch_copy(
     t: &Target,
     node: &gristmill_core::Node,
     bck: &Bck,
@@ -343,8 +341,8 @@ async fn fetch_copy(
 ) -> Result<u64, ApiError> {
     let resp = t
         .relay
-        .get(crate::rebalance::internal_url(node, bck, name))
-        .query(&crate::rebalance::bucket_query(bck))
+        .get(crate::cluster::peer::internal_url(node, bck, name))
+        .query(&crate::cluster::peer::bucket_query(bck))
         .send()
         .await
         .map_err(|e| ApiError::unavailable(e.to_string()))?;
@@ -363,7 +361,7 @@ async fn fetch_copy(
             .to_owned()
     };
     let mtime: i64 = get(h::MTIME).parse().unwrap_or(0);
-    let generation = crate::rebalance::gen_of(&headers).max(1);
+    let generation = crate::cluster::peer::gen_of(&headers).max(1);
     let custom = match get(h::CUSTOM_MD_JSON).as_str() {
         "" => Default::default(),
         v => gristmill_core::api::decode_custom_md(v)?,
@@ -380,148 +378,13 @@ async fn fetch_copy(
         expected_xxhash: Some(cksum),
         mtime_ns: Some(mtime).filter(|m| *m > 0),
         // A newer copy that landed here meanwhile (or its delete) wins.
-        generation: crate::index::GenRule::IfNewer(generation),
+        generation: crate::store::index::GenRule::IfNewer(generation),
         ..Default::default()
     };
     match t.store.put(bck, name, resp.bytes_stream(), opts).await {
         Ok(meta) => Ok(meta.size),
         Err(crate::StoreError::Stale { .. }) => Ok(0),
         Err(e) => Err(e.into()),
-    }
-}
-
-/// This target's share of a scrub: every object it holds of the bucket (or of every bucket),
-/// read sequentially and checked; corrupt copies repaired unless `no_repair`.
-pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
-    let spec = &run.spec;
-    debug_assert_eq!(spec.kind, JobKind::Scrub);
-    let buckets: Vec<Bck> = match &spec.bck {
-        Some(b) => {
-            t.require_bucket(b).await?;
-            vec![b.clone()]
-        }
-        None => t.bmd().buckets.values().map(|r| r.bck.clone()).collect(),
-    };
-    let prefix = match spec.selection.resolve()? {
-        Resolved::Prefix(p) => p,
-        _ => {
-            return Err(ApiError::bad_request(
-                "scrub takes a bucket and optionally a prefix",
-            ));
-        }
-    };
-    let workers = spec.opts.num_workers.clamp(1, 16);
-    for k in [CORRUPT, REPAIRED, UNREPAIRABLE] {
-        run.count(k, 0); // shown as 0 rather than absent
-    }
-    let mut listed = 0u64;
-    for bck in buckets {
-        let mut after = String::new();
-        loop {
-            if run.cancel.is_cancelled() {
-                return Ok(());
-            }
-            let page = t.store.list(&bck, &prefix, &after, LIST_PAGE).await?;
-            let more = page.len() >= LIST_PAGE;
-            let Some(last) = page.last().map(|m| m.name.clone()) else {
-                break;
-            };
-            listed += page.len() as u64;
-            futures::stream::iter(page)
-                .take_until(run.cancel.cancelled())
-                .map(|meta| {
-                    let (t, run, bck) = (t.clone(), run.clone(), bck.clone());
-                    async move {
-                        let name = meta.name.clone();
-                        let result = scrub_one(&t, &run, &bck, meta).await;
-                        run.record(&name, result);
-                    }
-                })
-                .buffer_unordered(workers)
-                .collect::<()>()
-                .await;
-            if !more {
-                break;
-            }
-            after = last;
-        }
-    }
-    *run.total.lock().expect("job total lock") = Some(listed);
-    purge_old_quarantine(t).await;
-    Ok(())
-}
-
-/// How long quarantined copies are kept for inspection: `GRISTD_QUARANTINE_KEEP_DAYS`
-/// (default 7); every scrub deletes older ones.
-fn quarantine_keep() -> std::time::Duration {
-    let days: u64 = std::env::var("GRISTD_QUARANTINE_KEEP_DAYS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(7);
-    std::time::Duration::from_secs(days * 24 * 3600)
-}
-
-async fn purge_old_quarantine(t: &Arc<Target>) {
-    let store = t.store.clone();
-    match tokio::task::spawn_blocking(move || store.purge_quarantine(quarantine_keep())).await {
-        Ok(Ok((0, _))) => {}
-        Ok(Ok((files, bytes))) => {
-            tracing::info!(files, bytes, "scrub: old quarantined copies deleted")
-        }
-        Ok(Err(e)) => tracing::warn!(error = %e, "scrub: purging the quarantine"),
-        Err(e) => tracing::warn!(error = %e, "scrub: purging the quarantine"),
-    }
-}
-
-/// Checks one object's copy here; repairs it if corrupt.
-async fn scrub_one(
-    t: &Arc<Target>,
-    run: &JobRun,
-    bck: &Bck,
-    meta: ObjectMeta,
-) -> Result<Outcome, ApiError> {
-    let path = match t.store.holder_of(bck, &meta)? {
-        Some(mp) => mp.path.join(&meta.file),
-        None => return Ok(Outcome::Skipped), // rewritten, deleted or moved meanwhile
-    };
-    let m = meta.clone();
-    let verdict = tokio::task::spawn_blocking(move || match std::fs::File::open(&path) {
-        Ok(f) => check_file(&f, &m),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Ok(Err("the data file is missing".to_owned()))
-        }
-        Err(e) => Err(e),
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::internal(format!("reading {}: {e}", meta.name)))?;
-    let Err(why) = verdict else {
-        return Ok(Outcome::Done(meta.size));
-    };
-    // Overwritten or deleted while we read: not corruption.
-    match t.store.head(bck, &meta.name) {
-        Ok(now) if now.file == meta.file => {}
-        _ => return Ok(Outcome::Skipped),
-    }
-    run.count(CORRUPT, 1);
-    if run.spec.opts.no_repair {
-        metrics::counter!("grist_corrupt_objects_total", "found_by" => "scrub").increment(1);
-        return Err(ApiError::internal(format!(
-            "corrupt ({why}); not repaired (no_repair)"
-        )));
-    }
-    match quarantine_and_repair(t, bck, &meta, &why, "scrub").await {
-        Ok(n) => {
-            run.count(REPAIRED, 1);
-            Ok(Outcome::Done(n))
-        }
-        Err(e) => {
-            run.count(UNREPAIRABLE, 1);
-            Err(ApiError::new(
-                e.kind,
-                format!("corrupt ({why}): {}", e.message),
-            ))
-        }
     }
 }
 
@@ -537,6 +400,7 @@ pub(crate) fn repair_in_background(t: Arc<Target>, bck: &Bck, meta: ObjectMeta, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::StreamExt;
 
     fn meta_of(data: &[u8]) -> ObjectMeta {
         ObjectMeta {

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::error::StoreError;
-use crate::hot::MetaCache;
-use crate::meta::ObjectMeta;
+use crate::store::error::StoreError;
+use crate::store::hot::MetaCache;
+use crate::store::meta::ObjectMeta;
 
 const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("objects");
 /// Deleted objects: key as in [`OBJECTS`], value the tombstone's generation and when it was

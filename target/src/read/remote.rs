@@ -2,8 +2,15 @@
 //! validation against the remote, write-through PUT and DELETE, HEAD of uncached objects, and
 //! the remote listing with in-cluster ("cached") flags.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-
+use crate::ApiResult;
+use crate::StoreError;
+use crate::Target;
+use crate::backend::RemoteAttrs;
+use crate::read::cold::{REMOTE_MTIME_KEY, Start};
+use crate::read::local::request_range;
+use crate::read::local::serve_local;
+use crate::store::ETAG_KEY;
+use crate::store::meta::ObjectMeta;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -13,17 +20,10 @@ use gristmill_core::api::{
 use gristmill_core::server::encode_page;
 use gristmill_core::{ApiError, Bck, ErrorKind};
 use serde::{Deserialize, Serialize};
-
-use super::{ApiResult, request_range, serve_local};
-use crate::StoreError;
-use crate::Target;
-use crate::backend::{PutSource, RemoteAttrs};
-use crate::cold::{REMOTE_MTIME_KEY, REMOTE_VERSION_KEY, SOURCE_KEY, Start};
-use crate::meta::ObjectMeta;
-use crate::store::{ETAG_KEY, PutOptions};
+use std::collections::{HashMap, HashSet};
 
 /// List-objects flag: only objects *not* cached in the cluster (AIStore's `LsNotCached`).
-const LS_NOT_CACHED: u64 = 1 << 9;
+pub(crate) const LS_NOT_CACHED: u64 = 1 << 9;
 
 /// Body of `POST /v1/cached/{bucket}` and its answer.
 #[derive(Debug, Serialize, Deserialize)]
@@ -31,7 +31,7 @@ pub(crate) struct Names {
     pub names: Vec<String>,
 }
 
-fn is_not_found(e: &StoreError) -> bool {
+pub(crate) fn is_not_found(e: &StoreError) -> bool {
     matches!(e, StoreError::Api(a) if a.kind == ErrorKind::NotFound)
 }
 
@@ -53,7 +53,7 @@ pub(crate) fn differs(meta: &ObjectMeta, remote: &RemoteAttrs) -> bool {
     !remote.last_modified.is_empty() && remote.last_modified != local_mtime
 }
 
-pub(super) async fn get_object(
+pub(crate) async fn get_object(
     t: &Target,
     bck: &Bck,
     name: &str,
@@ -110,9 +110,9 @@ pub(super) async fn get_object(
 }
 
 /// Streams an object from its download in progress.
-fn serve_fill(
+pub(crate) fn serve_fill(
     t: &Target,
-    fill: std::sync::Arc<crate::cold::Fill>,
+    fill: std::sync::Arc<crate::read::cold::Fill>,
     headers: &HeaderMap,
 ) -> ApiResult {
     let size = fill.attrs.size;
@@ -139,7 +139,7 @@ fn serve_fill(
 }
 
 /// Headers describing a remote object that is not (yet) a committed local copy.
-fn remote_headers(t: &Target, attrs: &RemoteAttrs, present: bool, hs: &mut HeaderMap) {
+pub(crate) fn remote_headers(t: &Target, attrs: &RemoteAttrs, present: bool, hs: &mut HeaderMap) {
     let mut set = |name: &'static str, value: &str| {
         if !value.is_empty()
             && let Ok(v) = HeaderValue::from_str(value)
@@ -158,14 +158,14 @@ fn remote_headers(t: &Target, attrs: &RemoteAttrs, present: bool, hs: &mut Heade
 }
 
 /// HEAD: the cached copy's metadata, else the remote object's.
-pub(super) async fn head_object(
+pub(crate) async fn head_object(
     t: &Target,
     bck: &Bck,
     name: &str,
     headers: &HeaderMap,
 ) -> ApiResult {
     match t.store.head(bck, name) {
-        Ok(_) => super::head_object(t, bck, name, headers),
+        Ok(_) => crate::read::local::head_object(t, bck, name, headers),
         Err(e) if is_not_found(&e) => {
             let attrs = t.backend(bck)?.head(bck, name).await?;
             let mut resp = StatusCode::OK.into_response();
@@ -176,84 +176,6 @@ pub(super) async fn head_object(
         }
         Err(e) => Err(e.into()),
     }
-}
-
-/// Write-through PUT: the body goes to a local temp file, then to the backend; only when the
-/// backend took it is the local copy committed, with the backend's ETag. If the backend fails,
-/// the temp file is removed and nothing local changes.
-pub(super) async fn put_object(
-    t: &Target,
-    bck: &Bck,
-    name: &str,
-    req: axum::extract::Request,
-) -> ApiResult {
-    let backend = t.backend(bck)?;
-    let headers = req.headers();
-    let expected_size = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let custom: BTreeMap<String, String> =
-        match headers.get(h::CUSTOM_MD_JSON).and_then(|v| v.to_str().ok()) {
-            Some(v) => gristmill_core::api::decode_custom_md(v)?,
-            None => Default::default(),
-        };
-    t.space.check_room(bck, name, expected_size.unwrap_or(0))?;
-    let opts = PutOptions {
-        durable: false,
-        expected_size,
-        custom,
-        generation: crate::index::GenRule::Next {
-            floor: crate::rebalance::gen_floor(t, bck, name).await?,
-        },
-        ..Default::default()
-    };
-    let mut pending = t.store.begin_write(bck, name, opts).await?;
-    pending
-        .write_stream(req.into_body().into_data_stream())
-        .await?;
-    let size = pending.size();
-    if expected_size.is_some_and(|want| want != size) {
-        return Err(ApiError::bad_request(format!(
-            "received {size} bytes, expected {}",
-            expected_size.unwrap_or_default()
-        )));
-    }
-    let src = PutSource {
-        path: pending.path().to_owned(),
-        size,
-    };
-    // On failure `pending` is dropped here: its temp file goes, the cached copy (if any) stays.
-    let attrs = backend.put(bck, name, src).await?;
-    let opts = pending.opts_mut();
-    opts.version = attrs.cache_version();
-    if !attrs.etag.is_empty() {
-        opts.custom.insert(ETAG_KEY.into(), attrs.etag.clone());
-    }
-    if !attrs.version.is_empty() {
-        opts.custom
-            .insert(REMOTE_VERSION_KEY.into(), attrs.version.clone());
-    }
-    opts.custom
-        .insert(SOURCE_KEY.into(), bck.provider.as_str().to_owned());
-    let meta = pending.commit().await?;
-    let mut resp = StatusCode::OK.into_response();
-    super::object_headers(t, bck, &meta, resp.headers_mut());
-    Ok(resp)
-}
-
-/// Write-through DELETE: the backend first; the cached copy goes only if that succeeded.
-pub(super) async fn delete_object(t: &Target, bck: &Bck, name: &str) -> ApiResult {
-    let backend = t.backend(bck)?;
-    backend.delete(bck, name).await?;
-    // The cached copy goes everywhere it may be (past owners, replicas), with a tombstone, so
-    // no late transfer brings the deleted object back into the cache.
-    match super::delete_object(t, bck, name).await {
-        Ok(()) => {}
-        Err(e) if e.kind == gristmill_core::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    Ok(StatusCode::OK.into_response())
 }
 
 /// The names (of `names`) this target holds a copy of.
@@ -275,7 +197,7 @@ pub(crate) async fn present_locally(
 }
 
 /// Which of `names` are cached anywhere in the cluster: asks each name's owner.
-async fn cached_in_cluster(
+pub(crate) async fn cached_in_cluster(
     t: &Target,
     bck: &Bck,
     names: &[String],
@@ -324,7 +246,7 @@ async fn cached_in_cluster(
 }
 
 /// A page of the remote listing; entries cached in the cluster carry [`ENTRY_IS_CACHED`].
-pub(super) async fn list_objects(
+pub(crate) async fn list_objects(
     t: &Target,
     bck: &Bck,
     lso: &ListObjectsMsg,

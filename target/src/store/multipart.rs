@@ -12,8 +12,8 @@ use gristmill_core::{ApiError, Bck, ErrorKind};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
-use crate::error::StoreError;
-use crate::meta::ObjectMeta;
+use crate::store::error::StoreError;
+use crate::store::meta::ObjectMeta;
 use crate::store::{ETAG_KEY, PutOptions, Store, now_ns};
 
 /// Highest part number S3 allows.
@@ -275,7 +275,7 @@ impl Store {
                 PutOptions {
                     durable,
                     custom,
-                    generation: crate::index::GenRule::Next { floor },
+                    generation: crate::store::index::GenRule::Next { floor },
                     ..Default::default()
                 },
             )

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::StoreError;
+use crate::store::error::StoreError;
 
 /// Format version of the persisted metadata record; bump it and migrate on read when the
 /// layout changes.

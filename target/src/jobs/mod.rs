@@ -6,6 +6,8 @@
 //! Kinds: prefetch (cold-GET into the cache), evict (drop cached copies), copy (to another
 //! bucket's owners, over HTTP, any providers), and LRU (one eviction pass, see `space`).
 
+pub(crate) mod scrub;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,7 +20,7 @@ use gristmill_core::{ApiError, Bck, ErrorKind};
 use tokio_util::sync::CancellationToken;
 
 use crate::Target;
-use crate::cold::Start;
+use crate::read::cold::Start;
 use crate::store::now_ns;
 
 /// Finished jobs remembered per target (their status stays queryable).
@@ -278,13 +280,13 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
         return Ok(());
     }
     if matches!(spec.kind, JobKind::Rebalance | JobKind::MakeNCopies) {
-        return crate::rebalance::run(t, run).await;
+        return crate::cluster::rebalance::run(t, run).await;
     }
     if spec.kind == JobKind::Resilver {
-        return crate::resilver::run(t, run).await;
+        return crate::cluster::resilver::run(t, run).await;
     }
     if spec.kind == JobKind::Scrub {
-        return crate::scrub::run(t, run).await;
+        return crate::jobs::scrub::run(t, run).await;
     }
     if spec.kind == JobKind::Archive {
         return crate::shards::execute_archive(t, run).await;
@@ -420,7 +422,7 @@ async fn prefetch_one(
     match t.store.head(bck, name) {
         Ok(meta) if latest => {
             let remote = backend.head(bck, name).await?;
-            refetch = crate::http::remote_differs(&meta, &remote);
+            refetch = crate::read::remote::differs(&meta, &remote);
             if !refetch {
                 return Ok(Outcome::Skipped);
             }
@@ -475,7 +477,7 @@ async fn copy_one(t: &Target, spec: &JobSpec, bck: &Bck, name: &str) -> Result<O
     gristmill_core::validate_object_name(&dest)?;
     let (size, body): (u64, reqwest::Body) = if spec.kind == JobKind::Etl {
         // Transforms take whole objects: read (bounded), transform, send the result.
-        let data = crate::http::object_bytes(t, bck, name).await?;
+        let data = crate::read::transform::object_bytes(t, bck, name).await?;
         let out = t
             .etls
             .pipeline(&spec.opts.etl, data, name, &spec.opts.etl_args)
@@ -490,9 +492,9 @@ async fn copy_one(t: &Target, spec: &JobSpec, bck: &Bck, name: &str) -> Result<O
                 let size = open.meta.size;
                 let body = match open.data {
                     Some(data) => reqwest::Body::from(data),
-                    None => {
-                        reqwest::Body::wrap_stream(crate::http::file_stream(open.file, 0, size))
-                    }
+                    None => reqwest::Body::wrap_stream(crate::store::stream::file_stream(
+                        open.file, 0, size,
+                    )),
                 };
                 (size, body)
             }
@@ -534,7 +536,7 @@ async fn copy_one(t: &Target, spec: &JobSpec, bck: &Bck, name: &str) -> Result<O
         .await
         .map_err(|e| ApiError::unavailable(format!("copy to {}: {e}", owner.daemon_id)))?;
     if !resp.status().is_success() {
-        return Err(crate::rebalance::peer_error(resp, &format!("copy to {to}/{dest}")).await);
+        return Err(crate::cluster::peer::peer_error(resp, &format!("copy to {to}/{dest}")).await);
     }
     Ok(Outcome::Done(size))
 }

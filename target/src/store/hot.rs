@@ -17,7 +17,7 @@ use std::fs::File;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::meta::ObjectMeta;
+use crate::store::meta::ObjectMeta;
 
 /// Number of independently locked shards (keeps lock hold times and contention tiny).
 const SHARDS: usize = 16;
