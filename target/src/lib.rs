@@ -2,13 +2,23 @@
 //!
 //! A target owns one or more mountpaths ([`store`]): object bytes in hash-named files, metadata
 //! in a crash-safe index per mountpath. It joins the cluster by registering with the primary
-//! proxy ([`membership`]), receives every new cluster map and bucket metadata version, and
-//! serves the object data path ([`http`]): GET/PUT/HEAD/DELETE of the objects HRW assigns to it,
-//! and its share of every listing.
+//! proxy ([`cluster::membership`]), receives every new cluster map and bucket metadata version,
+//! and serves the object data path ([`api`]): GET/PUT/HEAD/DELETE of the objects HRW assigns to
+//! it, and its share of every listing.
 //!
 //! Remote buckets (`s3://`, `ht://`) are caches of a [`backend`]: a cold GET streams one
-//! download per object to every waiting client while it fills the local copy ([`cold`]); PUT
-//! and DELETE write through to the backend first.
+//! download per object to every waiting client while it fills the local copy
+//! ([`read::cold`]); PUT and DELETE write through to the backend first.
+//!
+//! Layers, each using only the ones below it (docs/architecture.md has the diagram; one
+//! exception: rebalance and resilver run as jobs, so [`cluster`] uses the job registry's
+//! `JobRun`):
+//! - [`api`]: routes and handlers by area; nothing below imports from it.
+//! - [`shards`] and [`jobs`]: reads inside archives, get-batch, reshard; every job kind.
+//! - [`read`] and [`write`]: the one read path (local, verified, remote, past owner) and
+//!   the write paths (owner PUT/DELETE, write-through); [`verify`] checks what reads serve.
+//! - [`cluster`]: membership, placement while the map changes, rebalance, replicas.
+//! - [`store`] and [`backend`]: mountpaths, index, records, space; remote storage.
 
 mod api;
 pub mod backend;

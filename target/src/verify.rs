@@ -17,7 +17,6 @@
 //!   older than `GRISTD_QUARANTINE_KEEP_DAYS` (default 7).
 
 use crate::Target;
-use crate::jobs::scrub::SCRUB_CHUNK;
 use crate::read::cold::Start;
 use crate::store::CKSUM_XXHASH;
 use crate::store::meta::ObjectMeta;
@@ -29,6 +28,9 @@ use std::sync::{Arc, Mutex};
 use xxhash_rust::xxh64::Xxh64;
 
 /// Chunk sizes of verified streamed reads (as the plain ones: a small first chunk).
+/// Files are checked (by scrub and verified reads) in chunks of this size.
+pub(crate) const SCRUB_CHUNK: usize = 1024 * 1024;
+
 pub(crate) const FIRST_CHUNK: u64 = 256 * 1024;
 
 pub(crate) const STREAM_CHUNK: u64 = 1024 * 1024;

@@ -14,9 +14,6 @@ use gristmill_core::job::{JobKind, Resolved};
 use gristmill_core::{ApiError, Bck};
 use std::sync::Arc;
 
-/// Scrub reads files in chunks of this size.
-pub(crate) const SCRUB_CHUNK: usize = 1024 * 1024;
-
 /// Objects listed per page by a scrub.
 pub(crate) const LIST_PAGE: usize = 10_000;
 
