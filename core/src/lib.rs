@@ -31,6 +31,8 @@ pub mod time;
 #[cfg(feature = "server")]
 pub mod tls;
 pub mod users;
+#[cfg(feature = "server")]
+pub mod worker;
 
 pub use bmd::{BucketMetadata, BucketRecord, MetaSync};
 pub use bucket::{Bck, Namespace, Provider};

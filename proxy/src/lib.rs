@@ -17,6 +17,8 @@ mod list;
 mod membership;
 mod meta;
 mod remote;
+#[cfg(test)]
+mod router_tests;
 mod s3;
 mod shards;
 
@@ -98,7 +100,10 @@ pub async fn run(
         config.keepalive_retries.max(1),
         shutdown.clone(),
     ));
-    tokio::spawn(jobs::watch_placement(proxy.clone(), shutdown.clone()));
+    gristmill_core::worker::spawn(
+        Arc::new(jobs::PlacementWatch(proxy.clone())),
+        shutdown.clone(),
+    );
     let s3 = s3::service(proxy.clone(), &config.s3_users);
     if let Some(addr) = &config.s3_listen {
         let s3_listener = TcpListener::bind(addr).await?;

@@ -266,14 +266,20 @@ const PAST_SMAPS: &str = "past_smaps.json";
 /// could still carry an older copy of the object.
 const TOMBSTONE_KEEP: Duration = Duration::from_secs(24 * 3600);
 
-/// Forgets old tombstones once an hour.
-async fn purge_tombstones(store: Arc<Store>, shutdown: CancellationToken) {
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
-        }
-        match store.purge_tombstones(TOMBSTONE_KEEP).await {
+/// Forgets tombstones older than [`TOMBSTONE_KEEP`], hourly.
+struct TombstonePurge(Arc<Store>);
+
+impl gristmill_core::worker::Worker for TombstonePurge {
+    fn name(&self) -> &'static str {
+        "tombstone purge"
+    }
+
+    fn period(&self) -> Duration {
+        Duration::from_secs(3600)
+    }
+
+    async fn round(&self) {
+        match self.0.purge_tombstones(TOMBSTONE_KEEP).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(purged = n, "old tombstones purged"),
             Err(e) => tracing::warn!(error = %e, "tombstone purge failed"),
@@ -380,10 +386,23 @@ pub async fn run(
         config.keepalive_interval,
         shutdown.clone(),
     ));
-    tokio::spawn(report_capacity(target.store.clone(), shutdown.clone()));
-    tokio::spawn(purge_tombstones(target.store.clone(), shutdown.clone()));
+    use gristmill_core::worker::spawn as spawn_worker;
+    spawn_worker(
+        Arc::new(CapacityReport(target.store.clone())),
+        shutdown.clone(),
+    );
+    spawn_worker(
+        Arc::new(TombstonePurge(target.store.clone())),
+        shutdown.clone(),
+    );
     let bmd_source = target.clone();
-    tokio::spawn(space.run(move || bmd_source.bmd(), shutdown.clone()));
+    spawn_worker(
+        Arc::new(store::space::LruWorker {
+            space,
+            bmd: move || bmd_source.bmd(),
+        }),
+        shutdown.clone(),
+    );
     let mut app = api::router(target.clone());
     if let Some(keys) = config.serve.auth.clone() {
         let t = target.clone();
@@ -406,9 +425,23 @@ pub async fn run(
 }
 
 /// Publishes each mountpath's capacity (`grist_mountpath_bytes{mountpath,kind}`) every 10 s.
-async fn report_capacity(store: Arc<Store>, shutdown: CancellationToken) {
-    loop {
-        let store2 = store.clone();
+struct CapacityReport(Arc<Store>);
+
+impl gristmill_core::worker::Worker for CapacityReport {
+    fn name(&self) -> &'static str {
+        "capacity report"
+    }
+
+    fn period(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+
+    fn runs_at_start(&self) -> bool {
+        true
+    }
+
+    async fn round(&self) {
+        let store2 = self.0.clone();
         let stats = tokio::task::spawn_blocking(move || {
             store2
                 .mountpaths()
@@ -431,10 +464,6 @@ async fn report_capacity(store: Arc<Store>, shutdown: CancellationToken) {
                 metrics::gauge!("grist_mountpath_bytes", "mountpath" => path.clone(), "kind" => kind)
                     .set(v as f64);
             }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
         }
     }
 }

@@ -242,17 +242,13 @@ impl Jobs {
 
 fn validate(spec: &JobSpec) -> Result<(), ApiError> {
     spec.selection.resolve()?;
-    let needs_bucket = !matches!(
-        spec.kind,
-        JobKind::Lru | JobKind::Rebalance | JobKind::Resilver | JobKind::Scrub
-    );
-    if needs_bucket && spec.bck.is_none() {
+    if spec.kind.needs_bucket() && spec.bck.is_none() {
         return Err(ApiError::bad_request(format!(
             "{} needs a bucket",
             spec.kind
         )));
     }
-    if matches!(spec.kind, JobKind::Copy | JobKind::Etl) && spec.to_bck.is_none() {
+    if spec.kind.info().needs_destination && spec.to_bck.is_none() {
         return Err(ApiError::bad_request(format!(
             "{} needs a destination bucket",
             spec.kind
@@ -306,11 +302,9 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
         _ = run.cancel.cancelled() => return Ok(()),
     };
     *run.total.lock().expect("job total lock") = Some(names.len() as u64);
-    let workers = match (spec.opts.num_workers, spec.kind) {
-        (n, _) if n > 0 => n.min(256),
-        (_, JobKind::Evict) => 32,
-        (_, JobKind::Prefetch) => 16,
-        _ => 8,
+    let workers = match spec.opts.num_workers {
+        n if n > 0 => n.min(256),
+        _ => spec.kind.info().workers.max(1),
     };
     let work = futures::stream::iter(names)
         .take_until(run.cancel.cancelled())

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gristmill_core::{ApiError, Bck, BucketMetadata, ErrorKind};
-use tokio_util::sync::CancellationToken;
 
 use crate::store::{Store, now_ns};
 
@@ -409,33 +408,6 @@ impl Space {
         done
     }
 
-    /// The background worker: every `check_interval` (or when woken), flushes access times,
-    /// publishes cache usage, and evicts if any high mark is crossed.
-    pub async fn run(
-        self: Arc<Self>,
-        bmd: impl Fn() -> Arc<BucketMetadata> + Send + 'static,
-        shutdown: CancellationToken,
-    ) {
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => {
-                    let _ = self.store.flush_atimes().await;
-                    return;
-                }
-                _ = tokio::time::sleep(self.config.check_interval) => {}
-                _ = self.wake.notified() => {}
-            }
-            if let Err(e) = self.store.flush_atimes().await {
-                tracing::warn!(error = %e, "could not flush access times");
-            }
-            let bmd = bmd();
-            metrics::gauge!("grist_cache_bytes").set(self.cached_bytes(&bmd) as f64);
-            if self.over_high_mark(&bmd) {
-                self.evict(&bmd, false, None).await;
-            }
-        }
-    }
-
     /// Usage report (`GET /v1/daemon?what=space`): per mountpath and per bucket.
     pub fn report(&self, bmd: &BucketMetadata) -> serde_json::Value {
         let mountpaths: Vec<serde_json::Value> = self
@@ -462,5 +434,46 @@ impl Space {
     /// Wakes the worker (e.g. many pending access times to flush).
     pub fn nudge(&self) {
         self.wake.notify_one();
+    }
+}
+
+/// The LRU loop of a target: every `check_interval` (or when a write finds the disk filling),
+/// flushes access times and evicts down to the low watermark when over the high one; at
+/// shutdown, flushes access times once more.
+pub struct LruWorker<F> {
+    pub space: Arc<Space>,
+    /// The current bucket metadata (quotas, which buckets are caches).
+    pub bmd: F,
+}
+
+impl<F> gristmill_core::worker::Worker for LruWorker<F>
+where
+    F: Fn() -> Arc<BucketMetadata> + Send + Sync + 'static,
+{
+    fn name(&self) -> &'static str {
+        "lru"
+    }
+
+    fn period(&self) -> std::time::Duration {
+        self.space.config.check_interval
+    }
+
+    fn wake(&self) -> Option<&tokio::sync::Notify> {
+        Some(&self.space.wake)
+    }
+
+    async fn round(&self) {
+        if let Err(e) = self.space.store.flush_atimes().await {
+            tracing::warn!(error = %e, "could not flush access times");
+        }
+        let bmd = (self.bmd)();
+        metrics::gauge!("grist_cache_bytes").set(self.space.cached_bytes(&bmd) as f64);
+        if self.space.over_high_mark(&bmd) {
+            self.space.evict(&bmd, false, None).await;
+        }
+    }
+
+    async fn finish(&self) {
+        let _ = self.space.store.flush_atimes().await;
     }
 }
