@@ -214,3 +214,10 @@ pub fn with_fallbacks<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Ro
             )
         })
 }
+
+/// Reads another node's error answer into the one error type (see [`ApiError::from_peer`]).
+pub async fn peer_error(resp: reqwest::Response, what: &str) -> ApiError {
+    let status = resp.status().as_u16();
+    let body = resp.bytes().await.unwrap_or_default();
+    ApiError::from_peer(status, &body, what)
+}

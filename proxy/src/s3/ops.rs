@@ -8,7 +8,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use bytes::Bytes;
 use futures::{Stream, StreamExt, TryStreamExt};
 use gristmill_core::api::{self, ListObjectsMsg, header as h};
-use gristmill_core::{ApiError, Bck, ErrorBody, ErrorKind, Provider};
+use gristmill_core::{ApiError, Bck, ErrorKind, Provider};
 use reqwest::{Method, StatusCode};
 use s3s::dto::*;
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
@@ -62,17 +62,7 @@ async fn node_error(resp: reqwest::Response, key: bool) -> S3Error {
     if status == StatusCode::NOT_MODIFIED {
         return S3Error::new(S3ErrorCode::NotModified);
     }
-    let body = resp.bytes().await.unwrap_or_default();
-    let api = match serde_json::from_slice::<ErrorBody>(&body) {
-        Ok(b) => ApiError::new(b.tcode, b.message),
-        Err(_) => ApiError::new(
-            ErrorKind::from_status(
-                http::StatusCode::from_u16(status.as_u16())
-                    .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
-            ),
-            String::from_utf8_lossy(&body).into_owned(),
-        ),
-    };
+    let api = gristmill_core::server::peer_error(resp, "").await;
     s3_error_from(api, key)
 }
 

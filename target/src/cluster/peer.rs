@@ -3,7 +3,7 @@
 
 use axum::http::HeaderMap;
 use gristmill_core::api::header as h;
-use gristmill_core::{ApiError, Bck, ErrorKind};
+use gristmill_core::{ApiError, Bck};
 
 /// `provider` and `namespace` of a bucket, as query parameters.
 pub(crate) fn bucket_query(bck: &Bck) -> [(&'static str, String); 2] {
@@ -40,10 +40,5 @@ pub(crate) fn header_u64(headers: &HeaderMap, name: &str) -> u64 {
 
 /// The error a peer answered (its JSON message when it sent one), prefixed with `what`.
 pub(crate) async fn peer_error(resp: reqwest::Response, what: &str) -> ApiError {
-    let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
-    let message = serde_json::from_str::<gristmill_core::ErrorBody>(&text)
-        .map(|b| b.message)
-        .unwrap_or(text);
-    ApiError::new(ErrorKind::from_status(status), format!("{what}: {message}"))
+    gristmill_core::server::peer_error(resp, what).await
 }

@@ -233,12 +233,11 @@ pub(crate) async fn send_to(
         .await
         .map_err(|e| ApiError::unavailable(format!("rebalance to {}: {e}", owner.daemon_id)))?;
     if !resp.status().is_success() {
-        let status = resp.status();
-        let text = resp.text().await.unwrap_or_default();
-        return Err(ApiError::new(
-            ErrorKind::from_status(status),
-            format!("rebalance to {}: {status}: {text}", owner.daemon_id),
-        ));
+        return Err(crate::cluster::peer::peer_error(
+            resp,
+            &format!("rebalance to {}", owner.daemon_id),
+        )
+        .await);
     }
     Ok(Outcome::Done(size))
 }

@@ -674,17 +674,7 @@ async fn post<T: Serialize>(t: &Target, url: &str, body: &T) -> Result<(), ApiEr
     if resp.status().is_success() {
         return Ok(());
     }
-    let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
-    let message = serde_json::from_str::<gristmill_core::ErrorBody>(&text)
-        .map(|b| b.message)
-        .unwrap_or(text);
-    Err(ApiError::new(
-        ErrorKind::from_status(
-            http::StatusCode::from_u16(status.as_u16()).unwrap_or(http::StatusCode::BAD_GATEWAY),
-        ),
-        format!("reshard: {message}"),
-    ))
+    Err(crate::cluster::peer::peer_error(resp, "reshard").await)
 }
 
 async fn broadcast_abort(t: &Target, job: &str, spec: &ReshardSpec, reason: &str) {

@@ -413,16 +413,7 @@ pub(crate) async fn open_part(
         .await
         .map_err(|e| ApiError::unavailable(format!("get-batch: target {id} unreachable: {e}")))?;
     if !resp.status().is_success() {
-        let status = resp.status();
-        let text = resp.text().await.unwrap_or_default();
-        let message = serde_json::from_str::<gristmill_core::ErrorBody>(&text)
-            .map(|b| b.message)
-            .unwrap_or(text);
-        let kind = ErrorKind::from_status(
-            http::StatusCode::from_u16(status.as_u16())
-                .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
-        );
-        return Err(ApiError::new(kind, message));
+        return Err(crate::cluster::peer::peer_error(resp, "").await);
     }
     // Read the summary frame on the runtime; the rest of the stream goes to the assembler.
     let mut stream = resp.bytes_stream().boxed();
