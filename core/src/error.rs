@@ -189,6 +189,28 @@ pub struct ErrorBody {
     pub tcode: ErrorKind,
 }
 
+/// How an error goes out over HTTP: its status and the JSON body AIStore's clients decode.
+/// (Only the response *type* comes from `axum-core`, a crate of HTTP types with no server in
+/// it; core does no networking.)
+impl axum_core::response::IntoResponse for ApiError {
+    fn into_response(self) -> axum_core::response::Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(status = status.as_u16(), error = %self.message, "request failed");
+        } else {
+            tracing::debug!(status = status.as_u16(), error = %self.message, "request refused");
+        }
+        let body = serde_json::to_vec(&self.body("", "", "")).unwrap_or_default();
+        let mut resp = axum_core::response::Response::new(axum_core::body::Body::from(body));
+        *resp.status_mut() = status;
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        resp
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -85,7 +85,7 @@ async fn wait_for_placement(p: &Proxy, spec: &JobSpec) -> Result<(), ApiError> {
 /// writes and deletes stop asking past owners). Checked every second while not yet told.
 pub(crate) struct PlacementWatch(pub(crate) std::sync::Arc<Proxy>);
 
-impl gristmill_core::worker::Worker for PlacementWatch {
+impl gristmill_node::worker::Worker for PlacementWatch {
     fn name(&self) -> &'static str {
         "placement watch"
     }

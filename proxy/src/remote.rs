@@ -8,7 +8,7 @@ use crate::meta::Proxy;
 
 /// Turns a node's error response into an [`ApiError`] with its kind and message.
 pub(crate) async fn node_error(resp: reqwest::Response) -> ApiError {
-    gristmill_core::server::peer_error(resp, "").await
+    gristmill_node::server::peer_error(resp, "").await
 }
 
 /// Makes sure a remote bucket is in the bucket metadata, adding it (via the primary) if its

@@ -67,7 +67,7 @@ pub struct TargetConfig {
     /// Watermarks, quotas and out-of-space limits.
     pub space: SpaceConfig,
     /// Limits, TLS and access control (auth off by default).
-    pub serve: gristmill_core::conn::ServeOptions,
+    pub serve: gristmill_node::conn::ServeOptions,
 }
 
 /// Shared state of a running target.
@@ -80,10 +80,10 @@ pub(crate) struct Target {
     state_dir: PathBuf,
     join_url: String,
     /// Requests to other nodes (signed with the cluster secret when auth is on).
-    http: gristmill_core::auth::IntraClient,
+    http: gristmill_node::auth::IntraClient,
     /// Streams requests to other nodes: no overall timeout (objects can be large), no
     /// redirect following. Signed like `http`, except S3 requests relayed for a client.
-    relay: gristmill_core::auth::IntraClient,
+    relay: gristmill_node::auth::IntraClient,
     /// Serializes applying metadata pushes (compare, persist, swap).
     apply_lock: tokio::sync::Mutex<()>,
     /// Backends of remote buckets, by provider.
@@ -269,7 +269,7 @@ const TOMBSTONE_KEEP: Duration = Duration::from_secs(24 * 3600);
 /// Forgets tombstones older than [`TOMBSTONE_KEEP`], hourly.
 struct TombstonePurge(Arc<Store>);
 
-impl gristmill_core::worker::Worker for TombstonePurge {
+impl gristmill_node::worker::Worker for TombstonePurge {
     fn name(&self) -> &'static str {
         "tombstone purge"
     }
@@ -294,7 +294,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     // Install the metrics recorder before anything records.
-    gristmill_core::server::metrics_handle();
+    gristmill_node::server::metrics_handle();
     std::fs::create_dir_all(&config.state_dir)?;
     cluster::vote::mark_start();
     let mut config = config;
@@ -386,7 +386,7 @@ pub async fn run(
         config.keepalive_interval,
         shutdown.clone(),
     ));
-    use gristmill_core::worker::spawn as spawn_worker;
+    use gristmill_node::worker::spawn as spawn_worker;
     spawn_worker(
         Arc::new(CapacityReport(target.store.clone())),
         shutdown.clone(),
@@ -406,9 +406,9 @@ pub async fn run(
     let mut app = api::router(target.clone());
     if let Some(keys) = config.serve.auth.clone() {
         let t = target.clone();
-        app = gristmill_core::auth::Gate::new(
+        app = gristmill_node::auth::Gate::new(
             keys,
-            gristmill_core::auth::TARGET_ROUTES,
+            gristmill_node::auth::TARGET_ROUTES,
             Arc::new(move || t.bmd()),
         )
         .protect(app);
@@ -416,7 +416,7 @@ pub async fn run(
     if let Some(tls) = &config.serve.tls {
         tls.reload_on_sighup(shutdown.clone());
     }
-    gristmill_core::server::serve_with(listener, app, shutdown.clone(), config.serve.clone())
+    gristmill_node::server::serve_with(listener, app, shutdown.clone(), config.serve.clone())
         .await?;
     shutdown.cancel();
     let _ = members.await;
@@ -427,7 +427,7 @@ pub async fn run(
 /// Publishes each mountpath's capacity (`grist_mountpath_bytes{mountpath,kind}`) every 10 s.
 struct CapacityReport(Arc<Store>);
 
-impl gristmill_core::worker::Worker for CapacityReport {
+impl gristmill_node::worker::Worker for CapacityReport {
     fn name(&self) -> &'static str {
         "capacity report"
     }

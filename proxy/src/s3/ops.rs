@@ -62,7 +62,7 @@ async fn node_error(resp: reqwest::Response, key: bool) -> S3Error {
     if status == StatusCode::NOT_MODIFIED {
         return S3Error::new(S3ErrorCode::NotModified);
     }
-    let api = gristmill_core::server::peer_error(resp, "").await;
+    let api = gristmill_node::server::peer_error(resp, "").await;
     s3_error_from(api, key)
 }
 
@@ -220,7 +220,7 @@ fn checked_body(
         .map(str::to_owned);
     let check = BodyCheck {
         body,
-        hasher: gristmill_core::s3::checksum_hasher(algos),
+        hasher: gristmill_node::s3::checksum_hasher(algos),
         md5: content_md5
             .as_ref()
             .map(|_| <md5::Md5 as md5::Digest>::new()),
@@ -349,7 +349,7 @@ impl BodyCheck {
         let computed = self
             .hasher
             .take()
-            .map(|h| gristmill_core::s3::checksum_values(h.finalize()));
+            .map(|h| gristmill_node::s3::checksum_values(h.finalize()));
         let mut expected = std::mem::take(&mut self.declared);
         match &self.trailers {
             TrailerSource::None => {}

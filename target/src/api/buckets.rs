@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use gristmill_core::ApiError;
 use gristmill_core::api::{ListObjectsMsg, ListObjectsPage, header as h};
-use gristmill_core::server::encode_page;
+use gristmill_node::server::encode_page;
 use std::sync::Arc;
 
 /// One target's page of a listing; the proxy merges the pages of all targets.

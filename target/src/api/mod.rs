@@ -28,11 +28,11 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
         .route("/v1/internal/placed", put(placed))
         .route(
             "/v1/objects/{bucket}",
-            any(gristmill_core::server::empty_object_name),
+            any(gristmill_node::server::empty_object_name),
         )
         .route(
             "/v1/objects/{bucket}/",
-            any(gristmill_core::server::empty_object_name),
+            any(gristmill_node::server::empty_object_name),
         )
         .route("/v1/buckets/{bucket}", get(list_objects))
         .route(
@@ -53,14 +53,14 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
             "/v1/daemon/mountpaths",
             put(crate::cluster::resilver::change),
         )
-        .route("/v1/health", get(gristmill_core::server::health))
-        .route("/metrics", get(gristmill_core::server::metrics_endpoint));
+        .route("/v1/health", get(gristmill_node::server::health))
+        .route("/metrics", get(gristmill_node::server::metrics_endpoint));
     let router = router.merge(crate::shards::routes());
-    gristmill_core::server::with_fallbacks(router)
+    gristmill_node::server::with_fallbacks(router)
         // Outside `/v1/`: S3 requests, relayed to the primary proxy's S3 front.
         .fallback(s3_relay)
         .layer(axum::middleware::from_fn(
-            gristmill_core::server::track_requests,
+            gristmill_node::server::track_requests,
         ))
         .with_state(target)
 }

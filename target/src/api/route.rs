@@ -6,8 +6,8 @@ use axum::extract::Query;
 use axum::http::{Method, Uri};
 use axum::response::Response;
 use gristmill_core::api::query as q;
-use gristmill_core::server::redirect;
 use gristmill_core::{ApiError, Bck, validate_object_name};
+use gristmill_node::server::redirect;
 use std::collections::HashMap;
 
 pub(crate) type Params = Query<HashMap<String, String>>;

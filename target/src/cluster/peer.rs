@@ -40,5 +40,5 @@ pub(crate) fn header_u64(headers: &HeaderMap, name: &str) -> u64 {
 
 /// The error a peer answered (its JSON message when it sent one), prefixed with `what`.
 pub(crate) async fn peer_error(resp: reqwest::Response, what: &str) -> ApiError {
-    gristmill_core::server::peer_error(resp, what).await
+    gristmill_node::server::peer_error(resp, what).await
 }

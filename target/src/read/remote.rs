@@ -17,8 +17,8 @@ use axum::response::{IntoResponse, Response};
 use gristmill_core::api::{
     ENTRY_IS_CACHED, ListEntry, ListObjectsMsg, ListObjectsPage, header as h, query as q,
 };
-use gristmill_core::server::encode_page;
 use gristmill_core::{ApiError, Bck, ErrorKind};
+use gristmill_node::server::encode_page;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 

@@ -356,7 +356,7 @@ impl Store {
             out: Some(tokio::io::BufWriter::with_capacity(1 << 20, file)),
             xxhash: Xxh64::new(0),
             md5: opts.compute_md5.then(<md5::Md5 as md5::Digest>::new),
-            s3: gristmill_core::s3::checksum_hasher(&opts.s3_checksums),
+            s3: gristmill_node::s3::checksum_hasher(&opts.s3_checksums),
             size: 0,
             opts,
             tmp: Some(tmp),

@@ -216,7 +216,7 @@ impl PendingWrite {
             custom.insert(ETAG_KEY.into(), md5);
         }
         if let Some(h) = self.s3.take() {
-            for (name, v) in gristmill_core::s3::checksum_values(h.finalize()) {
+            for (name, v) in gristmill_node::s3::checksum_values(h.finalize()) {
                 custom.insert(name.to_owned(), v);
             }
         }

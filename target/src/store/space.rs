@@ -446,7 +446,7 @@ pub struct LruWorker<F> {
     pub bmd: F,
 }
 
-impl<F> gristmill_core::worker::Worker for LruWorker<F>
+impl<F> gristmill_node::worker::Worker for LruWorker<F>
 where
     F: Fn() -> Arc<BucketMetadata> + Send + Sync + 'static,
 {

@@ -13,13 +13,13 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ApiError;
+use gristmill_core::error::ApiError;
 
 /// How long in-flight requests get to finish after shutdown is requested.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Serves `app` on `listener` until `shutdown` fires, then drains for at most [`SHUTDOWN_GRACE`],
-/// with default [`crate::limits::Limits`] and no TLS.
+/// with default [`gristmill_core::limits::Limits`] and no TLS.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -42,24 +42,6 @@ pub async fn serve_with(
     opts: crate::conn::ServeOptions,
 ) -> std::io::Result<()> {
     crate::conn::serve(listener, app, shutdown, opts).await
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = self.status();
-        if status.is_server_error() {
-            tracing::error!(status = status.as_u16(), error = %self.message, "request failed");
-        } else {
-            tracing::debug!(status = status.as_u16(), error = %self.message, "request refused");
-        }
-        let body = serde_json::to_vec(&self.body("", "", "")).unwrap_or_default();
-        let mut resp = (status, body).into_response();
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        resp
-    }
 }
 
 /// The process-wide Prometheus recorder (installed on first use).
@@ -173,17 +155,17 @@ pub fn wants_msgpack(headers: &axum::http::HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.contains(crate::api::header::MSGPACK))
+        .is_some_and(|v| v.contains(gristmill_core::api::header::MSGPACK))
 }
 
 /// A listing page in msgpack when the client asks for it, JSON otherwise.
 pub fn encode_page(
-    page: &crate::api::ListObjectsPage,
+    page: &gristmill_core::api::ListObjectsPage,
     headers: &axum::http::HeaderMap,
 ) -> Response {
     if wants_msgpack(headers) {
         (
-            [(header::CONTENT_TYPE, crate::api::header::MSGPACK)],
+            [(header::CONTENT_TYPE, gristmill_core::api::header::MSGPACK)],
             page.to_msgpack(),
         )
             .into_response()
@@ -209,7 +191,7 @@ pub fn with_fallbacks<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Ro
         })
         .method_not_allowed_fallback(|req: Request| async move {
             ApiError::new(
-                crate::error::ErrorKind::MethodNotAllowed,
+                gristmill_core::error::ErrorKind::MethodNotAllowed,
                 format!("{} is not allowed on {}", req.method(), req.uri().path()),
             )
         })

@@ -37,8 +37,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{ApiError, ErrorKind};
-use crate::limits::Limits;
+use gristmill_core::error::{ApiError, ErrorKind};
+use gristmill_core::limits::Limits;
 
 /// How a node serves its API and reaches its peers: limits, TLS, and access control.
 #[derive(Clone, Default)]

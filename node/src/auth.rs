@@ -33,11 +33,11 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use serde::{Deserialize, Serialize};
 
-use crate::api::ActionMsg;
-use crate::bmd::BucketMetadata;
-use crate::bucket::Bck;
-use crate::error::{ApiError, ErrorKind};
-use crate::users::{Need, PasswordHash, S3Key, User};
+use gristmill_core::api::ActionMsg;
+use gristmill_core::bmd::BucketMetadata;
+use gristmill_core::bucket::Bck;
+use gristmill_core::error::{ApiError, ErrorKind};
+use gristmill_core::users::{Need, PasswordHash, S3Key, User};
 
 /// Header carrying a node's signature on requests between nodes.
 pub const NODE_AUTH_HEADER: &str = "grist-node-auth";
@@ -700,8 +700,8 @@ pub fn signed_query_text(query: &HashMap<String, String>) -> String {
                 REDIRECT_EXPIRES,
                 REDIRECT_USER,
                 REDIRECT_SIG,
-                crate::api::query::PROXY_ID,
-                crate::api::query::FORWARDED,
+                gristmill_core::api::query::PROXY_ID,
+                gristmill_core::api::query::FORWARDED,
             ]
             .contains(&k.as_str())
         })
@@ -861,8 +861,12 @@ fn target_of(
     let object = parts.next().map(decode_segment).transpose()?;
     let bck = Bck::from_request(
         &bucket,
-        params.get(crate::api::query::PROVIDER).map(String::as_str),
-        params.get(crate::api::query::NAMESPACE).map(String::as_str),
+        params
+            .get(gristmill_core::api::query::PROVIDER)
+            .map(String::as_str),
+        params
+            .get(gristmill_core::api::query::NAMESPACE)
+            .map(String::as_str),
     )?;
     Ok((bck, object))
 }
@@ -880,7 +884,7 @@ fn destination(msg: &ActionMsg, params: &HashMap<String, String>) -> Result<Opti
         return Ok(Some(bck));
     }
     let Some(to) = params
-        .get(crate::api::query::BCK_TO)
+        .get(gristmill_core::api::query::BCK_TO)
         .filter(|s| !s.is_empty())
     else {
         return Ok(None);
@@ -908,7 +912,7 @@ fn action_needs(
     msg: &ActionMsg,
     params: &HashMap<String, String>,
 ) -> Result<Vec<Need>, ApiError> {
-    use crate::api::action as a;
+    use gristmill_core::api::action as a;
     Ok(match msg.action.as_str() {
         a::LIST => vec![Need::Read(bck.clone())],
         a::CREATE_BUCKET
@@ -969,8 +973,12 @@ fn batch_needs(
     params: &HashMap<String, String>,
     body: &[u8],
 ) -> Result<Vec<Need>, ApiError> {
-    let provider = params.get(crate::api::query::PROVIDER).map(String::as_str);
-    let namespace = params.get(crate::api::query::NAMESPACE).map(String::as_str);
+    let provider = params
+        .get(gristmill_core::api::query::PROVIDER)
+        .map(String::as_str);
+    let namespace = params
+        .get(gristmill_core::api::query::NAMESPACE)
+        .map(String::as_str);
     let mut buckets: Vec<Bck> = Vec::new();
     let default = match path.strip_prefix("/v1/ml/moss/") {
         Some(b) if !b.is_empty() => {
@@ -981,7 +989,7 @@ fn batch_needs(
     if let Some(b) = &default {
         buckets.push(b.clone());
     }
-    let req: crate::shards::MossReq = if body.is_empty() {
+    let req: gristmill_core::shards::MossReq = if body.is_empty() {
         Default::default()
     } else {
         serde_json::from_slice(body)
@@ -1133,7 +1141,10 @@ async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Respo
         }
         Access::Authenticated => vec![Need::Authenticated],
         Access::ClusterRead => vec![Need::ClusterRead],
-        Access::ClusterQuery => match params.get(crate::api::query::WHAT).map(String::as_str) {
+        Access::ClusterQuery => match params
+            .get(gristmill_core::api::query::WHAT)
+            .map(String::as_str)
+        {
             // The map (clients route by it), a node's identity (a target's answer without
             // `what`), and job status (AIStore's SDK waits for jobs this way).
             Some("smap" | "snode" | "status" | "qryxstats") => vec![Need::Authenticated],
@@ -1244,7 +1255,7 @@ async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Respo
     }
     let redact = !matches!(principal, Principal::Node(_))
         && params
-            .get(crate::api::query::WHAT)
+            .get(gristmill_core::api::query::WHAT)
             .is_some_and(|w| w == "bmd");
     req.extensions_mut().insert(principal);
     req.extensions_mut().insert(gate.keys.clone());
@@ -1342,7 +1353,7 @@ fn signer_of(extensions: &axum::http::Extensions) -> Option<(&Arc<Keys>, &str)> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bucket::Provider;
+    use gristmill_core::bucket::Provider;
 
     fn keys() -> Keys {
         Keys::from_secret(&[7u8; 32])
@@ -1469,13 +1480,13 @@ mod tests {
         }
         // No user route takes a node-only flag: the handlers refuse them (400) before
         // anything else, and the gate's table names no flag at all.
-        for flag in crate::api::NODE_ONLY_PARAMS {
+        for flag in gristmill_core::api::NODE_ONLY_PARAMS {
             let keys = [String::from("provider"), flag.to_string()];
-            let e = crate::api::refuse_node_only_params(keys.iter()).unwrap_err();
+            let e = gristmill_core::api::refuse_node_only_params(keys.iter()).unwrap_err();
             assert_eq!(e.kind, ErrorKind::BadRequest, "{flag}");
         }
         let fine = [String::from("provider"), String::from("tfwd")];
-        assert!(crate::api::refuse_node_only_params(fine.iter()).is_ok());
+        assert!(gristmill_core::api::refuse_node_only_params(fine.iter()).is_ok());
         // Every user-reachable object route stays a user route, and nothing under
         // /v1/internal/ is reachable with a user's access class.
         for r in TARGET_ROUTES.iter().chain(PROXY_ROUTES) {
@@ -1499,7 +1510,7 @@ mod tests {
         assert_eq!(k.verify_redirect(&q, "GET", &b, "x").unwrap(), "alice");
         // A target's forward mark may be added on the way.
         let mut fwd = q.clone();
-        fwd.insert(crate::api::query::FORWARDED.into(), "7".into());
+        fwd.insert(gristmill_core::api::query::FORWARDED.into(), "7".into());
         assert_eq!(k.verify_redirect(&fwd, "GET", &b, "x").unwrap(), "alice");
         for (key, value) in [("replica", "1"), ("etl_name", "other"), ("latest", "true")] {
             let mut changed = q.clone();
