@@ -5,7 +5,12 @@
 //! API, streamed in both directions (S3 clients do not follow redirects).
 
 mod auth;
+mod buckets;
 mod chunked;
+mod common;
+mod listing;
+mod multipart;
+mod objects;
 mod ops;
 
 use std::sync::Arc;
@@ -31,7 +36,7 @@ pub const DEFAULT_SECRET_KEY: &str = "gristmill-secret";
 /// `users` (checked against its bucket grants) or, with auth on, by an access key of a
 /// cluster user (checked against its roles).
 pub(crate) fn service(proxy: Arc<Proxy>, users: &[S3User]) -> Arc<S3Service> {
-    let mut builder = S3ServiceBuilder::new(ops::GristS3 {
+    let mut builder = S3ServiceBuilder::new(common::GristS3 {
         proxy: proxy.clone(),
     });
     let cluster = proxy.auth.clone().map(|keys| {

@@ -1,0 +1,83 @@
+//! S3 bucket operations: list, create, head, location, delete.
+
+use super::RESERVED_BUCKETS;
+use super::common::*;
+use gristmill_core::Provider;
+use gristmill_core::api::{self};
+use reqwest::Method;
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result, s3_error};
+
+pub(super) async fn list_buckets(
+    s: &GristS3,
+    _req: S3Request<ListBucketsInput>,
+) -> S3Result<S3Response<ListBucketsOutput>> {
+    let bmd = s.proxy.bmd();
+    let buckets = bmd
+        .buckets
+        .values()
+        .filter(|r| r.bck.provider == Provider::Ais && r.bck.namespace.is_global())
+        .map(|r| Bucket {
+            name: Some(r.bck.name.clone()),
+            creation_date: Some(timestamp(r.props.created)),
+            ..Default::default()
+        })
+        .collect();
+    Ok(S3Response::new(ListBucketsOutput {
+        buckets: Some(buckets),
+        owner: Some(owner()),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn create_bucket(
+    s: &GristS3,
+    req: S3Request<CreateBucketInput>,
+) -> S3Result<S3Response<CreateBucketOutput>> {
+    let name = &req.input.bucket;
+    if RESERVED_BUCKETS.contains(&name.as_str()) {
+        return Err(s3_error!(
+            InvalidBucketName,
+            "{name} is reserved by the native API"
+        ));
+    }
+    let bck = bucket(name)?;
+    s.bucket_action(Method::POST, &bck, api::action::CREATE_BUCKET)
+        .await?;
+    Ok(S3Response::new(CreateBucketOutput {
+        location: Some(format!("/{name}")),
+    }))
+}
+
+pub(super) async fn head_bucket(
+    s: &GristS3,
+    req: S3Request<HeadBucketInput>,
+) -> S3Result<S3Response<HeadBucketOutput>> {
+    s.existing(&req.input.bucket)?;
+    Ok(S3Response::new(HeadBucketOutput::default()))
+}
+
+pub(super) async fn get_bucket_location(
+    s: &GristS3,
+    req: S3Request<GetBucketLocationInput>,
+) -> S3Result<S3Response<GetBucketLocationOutput>> {
+    s.existing(&req.input.bucket)?;
+    Ok(S3Response::new(GetBucketLocationOutput::default()))
+}
+
+pub(super) async fn delete_bucket(
+    s: &GristS3,
+    req: S3Request<DeleteBucketInput>,
+) -> S3Result<S3Response<DeleteBucketOutput>> {
+    let bck = s.existing(&req.input.bucket)?;
+    if !s.list_page(&bck, "", "", 1).await?.entries.is_empty() {
+        return Err(s3_error!(
+            BucketNotEmpty,
+            "bucket {} is not empty",
+            bck.name
+        ));
+    }
+    s.bucket_action(Method::DELETE, &bck, api::action::DESTROY_BUCKET)
+        .await?;
+    Ok(S3Response::new(DeleteBucketOutput {}))
+}

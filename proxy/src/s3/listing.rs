@@ -1,0 +1,128 @@
+//! S3 listings: ListObjects (v1, v2) and ListObjectVersions over the native listing.
+
+use super::common::*;
+use s3s::dto::*;
+use s3s::{S3Request, S3Response, S3Result};
+
+pub(super) async fn list_objects(
+    s: &GristS3,
+    req: S3Request<ListObjectsInput>,
+) -> S3Result<S3Response<ListObjectsOutput>> {
+    let input = req.input;
+    let bck = s.existing(&input.bucket)?;
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let max = input.max_keys.unwrap_or(1000).clamp(0, 1000) as usize;
+    let marker = input.marker.clone().unwrap_or_default();
+    let delimiter = input.delimiter.clone();
+    let after = resume_after(&marker, delimiter.as_deref());
+    let (objects, prefixes, truncated, last) = s
+        .walk(&bck, &prefix, delimiter.as_deref(), &after, max)
+        .await?;
+    let enc = input
+        .encoding_type
+        .as_ref()
+        .is_some_and(|e| e.as_str() == "url");
+    Ok(S3Response::new(ListObjectsOutput {
+        name: Some(bck.name.clone()),
+        prefix: Some(url_encode_if(enc, &prefix)),
+        marker: Some(url_encode_if(enc, &marker)),
+        delimiter: delimiter.as_deref().map(|d| url_encode_if(enc, d)),
+        max_keys: Some(max as i32),
+        is_truncated: Some(truncated),
+        next_marker: (truncated && delimiter.is_some()).then(|| url_encode_if(enc, &last)),
+        encoding_type: input.encoding_type.clone(),
+        contents: Some(s3_objects(objects, enc, true)),
+        common_prefixes: Some(s3_prefixes(prefixes, enc)),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn list_objects_v2(
+    s: &GristS3,
+    req: S3Request<ListObjectsV2Input>,
+) -> S3Result<S3Response<ListObjectsV2Output>> {
+    let input = req.input;
+    let bck = s.existing(&input.bucket)?;
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let max = input.max_keys.unwrap_or(1000).clamp(0, 1000) as usize;
+    let delimiter = input.delimiter.clone();
+    let after = match &input.continuation_token {
+        Some(t) => decode_token(t)?,
+        None => resume_after(input.start_after.as_deref().unwrap_or(""), None),
+    };
+    let (objects, prefixes, truncated, last) = s
+        .walk(&bck, &prefix, delimiter.as_deref(), &after, max)
+        .await?;
+    let enc = input
+        .encoding_type
+        .as_ref()
+        .is_some_and(|e| e.as_str() == "url");
+    let fetch_owner = input.fetch_owner.unwrap_or(false);
+    let count = objects.len() + prefixes.len();
+    Ok(S3Response::new(ListObjectsV2Output {
+        name: Some(bck.name.clone()),
+        prefix: Some(url_encode_if(enc, &prefix)),
+        delimiter: delimiter.as_deref().map(|d| url_encode_if(enc, d)),
+        max_keys: Some(max as i32),
+        key_count: Some(count as i32),
+        is_truncated: Some(truncated),
+        continuation_token: input.continuation_token.clone(),
+        next_continuation_token: truncated
+            .then(|| encode_token(&resume_after(&last, delimiter.as_deref()))),
+        start_after: input.start_after.as_deref().map(|s| url_encode_if(enc, s)),
+        encoding_type: input.encoding_type.clone(),
+        contents: Some(s3_objects(objects, enc, fetch_owner)),
+        common_prefixes: Some(s3_prefixes(prefixes, enc)),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn list_object_versions(
+    s: &GristS3,
+    req: S3Request<ListObjectVersionsInput>,
+) -> S3Result<S3Response<ListObjectVersionsOutput>> {
+    let input = req.input;
+    let bck = s.existing(&input.bucket)?;
+    let prefix = input.prefix.clone().unwrap_or_default();
+    let max = input.max_keys.unwrap_or(1000).clamp(0, 1000) as usize;
+    let delimiter = input.delimiter.clone();
+    let after = resume_after(
+        input.key_marker.as_deref().unwrap_or(""),
+        delimiter.as_deref(),
+    );
+    let (objects, prefixes, truncated, last) = s
+        .walk(&bck, &prefix, delimiter.as_deref(), &after, max)
+        .await?;
+    Ok(S3Response::new(ListObjectVersionsOutput {
+        name: Some(bck.name.clone()),
+        prefix: Some(prefix),
+        delimiter,
+        max_keys: Some(max as i32),
+        is_truncated: Some(truncated),
+        key_marker: input.key_marker.clone(),
+        next_key_marker: truncated.then_some(last),
+        next_version_id_marker: truncated.then(|| "null".to_owned()),
+        versions: Some(
+            objects
+                .into_iter()
+                .map(|e| ObjectVersion {
+                    e_tag: Some(entry_etag(&e)),
+                    last_modified: Some(timestamp(e.mtime_ns)),
+                    key: Some(e.name),
+                    size: Some(e.size as i64),
+                    version_id: Some("null".into()),
+                    is_latest: Some(true),
+                    owner: Some(owner()),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        common_prefixes: Some(
+            prefixes
+                .into_iter()
+                .map(|p| CommonPrefix { prefix: Some(p) })
+                .collect(),
+        ),
+        ..Default::default()
+    }))
+}

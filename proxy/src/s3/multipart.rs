@@ -1,0 +1,337 @@
+//! S3 multipart uploads: create, upload part (and part copy), complete, abort, list parts
+//! and uploads, staged on the owning target.
+
+use super::common::*;
+use futures::{StreamExt, TryStreamExt};
+use s3s::dto::*;
+use s3s::{S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
+use std::sync::{Arc, Mutex};
+
+pub(super) async fn create_multipart_upload(
+    s: &GristS3,
+    req: S3Request<CreateMultipartUploadInput>,
+) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+    let input = req.input;
+    let bck = s.existing(&input.bucket)?;
+    let url = s.owner_url("mpu", &bck, &input.key)?;
+    let custom = custom_md(
+        input.content_type.as_deref(),
+        input.content_encoding.as_deref(),
+        input.cache_control.as_deref(),
+        input.content_disposition.as_deref(),
+        input.content_language.as_deref(),
+        input.metadata.as_ref(),
+    );
+    let resp = s
+        .send(s.proxy.http.post(format!("{url}&op=create")).json(&custom))
+        .await?;
+    if !resp.status().is_success() {
+        return Err(node_error(resp, true).await);
+    }
+    let info: serde_json::Value = resp.json().await.map_err(internal)?;
+    Ok(S3Response::new(CreateMultipartUploadOutput {
+        bucket: Some(bck.name.clone()),
+        key: Some(input.key),
+        upload_id: info["upload_id"].as_str().map(str::to_owned),
+        checksum_algorithm: input.checksum_algorithm,
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn upload_part(
+    s: &GristS3,
+    req: S3Request<UploadPartInput>,
+) -> S3Result<S3Response<UploadPartOutput>> {
+    let input = req.input;
+    let bck = s.existing(&input.bucket)?;
+    if !(1..=10_000).contains(&input.part_number) {
+        return Err(s3_error!(
+            InvalidArgument,
+            "part number must be between 1 and 10000"
+        ));
+    }
+    let url = format!(
+        "{}&upload_id={}&part={}",
+        s.owner_url("mpu", &bck, &input.key)?,
+        input.upload_id,
+        input.part_number
+    );
+    let algos = requested_checksums(&req.headers);
+    let failure = Arc::new(Mutex::new(None));
+    let (body, content_length, trailers) = client_body(
+        req.credentials.is_some(),
+        &req.headers,
+        input.body,
+        input.content_length,
+        req.trailing_headers,
+    );
+    let stream = checked_body(
+        body,
+        &req.headers,
+        &algos,
+        content_length,
+        trailers,
+        failure.clone(),
+    );
+    let mut r = s
+        .proxy
+        .http
+        .put(url)
+        .body(reqwest::Body::wrap_stream(stream));
+    if let Some(n) = content_length {
+        r = r.header(reqwest::header::CONTENT_LENGTH, n);
+    }
+    let sent = r.send().await;
+    if let Some(e) = failure.lock().expect("failure lock").take() {
+        return Err(e);
+    }
+    let resp = sent.map_err(|e| {
+        S3Error::with_message(S3ErrorCode::IncompleteBody, e.without_url().to_string())
+    })?;
+    if !resp.status().is_success() {
+        return Err(node_error(resp, true).await);
+    }
+    let part: serde_json::Value = resp.json().await.map_err(internal)?;
+    Ok(S3Response::new(UploadPartOutput {
+        e_tag: part["etag"].as_str().map(quoted),
+        checksum_crc32: req
+            .headers
+            .get("x-amz-checksum-crc32")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        checksum_crc32c: req
+            .headers
+            .get("x-amz-checksum-crc32c")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        checksum_sha256: req
+            .headers
+            .get("x-amz-checksum-sha256")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn upload_part_copy(
+    s: &GristS3,
+    req: S3Request<UploadPartCopyInput>,
+) -> S3Result<S3Response<UploadPartCopyOutput>> {
+    let input = req.input;
+    let bck = s.existing(&input.bucket)?;
+    let (src_bucket, src_key) = match &input.copy_source {
+        CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
+        _ => {
+            return Err(s3_error!(
+                NotImplemented,
+                "access-point copy sources are not supported"
+            ));
+        }
+    };
+    let src = s.existing(&src_bucket)?;
+    let mut get = s.proxy.http.get(s.owner_url("objects", &src, &src_key)?);
+    if let Some(range) = &input.copy_source_range {
+        get = get.header("range", range.as_str());
+    }
+    let resp = s.send(get).await?;
+    if !resp.status().is_success() {
+        return Err(node_error(resp, true).await);
+    }
+    let len = resp.content_length();
+    let url = format!(
+        "{}&upload_id={}&part={}",
+        s.owner_url("mpu", &bck, &input.key)?,
+        input.upload_id,
+        input.part_number
+    );
+    let mut put = s
+        .proxy
+        .http
+        .put(url)
+        .body(reqwest::Body::wrap_stream(resp.bytes_stream()));
+    if let Some(n) = len {
+        put = put.header(reqwest::header::CONTENT_LENGTH, n);
+    }
+    let resp = s.send(put).await?;
+    if !resp.status().is_success() {
+        return Err(node_error(resp, true).await);
+    }
+    let part: serde_json::Value = resp.json().await.map_err(internal)?;
+    Ok(S3Response::new(UploadPartCopyOutput {
+        copy_part_result: Some(CopyPartResult {
+            e_tag: part["etag"].as_str().map(quoted),
+            last_modified: part["mtime_ns"].as_i64().map(timestamp),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn complete_multipart_upload(
+    s: &GristS3,
+    req: S3Request<CompleteMultipartUploadInput>,
+) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+    let input = req.input;
+    let bck = s.existing(&input.bucket)?;
+    let parts: Vec<(u32, String)> = input
+        .multipart_upload
+        .and_then(|m| m.parts)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| {
+            (
+                p.part_number.unwrap_or(0).max(0) as u32,
+                p.e_tag.map(|e| e.value().to_owned()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    if parts.is_empty() {
+        return Err(s3_error!(MalformedXML, "the part list is empty"));
+    }
+    let url = format!(
+        "{}&op=complete&upload_id={}",
+        s.owner_url("mpu", &bck, &input.key)?,
+        input.upload_id
+    );
+    let resp = s
+        .send(
+            s.proxy
+                .http
+                .post(url)
+                .json(&serde_json::json!({ "parts": parts })),
+        )
+        .await?;
+    if !resp.status().is_success() {
+        return Err(node_error(resp, true).await);
+    }
+    let attrs = Attrs::from(resp.headers());
+    Ok(S3Response::new(CompleteMultipartUploadOutput {
+        bucket: Some(bck.name.clone()),
+        key: Some(input.key.clone()),
+        e_tag: Some(quoted(&attrs.etag)),
+        location: Some(format!("/{}/{}", bck.name, input.key)),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn abort_multipart_upload(
+    s: &GristS3,
+    req: S3Request<AbortMultipartUploadInput>,
+) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+    let input = req.input;
+    let bck = s.existing(&input.bucket)?;
+    let url = format!(
+        "{}&upload_id={}",
+        s.owner_url("mpu", &bck, &input.key)?,
+        input.upload_id
+    );
+    let resp = s.send(s.proxy.http.delete(url)).await?;
+    if !resp.status().is_success() {
+        return Err(node_error(resp, true).await);
+    }
+    Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+}
+
+pub(super) async fn list_parts(
+    s: &GristS3,
+    req: S3Request<ListPartsInput>,
+) -> S3Result<S3Response<ListPartsOutput>> {
+    let input = req.input;
+    let bck = s.existing(&input.bucket)?;
+    let url = format!(
+        "{}&upload_id={}",
+        s.owner_url("mpu", &bck, &input.key)?,
+        input.upload_id
+    );
+    let resp = s.send(s.proxy.http.get(url)).await?;
+    if !resp.status().is_success() {
+        return Err(node_error(resp, true).await);
+    }
+    let parts: Vec<serde_json::Value> = resp.json().await.map_err(internal)?;
+    let marker = input.part_number_marker.unwrap_or(0);
+    let max = input.max_parts.unwrap_or(1000).clamp(1, 1000) as usize;
+    let mut selected: Vec<&serde_json::Value> = parts
+        .iter()
+        .filter(|p| p["part"].as_i64().unwrap_or(0) > i64::from(marker))
+        .collect();
+    let truncated = selected.len() > max;
+    selected.truncate(max);
+    Ok(S3Response::new(ListPartsOutput {
+        bucket: Some(bck.name.clone()),
+        key: Some(input.key.clone()),
+        upload_id: Some(input.upload_id.clone()),
+        is_truncated: Some(truncated),
+        max_parts: Some(max as i32),
+        next_part_number_marker: selected
+            .last()
+            .and_then(|p| p["part"].as_i64())
+            .map(|n| n as i32),
+        parts: Some(
+            selected
+                .into_iter()
+                .map(|p| Part {
+                    part_number: p["part"].as_i64().map(|n| n as i32),
+                    e_tag: p["etag"].as_str().map(quoted),
+                    size: p["size"].as_i64(),
+                    last_modified: p["mtime_ns"].as_i64().map(timestamp),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn list_multipart_uploads(
+    s: &GristS3,
+    req: S3Request<ListMultipartUploadsInput>,
+) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+    let input = req.input;
+    let bck = s.existing(&input.bucket)?;
+    let smap = s.proxy.smap();
+    let urls: Vec<String> = smap
+        .active_targets()
+        .map(|t| format!("{}/v1/mpu/{}?provider=ais", t.url(), bck.name))
+        .collect();
+    let requests = urls.into_iter().map(|url| async move {
+        let resp = s.send(s.proxy.http.get(url)).await?;
+        if !resp.status().is_success() {
+            return Err(node_error(resp, false).await);
+        }
+        resp.json::<Vec<serde_json::Value>>()
+            .await
+            .map_err(internal)
+    });
+    let mut uploads: Vec<serde_json::Value> = futures::stream::iter(requests)
+        .buffered(8)
+        .try_collect::<Vec<_>>()
+        .await?
+        .into_iter()
+        .flatten()
+        .collect();
+    let prefix = input.prefix.clone().unwrap_or_default();
+    uploads.retain(|u| u["key"].as_str().unwrap_or("").starts_with(&prefix));
+    uploads.sort_by(|a, b| {
+        a["key"]
+            .as_str()
+            .cmp(&b["key"].as_str())
+            .then(a["upload_id"].as_str().cmp(&b["upload_id"].as_str()))
+    });
+    Ok(S3Response::new(ListMultipartUploadsOutput {
+        bucket: Some(bck.name.clone()),
+        prefix: input.prefix.clone(),
+        is_truncated: Some(false),
+        uploads: Some(
+            uploads
+                .into_iter()
+                .map(|u| MultipartUpload {
+                    key: u["key"].as_str().map(str::to_owned),
+                    upload_id: u["upload_id"].as_str().map(str::to_owned),
+                    initiated: u["initiated_ns"].as_i64().map(timestamp),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    }))
+}

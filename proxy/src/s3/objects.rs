@@ -1,0 +1,308 @@
+//! S3 object operations: put (streamed, checksummed), get and head (ranges, conditions),
+//! delete (one and many), copy.
+
+use super::common::*;
+use futures::StreamExt;
+use reqwest::StatusCode;
+use s3s::dto::*;
+use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
+
+pub(super) async fn put_object(
+    s: &GristS3,
+    req: S3Request<PutObjectInput>,
+) -> S3Result<S3Response<PutObjectOutput>> {
+    let input = req.input;
+    let bck = s.existing(&input.bucket)?;
+    let url = s.owner_url("objects", &bck, &input.key)?;
+    let custom = custom_md(
+        input.content_type.as_deref(),
+        input.content_encoding.as_deref(),
+        input.cache_control.as_deref(),
+        input.content_disposition.as_deref(),
+        input.content_language.as_deref(),
+        input.metadata.as_ref(),
+    );
+    let (body, content_length, trailers) = client_body(
+        req.credentials.is_some(),
+        &req.headers,
+        input.body,
+        input.content_length,
+        req.trailing_headers,
+    );
+    let attrs = s
+        .put_stream(url, body, &req.headers, content_length, &custom, trailers)
+        .await?;
+    Ok(S3Response::new(PutObjectOutput {
+        e_tag: Some(quoted(&attrs.etag)),
+        checksum_crc32: attrs.checksum("crc32"),
+        checksum_crc32c: attrs.checksum("crc32c"),
+        checksum_sha1: attrs.checksum("sha1"),
+        checksum_sha256: attrs.checksum("sha256"),
+        checksum_crc64nvme: attrs.checksum("crc64nvme"),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn get_object(
+    s: &GristS3,
+    req: S3Request<GetObjectInput>,
+) -> S3Result<S3Response<GetObjectOutput>> {
+    let input = &req.input;
+    let bck = s.existing(&input.bucket)?;
+    let url = s.owner_url("objects", &bck, &input.key)?;
+    let r = forward(s.proxy.http.get(url), &req.headers, &["range"]);
+    let r = forward(r, &req.headers, &CONDITIONALS);
+    let resp = s.send(r).await?;
+    if !resp.status().is_success() {
+        return Err(node_error(resp, true).await);
+    }
+    let partial = resp.status() == StatusCode::PARTIAL_CONTENT;
+    let attrs = Attrs::from(resp.headers());
+    let content_range = resp
+        .headers()
+        .get("content-range")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let want_checksums = !partial
+        && req
+            .headers
+            .get("x-amz-checksum-mode")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"enabled"));
+    let sum = |k: &str| {
+        if want_checksums {
+            attrs.checksum(k)
+        } else {
+            None
+        }
+    };
+    let output = GetObjectOutput {
+        body: Some(StreamingBlob::wrap(resp.bytes_stream())),
+        content_length: Some(attrs.size as i64),
+        content_range,
+        accept_ranges: Some("bytes".into()),
+        e_tag: Some(quoted(&attrs.etag)),
+        last_modified: Some(timestamp(attrs.mtime_ns)),
+        content_type: input
+            .response_content_type
+            .clone()
+            .or_else(|| attrs.get(CONTENT_TYPE))
+            .or_else(|| Some("binary/octet-stream".into())),
+        content_encoding: input
+            .response_content_encoding
+            .clone()
+            .or_else(|| attrs.get(CONTENT_ENCODING)),
+        cache_control: input
+            .response_cache_control
+            .clone()
+            .or_else(|| attrs.get(CACHE_CONTROL)),
+        content_disposition: input
+            .response_content_disposition
+            .clone()
+            .or_else(|| attrs.get(CONTENT_DISPOSITION)),
+        content_language: input
+            .response_content_language
+            .clone()
+            .or_else(|| attrs.get(CONTENT_LANGUAGE)),
+        metadata: attrs.user_metadata(),
+        checksum_crc32: sum("crc32"),
+        checksum_crc32c: sum("crc32c"),
+        checksum_sha1: sum("sha1"),
+        checksum_sha256: sum("sha256"),
+        checksum_crc64nvme: sum("crc64nvme"),
+        ..Default::default()
+    };
+    let mut out = S3Response::new(output);
+    if partial {
+        out.status = Some(http::StatusCode::PARTIAL_CONTENT);
+    }
+    Ok(out)
+}
+
+pub(super) async fn head_object(
+    s: &GristS3,
+    req: S3Request<HeadObjectInput>,
+) -> S3Result<S3Response<HeadObjectOutput>> {
+    let input = &req.input;
+    let bck = s.existing(&input.bucket)?;
+    let url = s.owner_url("objects", &bck, &input.key)?;
+    let r = forward(s.proxy.http.head(url), &req.headers, &CONDITIONALS);
+    let resp = s.send(r).await?;
+    if !resp.status().is_success() {
+        let status = resp.status();
+        return Err(match status {
+            StatusCode::NOT_FOUND => s3_error!(NoSuchKey),
+            StatusCode::PRECONDITION_FAILED => s3_error!(PreconditionFailed),
+            StatusCode::NOT_MODIFIED => s3_error!(NotModified),
+            _ => node_error(resp, true).await,
+        });
+    }
+    let attrs = Attrs::from(resp.headers());
+    let want_checksums = req
+        .headers
+        .get("x-amz-checksum-mode")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"enabled"));
+    let sum = |k: &str| {
+        if want_checksums {
+            attrs.checksum(k)
+        } else {
+            None
+        }
+    };
+    Ok(S3Response::new(HeadObjectOutput {
+        content_length: Some(attrs.size as i64),
+        accept_ranges: Some("bytes".into()),
+        e_tag: Some(quoted(&attrs.etag)),
+        last_modified: Some(timestamp(attrs.mtime_ns)),
+        content_type: attrs
+            .get(CONTENT_TYPE)
+            .or_else(|| Some("binary/octet-stream".into())),
+        content_encoding: attrs.get(CONTENT_ENCODING),
+        cache_control: attrs.get(CACHE_CONTROL),
+        content_disposition: attrs.get(CONTENT_DISPOSITION),
+        content_language: attrs.get(CONTENT_LANGUAGE),
+        metadata: attrs.user_metadata(),
+        checksum_crc32: sum("crc32"),
+        checksum_crc32c: sum("crc32c"),
+        checksum_sha1: sum("sha1"),
+        checksum_sha256: sum("sha256"),
+        checksum_crc64nvme: sum("crc64nvme"),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn delete_object(
+    s: &GristS3,
+    req: S3Request<DeleteObjectInput>,
+) -> S3Result<S3Response<DeleteObjectOutput>> {
+    let bck = s.existing(&req.input.bucket)?;
+    let url = s.owner_url("objects", &bck, &req.input.key)?;
+    let resp = s.send(s.proxy.http.delete(url)).await?;
+    // S3 answers 204 whether or not the key existed.
+    if !resp.status().is_success() && resp.status() != StatusCode::NOT_FOUND {
+        return Err(node_error(resp, true).await);
+    }
+    Ok(S3Response::new(DeleteObjectOutput::default()))
+}
+
+pub(super) async fn delete_objects(
+    s: &GristS3,
+    req: S3Request<DeleteObjectsInput>,
+) -> S3Result<S3Response<DeleteObjectsOutput>> {
+    let bck = s.existing(&req.input.bucket)?;
+    let quiet = req.input.delete.quiet.unwrap_or(false);
+    if req.input.delete.objects.len() > 1000 {
+        return Err(s3_error!(MalformedXML, "at most 1000 keys per request"));
+    }
+    let bck = &bck;
+    let results: Vec<(String, Result<(), S3Error>)> =
+        futures::stream::iter(req.input.delete.objects.clone())
+            .map(|o| async move {
+                let r = async {
+                    let url = s.owner_url("objects", bck, &o.key)?;
+                    let resp = s.send(s.proxy.http.delete(url)).await?;
+                    if resp.status().is_success() || resp.status() == StatusCode::NOT_FOUND {
+                        Ok(())
+                    } else {
+                        Err(node_error(resp, true).await)
+                    }
+                }
+                .await;
+                (o.key, r)
+            })
+            .buffered(16)
+            .collect()
+            .await;
+    let mut deleted = Vec::new();
+    let mut errors = Vec::new();
+    for (key, r) in results {
+        match r {
+            Ok(()) if !quiet => deleted.push(DeletedObject {
+                key: Some(key),
+                ..Default::default()
+            }),
+            Ok(()) => {}
+            Err(e) => errors.push(Error {
+                key: Some(key),
+                code: Some(e.code().as_str().to_owned()),
+                message: e.message().map(str::to_owned),
+                ..Default::default()
+            }),
+        }
+    }
+    Ok(S3Response::new(DeleteObjectsOutput {
+        deleted: Some(deleted),
+        errors: (!errors.is_empty()).then_some(errors),
+        ..Default::default()
+    }))
+}
+
+pub(super) async fn copy_object(
+    s: &GristS3,
+    req: S3Request<CopyObjectInput>,
+) -> S3Result<S3Response<CopyObjectOutput>> {
+    let input = req.input;
+    let (src_bucket, src_key) = match &input.copy_source {
+        CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
+        _ => {
+            return Err(s3_error!(
+                NotImplemented,
+                "access-point copy sources are not supported"
+            ));
+        }
+    };
+    let src = s.existing(&src_bucket)?;
+    let dst = s.existing(&input.bucket)?;
+    let src_url = s.owner_url("objects", &src, &src_key)?;
+    let dst_url = s.owner_url("objects", &dst, &input.key)?;
+    let resp = s.send(s.proxy.http.get(src_url)).await?;
+    if !resp.status().is_success() {
+        return Err(node_error(resp, true).await);
+    }
+    let attrs = Attrs::from(resp.headers());
+    let replace = input
+        .metadata_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
+    if !replace && src_bucket == input.bucket && src_key == input.key {
+        return Err(s3_error!(
+            InvalidRequest,
+            "copying an object onto itself without changing its metadata is not allowed"
+        ));
+    }
+    let custom = if replace {
+        custom_md(
+            input.content_type.as_deref(),
+            input.content_encoding.as_deref(),
+            input.cache_control.as_deref(),
+            input.content_disposition.as_deref(),
+            input.content_language.as_deref(),
+            input.metadata.as_ref(),
+        )
+    } else {
+        attrs
+            .custom
+            .iter()
+            .filter(|(k, _)| k.as_str() != ETAG && !k.starts_with("x-amz-checksum-"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let body = StreamingBlob::wrap(resp.bytes_stream());
+    let stored = s
+        .put_stream(
+            dst_url,
+            body,
+            &http::HeaderMap::new(),
+            Some(attrs.size as i64),
+            &custom,
+            TrailerSource::None,
+        )
+        .await?;
+    Ok(S3Response::new(CopyObjectOutput {
+        copy_object_result: Some(CopyObjectResult {
+            e_tag: Some(quoted(&stored.etag)),
+            last_modified: Some(timestamp(stored.mtime_ns)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }))
+}
