@@ -287,6 +287,74 @@ impl gristmill_node::worker::Worker for TombstonePurge {
     }
 }
 
+impl Target {
+    /// Opens a target from its configuration (state dir, mountpaths), reachable at `url`: its
+    /// id, store, saved map and bucket metadata, clients and in-memory state. Nothing is
+    /// started (no listener, no membership, no workers): [`run`] does that.
+    pub(crate) async fn open(config: &TargetConfig, url: String) -> anyhow::Result<Arc<Target>> {
+        let id = persist::load_or_create_node_id(&config.state_dir, "t")?;
+        let store = Store::open_with_state(
+            &config.mountpaths,
+            Some(&config.state_dir.join("mountpaths.json")),
+        )
+        .await?;
+        let space = Arc::new(store::space::Space::new(
+            config.space.clone(),
+            store.clone(),
+        ));
+        let smap: Option<ClusterMap> = persist::load_json(&config.state_dir.join("smap.json"))?;
+        let bmd: Option<BucketMetadata> = persist::load_json(&config.state_dir.join("bmd.json"))?;
+        let placeholder =
+            ClusterMap::new(Node::new("", smap::PROXY, ""), String::new(), String::new());
+        let mut placeholder = placeholder;
+        placeholder.version = 0;
+        let target = Arc::new(Target {
+            id: id.clone(),
+            url: url.clone(),
+            store,
+            smap: RwLock::new(Arc::new(smap.unwrap_or(placeholder))),
+            bmd: RwLock::new(Arc::new(bmd.unwrap_or_default())),
+            state_dir: config.state_dir.clone(),
+            join_url: config.join_url.trim_end_matches('/').to_owned(),
+            http: config.serve.peer_client(
+                reqwest::Client::builder()
+                    .tcp_nodelay(true)
+                    .timeout(Duration::from_secs(30)),
+                &id,
+            )?,
+            relay: config.serve.peer_client(
+                reqwest::Client::builder()
+                    .tcp_nodelay(true)
+                    .redirect(reqwest::redirect::Policy::none()),
+                &id,
+            )?,
+            apply_lock: tokio::sync::Mutex::new(()),
+            backends: backend::Backends::new(&config.backend)?,
+            fills: read::cold::Fills::default(),
+            space: space.clone(),
+            jobs: jobs::Jobs::default(),
+            etls: gristmill_etl::Etls::new(),
+            shards: Arc::default(),
+            // Persisted: a target restarted mid-rebalance still knows where objects may sit (a
+            // DELETE must reach them, a GET may be served from them).
+            past: std::sync::Mutex::new(
+                persist::load_json::<Vec<ClusterMap>>(&config.state_dir.join(PAST_SMAPS))
+                    .unwrap_or_default()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(Arc::new)
+                    .collect(),
+            ),
+            drops: Default::default(),
+            stages: Default::default(),
+            rebalanced_for: Default::default(),
+            me: Default::default(),
+        });
+        let _ = target.me.set(Arc::downgrade(&target));
+        Ok(target)
+    }
+}
+
 /// Runs a target on `listener` until `shutdown` fires.
 pub async fn run(
     config: TargetConfig,
@@ -306,7 +374,6 @@ pub async fn run(
         // route anyway, and binding every outgoing socket costs ephemeral ports.)
         config.serve.source_ip = Some(ip);
     }
-    let id = persist::load_or_create_node_id(&config.state_dir, "t")?;
     let url = if config.public_url.is_empty() {
         let scheme = if config.serve.tls.is_some() {
             "https"
@@ -317,63 +384,9 @@ pub async fn run(
     } else {
         config.public_url.trim_end_matches('/').to_owned()
     };
-    let store = Store::open_with_state(
-        &config.mountpaths,
-        Some(&config.state_dir.join("mountpaths.json")),
-    )
-    .await?;
-    let space = Arc::new(store::space::Space::new(
-        config.space.clone(),
-        store.clone(),
-    ));
-    let smap: Option<ClusterMap> = persist::load_json(&config.state_dir.join("smap.json"))?;
-    let bmd: Option<BucketMetadata> = persist::load_json(&config.state_dir.join("bmd.json"))?;
-    let placeholder = ClusterMap::new(Node::new("", smap::PROXY, ""), String::new(), String::new());
-    let mut placeholder = placeholder;
-    placeholder.version = 0;
-    let target = Arc::new(Target {
-        id: id.clone(),
-        url: url.clone(),
-        store,
-        smap: RwLock::new(Arc::new(smap.unwrap_or(placeholder))),
-        bmd: RwLock::new(Arc::new(bmd.unwrap_or_default())),
-        state_dir: config.state_dir.clone(),
-        join_url: config.join_url.trim_end_matches('/').to_owned(),
-        http: config.serve.peer_client(
-            reqwest::Client::builder()
-                .tcp_nodelay(true)
-                .timeout(Duration::from_secs(30)),
-            &id,
-        )?,
-        relay: config.serve.peer_client(
-            reqwest::Client::builder()
-                .tcp_nodelay(true)
-                .redirect(reqwest::redirect::Policy::none()),
-            &id,
-        )?,
-        apply_lock: tokio::sync::Mutex::new(()),
-        backends: backend::Backends::new(&config.backend)?,
-        fills: read::cold::Fills::default(),
-        space: space.clone(),
-        jobs: jobs::Jobs::default(),
-        etls: gristmill_etl::Etls::new(),
-        shards: Arc::default(),
-        // Persisted: a target restarted mid-rebalance still knows where objects may sit (a
-        // DELETE must reach them, a GET may be served from them).
-        past: std::sync::Mutex::new(
-            persist::load_json::<Vec<ClusterMap>>(&config.state_dir.join(PAST_SMAPS))
-                .unwrap_or_default()
-                .unwrap_or_default()
-                .into_iter()
-                .map(Arc::new)
-                .collect(),
-        ),
-        drops: Default::default(),
-        stages: Default::default(),
-        rebalanced_for: Default::default(),
-        me: Default::default(),
-    });
-    let _ = target.me.set(Arc::downgrade(&target));
+    let target = Target::open(&config, url.clone()).await?;
+    let id = target.id.clone();
+    let space = target.space.clone();
     target.etls.apply(&target.bmd().etls);
     if target.store.resilver_pending() {
         // A mountpath change not fully resilvered before the restart (or a new --mountpath).

@@ -8,6 +8,8 @@ mod jobs;
 mod node;
 mod objects;
 mod route;
+#[cfg(test)]
+mod router_tests;
 use crate::Target;
 use axum::Router;
 use axum::routing::{any, get, put};
