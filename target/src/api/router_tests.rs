@@ -35,8 +35,10 @@ async fn target() -> (tempfile::TempDir, Arc<Target>, axum::Router) {
     );
     map.tmap
         .insert(t.id.clone(), Node::new(&t.id, smap::TARGET, &url));
-    let mut bmd = BucketMetadata::default();
-    bmd.version = 1;
+    let mut bmd = BucketMetadata {
+        version: 1,
+        ..Default::default()
+    };
     let bck = Bck::new("b", Provider::Ais).unwrap();
     bmd.buckets.insert(
         bck.uname(),
