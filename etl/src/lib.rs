@@ -17,6 +17,8 @@
 mod deps;
 pub mod sandbox;
 mod stream;
+#[cfg(test)]
+mod tests;
 mod worker;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
