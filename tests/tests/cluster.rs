@@ -26,6 +26,8 @@ mod exact;
 mod hardening;
 #[path = "cluster/jobs.rs"]
 mod jobs;
+#[path = "cluster/layout.rs"]
+mod layout;
 #[path = "cluster/proxies.rs"]
 mod proxies;
 #[path = "cluster/remote.rs"]
