@@ -151,6 +151,29 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// Another node's error answer, decoded once for every caller: its JSON message and kind
+    /// (`tcode`) when it sent one, else the body as text and a kind from the status. `what`
+    /// (when not empty) says what was being done and prefixes the message.
+    pub fn from_peer(status: u16, body: &[u8], what: &str) -> ApiError {
+        let (kind, message) = match serde_json::from_slice::<ErrorBody>(body) {
+            Ok(b) => (b.tcode, b.message),
+            Err(_) => (
+                ErrorKind::from_status(
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                ),
+                String::from_utf8_lossy(body).trim().to_owned(),
+            ),
+        };
+        let message = if what.is_empty() {
+            message
+        } else {
+            format!("{what}: {message}")
+        };
+        ApiError::new(kind, message)
+    }
+}
+
 /// AIStore-compatible JSON error body (`{"message", "method", "url_path", "node", "status"}`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ErrorBody {
@@ -164,4 +187,44 @@ pub struct ErrorBody {
     pub status: u16,
     /// Machine-readable kind; AIStore calls this field `tcode`.
     pub tcode: ErrorKind,
+}
+
+/// How an error goes out over HTTP: its status and the JSON body AIStore's clients decode.
+/// (Only the response *type* comes from `axum-core`, a crate of HTTP types with no server in
+/// it; core does no networking.)
+impl axum_core::response::IntoResponse for ApiError {
+    fn into_response(self) -> axum_core::response::Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(status = status.as_u16(), error = %self.message, "request failed");
+        } else {
+            tracing::debug!(status = status.as_u16(), error = %self.message, "request refused");
+        }
+        let body = serde_json::to_vec(&self.body("", "", "")).unwrap_or_default();
+        let mut resp = axum_core::response::Response::new(axum_core::body::Body::from(body));
+        *resp.status_mut() = status;
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peers_error_keeps_its_kind_and_message() {
+        let sent = ApiError::new(ErrorKind::NotFound, "no such object").body("GET", "/x", "t1");
+        let body = serde_json::to_vec(&sent).unwrap();
+        let e = ApiError::from_peer(404, &body, "reading x");
+        assert_eq!(e.kind, ErrorKind::NotFound);
+        assert_eq!(e.message, "reading x: no such object");
+        // Not ours (a load balancer's page): the status decides, the text is kept.
+        let e = ApiError::from_peer(503, b"upstream down\n", "");
+        assert_eq!(e.kind, ErrorKind::Unavailable);
+        assert_eq!(e.message, "upstream down");
+    }
 }

@@ -57,68 +57,303 @@ pub enum JobKind {
     Resilver,
 }
 
-/// Every kind, for parsing and help texts.
-pub const JOB_KINDS: &[JobKind] = &[
-    JobKind::Prefetch,
-    JobKind::Evict,
-    JobKind::Copy,
-    JobKind::Lru,
-    JobKind::Etl,
-    JobKind::Archive,
-    JobKind::Reshard,
-    JobKind::Rebalance,
-    JobKind::MakeNCopies,
-    JobKind::Scrub,
-    JobKind::Resilver,
+/// Who works on a job's objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// One bucket: each target works on the objects of it that it owns.
+    Bucket,
+    /// Every bucket: each target works on what it holds.
+    Cluster,
+    /// One target, on its own (its id names the target).
+    Node,
+}
+
+/// Who starts a job of this kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartedBy {
+    /// A client, through a proxy (`grist`, the SDK, the REST API).
+    User,
+    /// The primary, on a change (a new cluster map, a bucket property), or a client.
+    Cluster,
+    /// A target, on a change of its own (a mountpath attached or detached).
+    Node,
+}
+
+/// How a target finds the objects a job works on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enumerates {
+    /// The job's selection (names, template or prefix) of its bucket, filtered by ownership.
+    Selection,
+    /// Every object it holds that is not where the map and `mirror.copies` place it.
+    Misplaced,
+    /// Every object it holds on a mountpath other than its HRW mountpath.
+    OnWrongMountpath,
+    /// Every copy it holds (owned and replicas), read back in full.
+    EveryCopy,
+    /// Least-recently-used cached objects, until usage is under the watermarks and quotas.
+    LeastRecentlyUsed,
+    /// Input shards of a selection; the output is planned by a coordinator.
+    Shards,
+}
+
+/// How a running job ends early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Aborted {
+    /// `grist job stop` / `DELETE /v1/jobs/{id}`: every target stops feeding new objects.
+    ByUser,
+    /// Also by the next change of the same kind (a newer map, mountpath change or property),
+    /// which starts its own.
+    ByUserOrSuperseded,
+}
+
+/// What each job kind is: one row of [`JOB_TABLE`], read by proxies, targets, the CLI and the
+/// docs (`docs/operations.md`'s job table is checked against it by a test).
+#[derive(Debug, Clone, Copy)]
+pub struct JobKindInfo {
+    pub kind: JobKind,
+    /// The wire name (AIStore's kind).
+    pub name: &'static str,
+    /// Other names accepted when parsing (short forms, AIStore's variants).
+    pub aliases: &'static [&'static str],
+    pub scope: Scope,
+    pub started_by: StartedBy,
+    pub enumerates: Enumerates,
+    pub aborted: Aborted,
+    /// Needs a destination bucket (`to_bck`).
+    pub needs_destination: bool,
+    /// Waits for running rebalances to end before it starts: it works on the objects each
+    /// target holds; while objects move an object could be seen by two targets or by none.
+    pub waits_for_rebalance: bool,
+    /// Objects worked on at once per target unless the request says (`num_workers`); 0 for
+    /// kinds that are not a per-object loop.
+    pub workers: usize,
+    /// One line for help texts and docs.
+    pub about: &'static str,
+}
+
+/// Every job kind, in the order help texts and docs list them.
+pub const JOB_TABLE: &[JobKindInfo] = &[
+    JobKindInfo {
+        kind: JobKind::Prefetch,
+        name: "prefetch-listrange",
+        aliases: &["prefetch", "prefetch-objects"],
+        scope: Scope::Bucket,
+        started_by: StartedBy::User,
+        enumerates: Enumerates::Selection,
+        aborted: Aborted::ByUser,
+        needs_destination: false,
+        waits_for_rebalance: false,
+        workers: 16,
+        about: "cold-GET selected objects of a remote bucket into the cluster",
+    },
+    JobKindInfo {
+        kind: JobKind::Evict,
+        name: "evict-listrange",
+        aliases: &["evict", "evict-objects", "evict-remote-bck"],
+        scope: Scope::Bucket,
+        started_by: StartedBy::User,
+        enumerates: Enumerates::Selection,
+        aborted: Aborted::ByUser,
+        needs_destination: false,
+        waits_for_rebalance: true,
+        workers: 32,
+        about: "remove cached copies of selected remote objects (the remote keeps them)",
+    },
+    JobKindInfo {
+        kind: JobKind::Copy,
+        name: "copy-bck",
+        aliases: &["copy", "copy-listrange", "copy-objects"],
+        scope: Scope::Bucket,
+        started_by: StartedBy::User,
+        enumerates: Enumerates::Selection,
+        aborted: Aborted::ByUser,
+        needs_destination: true,
+        waits_for_rebalance: true,
+        workers: 8,
+        about: "copy selected objects (or a whole bucket) to another bucket",
+    },
+    JobKindInfo {
+        kind: JobKind::Lru,
+        name: "lru-eviction",
+        aliases: &["lru"],
+        scope: Scope::Cluster,
+        started_by: StartedBy::Cluster,
+        enumerates: Enumerates::LeastRecentlyUsed,
+        aborted: Aborted::ByUser,
+        needs_destination: false,
+        waits_for_rebalance: false,
+        workers: 0,
+        about: "evict least-recently-used cached objects until under the watermarks and quotas",
+    },
+    JobKindInfo {
+        kind: JobKind::Etl,
+        name: "etl-bck",
+        aliases: &["etl", "etl-listrange", "etl-objects"],
+        scope: Scope::Bucket,
+        started_by: StartedBy::User,
+        enumerates: Enumerates::Selection,
+        aborted: Aborted::ByUser,
+        needs_destination: true,
+        waits_for_rebalance: true,
+        workers: 8,
+        about: "transform selected objects (or a whole bucket) into another bucket",
+    },
+    JobKindInfo {
+        kind: JobKind::Archive,
+        name: "archive",
+        aliases: &["archive-listrange"],
+        scope: Scope::Bucket,
+        started_by: StartedBy::User,
+        enumerates: Enumerates::Selection,
+        aborted: Aborted::ByUser,
+        needs_destination: false,
+        waits_for_rebalance: true,
+        workers: 0,
+        about: "pack selected objects into one shard or a series of shards of a target size",
+    },
+    JobKindInfo {
+        kind: JobKind::Reshard,
+        name: "dsort",
+        aliases: &["reshard"],
+        scope: Scope::Bucket,
+        started_by: StartedBy::User,
+        enumerates: Enumerates::Shards,
+        aborted: Aborted::ByUser,
+        needs_destination: false,
+        waits_for_rebalance: true,
+        workers: 0,
+        about: "re-pack the samples of input shards into new shards (AIStore's dsort)",
+    },
+    JobKindInfo {
+        kind: JobKind::Rebalance,
+        name: "rebalance",
+        aliases: &["rb"],
+        scope: Scope::Cluster,
+        started_by: StartedBy::Cluster,
+        enumerates: Enumerates::Misplaced,
+        aborted: Aborted::ByUserOrSuperseded,
+        needs_destination: false,
+        waits_for_rebalance: false,
+        workers: 0,
+        about: "move every object to its owner under the current cluster map",
+    },
+    JobKindInfo {
+        kind: JobKind::MakeNCopies,
+        name: "make-n-copies",
+        aliases: &["copies", "mirror"],
+        scope: Scope::Bucket,
+        started_by: StartedBy::Cluster,
+        enumerates: Enumerates::Misplaced,
+        aborted: Aborted::ByUserOrSuperseded,
+        needs_destination: false,
+        waits_for_rebalance: false,
+        workers: 0,
+        about: "bring one bucket to its mirror.copies: add missing replicas, drop extra ones",
+    },
+    JobKindInfo {
+        kind: JobKind::Scrub,
+        name: "scrub",
+        aliases: &[],
+        scope: Scope::Cluster,
+        started_by: StartedBy::User,
+        enumerates: Enumerates::EveryCopy,
+        aborted: Aborted::ByUser,
+        needs_destination: false,
+        waits_for_rebalance: false,
+        workers: 0,
+        about: "re-read and verify every copy; quarantine and repair corrupt ones",
+    },
+    JobKindInfo {
+        kind: JobKind::Resilver,
+        name: "resilver",
+        aliases: &[],
+        scope: Scope::Node,
+        started_by: StartedBy::Node,
+        enumerates: Enumerates::OnWrongMountpath,
+        aborted: Aborted::ByUserOrSuperseded,
+        needs_destination: false,
+        waits_for_rebalance: false,
+        workers: 0,
+        about: "move a target's objects to their HRW mountpaths after a mountpath change",
+    },
 ];
 
 impl JobKind {
+    /// This kind's row of [`JOB_TABLE`].
+    pub fn info(self) -> &'static JobKindInfo {
+        JOB_TABLE
+            .iter()
+            .find(|i| i.kind == self)
+            .expect("every job kind has a row in JOB_TABLE")
+    }
+
     pub fn as_str(self) -> &'static str {
-        match self {
-            JobKind::Prefetch => "prefetch-listrange",
-            JobKind::Evict => "evict-listrange",
-            JobKind::Copy => "copy-bck",
-            JobKind::Lru => "lru-eviction",
-            JobKind::Etl => "etl-bck",
-            JobKind::Archive => "archive",
-            JobKind::Reshard => "dsort",
-            JobKind::Rebalance => "rebalance",
-            JobKind::MakeNCopies => "make-n-copies",
-            JobKind::Scrub => "scrub",
-            JobKind::Resilver => "resilver",
-        }
+        self.info().name
     }
 
-    /// Whether a job of this kind waits for running rebalances to end before it starts. Such
-    /// a job works on the objects each target holds; while objects move between targets an
-    /// object could be seen by both (processed twice) or by neither. After the rebalance every
-    /// object is on its owner and each is processed exactly once.
+    /// Whether a job of this kind waits for running rebalances to end before it starts (see
+    /// [`JobKindInfo::waits_for_rebalance`]).
     pub fn waits_for_rebalance(self) -> bool {
-        matches!(
-            self,
-            JobKind::Evict | JobKind::Copy | JobKind::Etl | JobKind::Archive | JobKind::Reshard
-        )
+        self.info().waits_for_rebalance
     }
 
-    /// Parses a kind by its wire name or a short alias (`prefetch`, `evict`, `copy`, `lru`).
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "prefetch" | "prefetch-listrange" | "prefetch-objects" => Some(JobKind::Prefetch),
-            "evict" | "evict-listrange" | "evict-objects" | "evict-remote-bck" => {
-                Some(JobKind::Evict)
-            }
-            "copy" | "copy-bck" | "copy-listrange" | "copy-objects" => Some(JobKind::Copy),
-            "lru" | "lru-eviction" => Some(JobKind::Lru),
-            "etl" | "etl-bck" | "etl-listrange" | "etl-objects" => Some(JobKind::Etl),
-            "rebalance" | "rb" => Some(JobKind::Rebalance),
-            "make-n-copies" | "copies" | "mirror" => Some(JobKind::MakeNCopies),
-            "scrub" => Some(JobKind::Scrub),
-            "resilver" => Some(JobKind::Resilver),
-            "archive" | "archive-listrange" => Some(JobKind::Archive),
-            "reshard" | "dsort" => Some(JobKind::Reshard),
-            _ => None,
-        }
+    /// Whether a job of this kind works on one bucket (and so needs one).
+    pub fn needs_bucket(self) -> bool {
+        self.info().scope == Scope::Bucket
     }
+
+    /// Parses a kind by its wire name or an alias (`prefetch`, `evict`, `copy`, `lru`, ...).
+    pub fn parse(s: &str) -> Option<Self> {
+        JOB_TABLE
+            .iter()
+            .find(|i| i.name == s || i.aliases.contains(&s))
+            .map(|i| i.kind)
+    }
+
+    /// Every kind, in table order.
+    pub fn all() -> impl Iterator<Item = JobKind> {
+        JOB_TABLE.iter().map(|i| i.kind)
+    }
+}
+
+/// [`JOB_TABLE`] as the Markdown table `docs/operations.md` shows (a test keeps them equal).
+pub fn job_table_markdown() -> String {
+    let mut out = String::from(
+        "| kind | also accepted | works on | started by | objects | stopped by | what it does |\n\
+         |---|---|---|---|---|---|---|\n",
+    );
+    for r in JOB_TABLE {
+        let scope = match r.scope {
+            Scope::Bucket => "one bucket",
+            Scope::Cluster => "every bucket",
+            Scope::Node => "one target",
+        };
+        let started = match r.started_by {
+            StartedBy::User => "a client",
+            StartedBy::Cluster => "the primary (on a change) or a client",
+            StartedBy::Node => "a target (on a mountpath change)",
+        };
+        let objects = match r.enumerates {
+            Enumerates::Selection => "the selection, by owner",
+            Enumerates::Misplaced => "misplaced copies",
+            Enumerates::OnWrongMountpath => "copies on another mountpath",
+            Enumerates::EveryCopy => "every copy held",
+            Enumerates::LeastRecentlyUsed => "least recently used",
+            Enumerates::Shards => "input shards",
+        };
+        let aborted = match r.aborted {
+            Aborted::ByUser => "`grist job stop`",
+            Aborted::ByUserOrSuperseded => "`grist job stop`, the next change",
+        };
+        let aliases: Vec<String> = r.aliases.iter().map(|a| format!("`{a}`")).collect();
+        out.push_str(&format!(
+            "| `{}` | {} | {scope} | {started} | {objects} | {aborted} | {} |\n",
+            r.name,
+            aliases.join(", "),
+            r.about
+        ));
+    }
+    out
 }
 
 impl std::fmt::Display for JobKind {
@@ -406,6 +641,59 @@ pub fn job_not_found(id: &str) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_operations_guide_lists_the_job_table() {
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/operations.md"
+        ))
+        .unwrap();
+        let table = job_table_markdown();
+        assert!(
+            doc.contains(&table),
+            "docs/operations.md's job table differs from JOB_TABLE; it should read:\n{table}"
+        );
+    }
+
+    #[test]
+    fn every_job_kind_has_one_row_with_its_wire_name() {
+        // A new kind added to the enum must get its row: this match stops compiling first.
+        let variant_count = |k: JobKind| match k {
+            JobKind::Prefetch
+            | JobKind::Evict
+            | JobKind::Copy
+            | JobKind::Lru
+            | JobKind::Etl
+            | JobKind::Archive
+            | JobKind::Reshard
+            | JobKind::Rebalance
+            | JobKind::MakeNCopies
+            | JobKind::Scrub
+            | JobKind::Resilver => 11,
+        };
+        assert_eq!(JOB_TABLE.len(), variant_count(JobKind::Copy));
+        for row in JOB_TABLE {
+            assert_eq!(JOB_TABLE.iter().filter(|r| r.kind == row.kind).count(), 1);
+            let wire = serde_json::to_string(&row.kind).unwrap();
+            assert_eq!(
+                wire,
+                format!("\"{}\"", row.name),
+                "serde name of {:?}",
+                row.kind
+            );
+            assert_eq!(JobKind::parse(row.name), Some(row.kind));
+            for alias in row.aliases {
+                assert_eq!(JobKind::parse(alias), Some(row.kind), "alias {alias}");
+            }
+            assert_eq!(
+                row.needs_destination,
+                matches!(row.kind, JobKind::Copy | JobKind::Etl)
+            );
+            assert!(!row.about.is_empty());
+        }
+        assert_eq!(JobKind::parse("nope"), None);
+    }
 
     fn snap(node: &str, state: JobState, total: Option<u64>, objects: u64) -> JobSnap {
         JobSnap {

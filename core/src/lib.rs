@@ -5,12 +5,8 @@
 //! Nothing here does networking; proxies and targets build on these types and talk HTTP.
 
 pub mod api;
-#[cfg(feature = "server")]
-pub mod auth;
 pub mod bmd;
 pub mod bucket;
-#[cfg(feature = "server")]
-pub mod conn;
 pub mod election;
 pub mod error;
 pub mod etl;
@@ -20,16 +16,10 @@ pub mod limits;
 pub mod name;
 pub mod persist;
 pub mod range;
-#[cfg(feature = "s3")]
-pub mod s3;
-#[cfg(feature = "server")]
-pub mod server;
 pub mod shards;
 pub mod smap;
 pub mod template;
 pub mod time;
-#[cfg(feature = "server")]
-pub mod tls;
 pub mod users;
 
 pub use bmd::{BucketMetadata, BucketRecord, MetaSync};

@@ -155,12 +155,12 @@ pub async fn run(opts: PlaygroundOptions, shutdown: CancellationToken) -> anyhow
     let mut first_admin = None;
     let mut keys = None;
     if opts.auth {
-        let (secret, created) = gristmill_core::auth::load_or_create_secret(&secret_path(&opts))?;
+        let (secret, created) = gristmill_node::auth::load_or_create_secret(&secret_path(&opts))?;
         keys = Some(std::sync::Arc::new(
-            gristmill_core::auth::Keys::from_secret(&secret),
+            gristmill_node::auth::Keys::from_secret(&secret),
         ));
         if created {
-            first_admin = Some(gristmill_core::auth::generate_password());
+            first_admin = Some(gristmill_node::auth::generate_password());
         }
     }
     let mut children = Vec::new();
@@ -220,10 +220,10 @@ async fn wait_ready(
     endpoint: &str,
     targets: usize,
     shutdown: &CancellationToken,
-    keys: Option<std::sync::Arc<gristmill_core::auth::Keys>>,
+    keys: Option<std::sync::Arc<gristmill_node::auth::Keys>>,
 ) -> anyhow::Result<()> {
     // With auth on, the supervisor holds the cluster secret and asks as a node would.
-    let http = gristmill_core::auth::IntraClient::new(reqwest::Client::new(), keys, "playground");
+    let http = gristmill_node::auth::IntraClient::new(reqwest::Client::new(), keys, "playground");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         if shutdown.is_cancelled() {

@@ -1,5 +1,5 @@
 //! Node flags for access control, TLS and limits, turned into the options a node serves with
-//! (`gristmill_core::conn::ServeOptions`). Flags override the config file's `[auth]`, `[tls]`
+//! (`gristmill_node::conn::ServeOptions`). Flags override the config file's `[auth]`, `[tls]`
 //! and `[limits]` sections; limits also read `GRISTD_<LIMIT>` variables.
 
 use std::path::{Path, PathBuf};
@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use gristmill_core::conn::ServeOptions;
 use gristmill_core::limits::Limits;
+use gristmill_node::conn::ServeOptions;
 
 use crate::config::FileConfig;
 
@@ -69,7 +69,7 @@ pub fn serve_options(
     match (cert, key) {
         (Some(cert), Some(key)) => {
             opts.tls = Some(
-                gristmill_core::tls::TlsServer::load(&cert, &key)
+                gristmill_node::tls::TlsServer::load(&cert, &key)
                     .with_context(|| format!("loading TLS certificate {}", cert.display()))?,
             );
         }
@@ -88,21 +88,21 @@ pub fn serve_options(
             .or(file.auth.secret_file.clone())
             .unwrap_or_else(|| state_dir.join("cluster.secret"));
         let secret = if may_create_secret {
-            let (secret, created) = gristmill_core::auth::load_or_create_secret(&path)
+            let (secret, created) = gristmill_node::auth::load_or_create_secret(&path)
                 .with_context(|| format!("cluster secret {}", path.display()))?;
             if created {
                 tracing::warn!(path = %path.display(), "created a new cluster secret: copy it to every node");
             }
             secret
         } else {
-            gristmill_core::auth::load_secret(&path).with_context(|| {
+            gristmill_node::auth::load_secret(&path).with_context(|| {
                 format!(
                     "reading the cluster secret {} (copy the primary proxy's file here)",
                     path.display()
                 )
             })?
         };
-        let mut keys = gristmill_core::auth::Keys::from_secret(&secret);
+        let mut keys = gristmill_node::auth::Keys::from_secret(&secret);
         if let Some(ttl) = args.redirect_ttl.clone().or(file.auth.redirect_ttl.clone()) {
             keys.redirect_ttl = gristmill_core::time::parse_duration(&ttl)
                 .map_err(|e| anyhow::anyhow!("redirect TTL: {e}"))?;

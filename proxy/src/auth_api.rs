@@ -1,5 +1,5 @@
 //! Users, logins and tokens on the proxy (`/v1/auth/...`), the first admin of a new cluster,
-//! and the gate in front of the whole proxy API (see `gristmill_core::auth`).
+//! and the gate in front of the whole proxy API (see `gristmill_node::auth`).
 //!
 //! Users live in the bucket metadata, so they are versioned, persisted and pushed to every
 //! node like buckets: a target checks a token against the same list the proxy does. Only the
@@ -13,11 +13,11 @@ use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
-use gristmill_core::auth::{self, Gate, Keys, Principal};
 use gristmill_core::users::{
     self, LoginRequest, NewCredentials, Role, TokenRequest, TokenResponse, User, UserSpec,
 };
 use gristmill_core::{ApiError, ErrorKind};
+use gristmill_node::auth::{self, Gate, Keys, Principal};
 
 use crate::meta::{Changed, Proxy};
 
@@ -45,7 +45,7 @@ fn routes(proxy: Arc<Proxy>) -> Router {
         .route("/v1/auth/users", get(list_users))
         .route("/v1/auth/users/{name}", delete(remove_user).put(add_user))
         .layer(axum::middleware::from_fn(
-            gristmill_core::server::track_requests,
+            gristmill_node::server::track_requests,
         ))
         .with_state(proxy)
 }

@@ -108,7 +108,7 @@ fn record_vote(p: &Proxy, req: &VoteRequest) -> Result<VoteReply, String> {
 }
 
 /// Whether the primary at `url` answers a health check now.
-pub(crate) async fn primary_answers(http: &gristmill_core::auth::IntraClient, url: &str) -> bool {
+pub(crate) async fn primary_answers(http: &gristmill_node::auth::IntraClient, url: &str) -> bool {
     matches!(
         http.get(format!("{url}/v1/health"))
             .timeout(PROBE_TIMEOUT)

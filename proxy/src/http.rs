@@ -11,9 +11,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, put};
 use gristmill_core::api::{ActionMsg, Keepalive, ListObjectsMsg, action, header as h, query as q};
-use gristmill_core::server::{encode_page, redirect};
 use gristmill_core::smap::Node;
 use gristmill_core::{ApiError, Bck, ErrorKind, MetaSync, validate_object_name};
+use gristmill_node::server::{encode_page, redirect};
 
 use crate::meta::{Changed, Proxy};
 use crate::{list, membership};
@@ -27,11 +27,11 @@ pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<S3Service>) -> Router {
         .route("/v1/objects/{bucket}/{*object}", any(object))
         .route(
             "/v1/objects/{bucket}",
-            any(gristmill_core::server::empty_object_name),
+            any(gristmill_node::server::empty_object_name),
         )
         .route(
             "/v1/objects/{bucket}/",
-            any(gristmill_core::server::empty_object_name),
+            any(gristmill_node::server::empty_object_name),
         )
         .route("/v1/buckets", get(list_buckets))
         .route("/v1/buckets/", get(list_buckets))
@@ -75,18 +75,18 @@ pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<S3Service>) -> Router {
         .route("/v1/cluster/keepalive", post(keepalive))
         .route("/v1/metasync", put(metasync))
         .route("/v1/vote", post(crate::election::vote))
-        .route("/v1/health", get(gristmill_core::server::health))
+        .route("/v1/health", get(gristmill_node::server::health))
         // Only GET /metrics is ours; other methods on /metrics are S3 requests for a bucket of
         // that name, answered by the S3 front (which refuses the name with an S3 error).
         .route(
             "/metrics",
-            get(gristmill_core::server::metrics_endpoint).fallback({
+            get(gristmill_node::server::metrics_endpoint).fallback({
                 let s3 = s3.clone();
                 move |req: Request| crate::s3::handle(s3.clone(), req)
             }),
         );
     // Everything outside the native routes is S3 (path-style at the root).
-    let native = gristmill_core::server::with_fallbacks(Router::new());
+    let native = gristmill_node::server::with_fallbacks(Router::new());
     router
         .fallback(move |req: Request| {
             let s3 = s3.clone();
@@ -102,7 +102,7 @@ pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<S3Service>) -> Router {
             }
         })
         .layer(axum::middleware::from_fn(
-            gristmill_core::server::track_requests,
+            gristmill_node::server::track_requests,
         ))
         .with_state(proxy)
 }
@@ -112,7 +112,7 @@ pub(crate) fn s3_only_router(s3: Arc<S3Service>) -> Router {
     Router::new()
         .fallback(move |req: Request| crate::s3::handle(s3.clone(), req))
         .layer(axum::middleware::from_fn(
-            gristmill_core::server::track_requests,
+            gristmill_node::server::track_requests,
         ))
 }
 
@@ -150,7 +150,7 @@ async fn object(
     let uri = req.uri().clone();
     // Auth on: the owner accepts the redirected request on this signature (clients drop
     // their token when a redirect changes host or port).
-    let signed = gristmill_core::auth::redirect_query_for(
+    let signed = gristmill_node::auth::redirect_query_for(
         req.extensions(),
         req.method(),
         &bck,
@@ -376,7 +376,13 @@ async fn join(State(p): State<Arc<Proxy>>, req: Request) -> ApiResult {
         .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?;
     let node: Node = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid node: {e}")))?;
+    let is_target = node.daemon_type == gristmill_core::smap::TARGET;
     let sync = membership::register(&p, node).await?;
+    if is_target {
+        // A target that (re)joins without a map change — a restart, a wiped state dir — does
+        // not know where objects are until told again that every one is placed.
+        p.placed.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
     Ok(axum::Json(sync).into_response())
 }
 

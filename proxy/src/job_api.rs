@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use gristmill_core::api::{ActionMsg, action, query as q};
 use gristmill_core::job::{
-    JobKind, JobOptions, JobSpec, JobState, JobStatus, Selection, new_job_id,
+    JobKind, JobOptions, JobSpec, JobState, JobStatus, Scope, Selection, new_job_id,
 };
 use gristmill_core::{ApiError, Bck, Namespace};
 use serde_json::Value;
@@ -311,10 +311,18 @@ pub(crate) async fn cluster_action(p: &Arc<Proxy>, msg: &ActionMsg) -> ApiResult
             if kind == JobKind::Scrub {
                 return start_scrub(p, v).await;
             }
-            if !matches!(kind, JobKind::Lru | JobKind::Rebalance) {
-                return Err(ApiError::bad_request(format!(
-                    "start {kind} through its bucket action; lru and rebalance start here"
-                )));
+            match kind.info().scope {
+                Scope::Cluster => {}
+                Scope::Bucket => {
+                    return Err(ApiError::bad_request(format!(
+                        "start {kind} through its bucket action; lru and rebalance start here"
+                    )));
+                }
+                Scope::Node => {
+                    return Err(ApiError::bad_request(format!(
+                        "{kind} is started by a target when its mountpaths change"
+                    )));
+                }
             }
             let spec = JobSpec {
                 id: if kind == JobKind::Rebalance {

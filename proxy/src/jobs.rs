@@ -83,25 +83,29 @@ async fn wait_for_placement(p: &Proxy, spec: &JobSpec) -> Result<(), ApiError> {
 /// target of the map finished its latest rebalance cleanly, for a map at least as new as the
 /// last one that changed the active targets — so they can forget the earlier maps (reads,
 /// writes and deletes stop asking past owners). Checked every second while not yet told.
-pub(crate) async fn watch_placement(
-    p: std::sync::Arc<Proxy>,
-    shutdown: tokio_util::sync::CancellationToken,
-) {
-    use std::sync::atomic::Ordering::SeqCst;
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
+pub(crate) struct PlacementWatch(pub(crate) std::sync::Arc<Proxy>);
+
+impl gristmill_node::worker::Worker for PlacementWatch {
+    fn name(&self) -> &'static str {
+        "placement watch"
+    }
+
+    fn period(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    async fn round(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let p = &self.0;
         let smap = p.smap();
         if !p.is_primary() || p.placed.load(SeqCst) >= smap.version || smap.tmap.is_empty() {
-            continue;
+            return;
         }
         let since = p.active_changed_at.load(SeqCst);
         let (rebalances, silent) =
-            snaps_counting_silent(&p, "", Some(JobKind::Rebalance), false).await;
+            snaps_counting_silent(p, "", Some(JobKind::Rebalance), false).await;
         if silent > 0 {
-            continue;
+            return;
         }
         let placed = smap.tmap.keys().all(|tid| {
             let latest = rebalances
@@ -117,11 +121,11 @@ pub(crate) async fn watch_placement(
                         .is_some_and(|v| v >= since)
             })
         });
-        let copies_moving = !snaps(&p, "", Some(JobKind::MakeNCopies), true)
+        let copies_moving = !snaps(p, "", Some(JobKind::MakeNCopies), true)
             .await
             .is_empty();
         if !placed || copies_moving || p.smap().version != smap.version {
-            continue;
+            return;
         }
         let pushes = smap.tmap.values().map(|t| {
             p.http

@@ -17,6 +17,8 @@ mod list;
 mod membership;
 mod meta;
 mod remote;
+#[cfg(test)]
+mod router_tests;
 mod s3;
 mod shards;
 
@@ -50,7 +52,7 @@ pub struct ProxyConfig {
     /// Extra address serving only the S3 API (the main port serves it at its root too).
     pub s3_listen: Option<String>,
     /// Limits, TLS and access control (auth off by default).
-    pub serve: gristmill_core::conn::ServeOptions,
+    pub serve: gristmill_node::conn::ServeOptions,
 }
 
 /// Runs a proxy on `listener` until `shutdown` fires.
@@ -60,7 +62,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     // Install the metrics recorder before anything records.
-    gristmill_core::server::metrics_handle();
+    gristmill_node::server::metrics_handle();
     let url = if config.public_url.is_empty() {
         let scheme = if config.serve.tls.is_some() {
             "https"
@@ -98,13 +100,16 @@ pub async fn run(
         config.keepalive_retries.max(1),
         shutdown.clone(),
     ));
-    tokio::spawn(jobs::watch_placement(proxy.clone(), shutdown.clone()));
+    gristmill_node::worker::spawn(
+        Arc::new(jobs::PlacementWatch(proxy.clone())),
+        shutdown.clone(),
+    );
     let s3 = s3::service(proxy.clone(), &config.s3_users);
     if let Some(addr) = &config.s3_listen {
         let s3_listener = TcpListener::bind(addr).await?;
         tracing::info!(addr = %s3_listener.local_addr()?, "S3 API listening");
         let app = http::s3_only_router(s3.clone());
-        tokio::spawn(gristmill_core::server::serve_with(
+        tokio::spawn(gristmill_node::server::serve_with(
             s3_listener,
             app,
             shutdown.clone(),
@@ -112,7 +117,7 @@ pub async fn run(
         ));
     }
     let app = auth_api::secure(&proxy, http::router(proxy.clone(), s3));
-    gristmill_core::server::serve_with(listener, app, shutdown.clone(), config.serve.clone())
+    gristmill_node::server::serve_with(listener, app, shutdown.clone(), config.serve.clone())
         .await?;
     shutdown.cancel();
     let _ = members.await;

@@ -134,14 +134,7 @@ async fn fetch_pages(
                 .await
                 .map_err(|e| ApiError::new(ErrorKind::Unavailable, format!("listing: {e}")))?;
             if !status.is_success() {
-                let message = serde_json::from_slice::<gristmill_core::ErrorBody>(&body)
-                    .map(|b| b.message)
-                    .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
-                let kind = ErrorKind::from_status(
-                    http::StatusCode::from_u16(status.as_u16())
-                        .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
-                );
-                return Err(ApiError::new(kind, message));
+                return Err(ApiError::from_peer(status.as_u16(), &body, ""));
             }
             let page = ListObjectsPage::from_msgpack(&body).map_err(|e| {
                 ApiError::internal(format!("listing: bad page from {}: {e}", t.daemon_id))

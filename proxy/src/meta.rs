@@ -31,9 +31,9 @@ pub(crate) struct Proxy {
     /// keepalives and joins are refused until `join-node` adds them back. Persisted.
     pub(crate) removed: crate::membership::Removed,
     /// Requests to other nodes (signed with the cluster secret when auth is on).
-    pub(crate) http: gristmill_core::auth::IntraClient,
+    pub(crate) http: gristmill_node::auth::IntraClient,
     /// Keys derived from the cluster secret; `None` = auth off.
-    pub(crate) auth: Option<Arc<gristmill_core::auth::Keys>>,
+    pub(crate) auth: Option<Arc<gristmill_node::auth::Keys>>,
     /// When this proxy started (failure detection waits a window after it).
     pub(crate) started: Instant,
     /// Failure window: keepalive interval × retries (failure detection, elections, quorum).

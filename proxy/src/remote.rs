@@ -2,22 +2,13 @@
 //! confirms the bucket exists on its backend), and listed through one target.
 
 use gristmill_core::api::{ActionMsg, ListObjectsMsg, ListObjectsPage, action, header as h};
-use gristmill_core::{ApiError, Bck, ErrorKind};
+use gristmill_core::{ApiError, Bck};
 
 use crate::meta::Proxy;
 
 /// Turns a node's error response into an [`ApiError`] with its kind and message.
 pub(crate) async fn node_error(resp: reqwest::Response) -> ApiError {
-    let status = resp.status();
-    let body = resp.bytes().await.unwrap_or_default();
-    let message = serde_json::from_slice::<gristmill_core::ErrorBody>(&body)
-        .map(|b| b.message)
-        .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
-    let kind = ErrorKind::from_status(
-        http::StatusCode::from_u16(status.as_u16())
-            .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
-    );
-    ApiError::new(kind, message)
+    gristmill_node::server::peer_error(resp, "").await
 }
 
 /// Makes sure a remote bucket is in the bucket metadata, adding it (via the primary) if its

@@ -66,7 +66,7 @@ async fn moss_redirect(
     let uri = req.uri().clone();
     // With auth on, the redirect carries a signature for this path and the client's user
     // (clients drop their token on a redirect to another host).
-    let signed = gristmill_core::auth::redirect_path_query_for(
+    let signed = gristmill_node::auth::redirect_path_query_for(
         req.extensions(),
         req.method(),
         uri.path(),
@@ -144,7 +144,7 @@ async fn moss_redirect(
         location.push('&');
         location.push_str(&sig);
     }
-    Ok(gristmill_core::server::redirect(&location))
+    Ok(gristmill_node::server::redirect(&location))
 }
 
 fn default_remote(bucket: &Option<String>, params: &HashMap<String, String>) -> Option<Bck> {

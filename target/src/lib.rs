@@ -2,31 +2,33 @@
 //!
 //! A target owns one or more mountpaths ([`store`]): object bytes in hash-named files, metadata
 //! in a crash-safe index per mountpath. It joins the cluster by registering with the primary
-//! proxy ([`membership`]), receives every new cluster map and bucket metadata version, and
-//! serves the object data path ([`http`]): GET/PUT/HEAD/DELETE of the objects HRW assigns to it,
-//! and its share of every listing.
+//! proxy ([`cluster::membership`]), receives every new cluster map and bucket metadata version,
+//! and serves the object data path ([`api`]): GET/PUT/HEAD/DELETE of the objects HRW assigns to
+//! it, and its share of every listing.
 //!
 //! Remote buckets (`s3://`, `ht://`) are caches of a [`backend`]: a cold GET streams one
-//! download per object to every waiting client while it fills the local copy ([`cold`]); PUT
-//! and DELETE write through to the backend first.
+//! download per object to every waiting client while it fills the local copy
+//! ([`read::cold`]); PUT and DELETE write through to the backend first.
+//!
+//! Layers, each using only the ones below it (docs/architecture.md has the diagram; one
+//! exception: rebalance and resilver run as jobs, so [`cluster`] uses the job registry's
+//! `JobRun`):
+//! - [`api`]: routes and handlers by area; nothing below imports from it.
+//! - [`shards`] and [`jobs`]: reads inside archives, get-batch, reshard; every job kind.
+//! - [`read`] and [`write`]: the one read path (local, verified, remote, past owner) and
+//!   the write paths (owner PUT/DELETE, write-through); [`verify`] checks what reads serve.
+//! - [`cluster`]: membership, placement while the map changes, rebalance, replicas.
+//! - [`store`] and [`backend`]: mountpaths, index, records, space; remote storage.
 
+mod api;
 pub mod backend;
-mod cold;
-mod error;
-mod hot;
-mod http;
-mod index;
+mod cluster;
 mod jobs;
-mod membership;
-mod meta;
-pub mod multipart;
-mod rebalance;
-mod resilver;
-mod scrub;
+mod read;
 mod shards;
-pub mod space;
 pub mod store;
-mod vote;
+mod verify;
+mod write;
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -38,10 +40,13 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use backend::BackendConfig;
-pub use error::StoreError;
-pub use meta::ObjectMeta;
-pub use space::SpaceConfig;
+pub use store::error::StoreError;
+
+/// What a handler or a read/write path answers.
+pub(crate) type ApiResult = Result<axum::response::Response, gristmill_core::ApiError>;
 pub use store::Store;
+pub use store::meta::ObjectMeta;
+pub use store::space::SpaceConfig;
 
 /// Runtime configuration of a target.
 #[derive(Debug, Clone)]
@@ -62,7 +67,7 @@ pub struct TargetConfig {
     /// Watermarks, quotas and out-of-space limits.
     pub space: SpaceConfig,
     /// Limits, TLS and access control (auth off by default).
-    pub serve: gristmill_core::conn::ServeOptions,
+    pub serve: gristmill_node::conn::ServeOptions,
 }
 
 /// Shared state of a running target.
@@ -75,18 +80,18 @@ pub(crate) struct Target {
     state_dir: PathBuf,
     join_url: String,
     /// Requests to other nodes (signed with the cluster secret when auth is on).
-    http: gristmill_core::auth::IntraClient,
+    http: gristmill_node::auth::IntraClient,
     /// Streams requests to other nodes: no overall timeout (objects can be large), no
     /// redirect following. Signed like `http`, except S3 requests relayed for a client.
-    relay: gristmill_core::auth::IntraClient,
+    relay: gristmill_node::auth::IntraClient,
     /// Serializes applying metadata pushes (compare, persist, swap).
     apply_lock: tokio::sync::Mutex<()>,
     /// Backends of remote buckets, by provider.
     backends: backend::Backends,
     /// Cold-GET downloads in flight.
-    fills: cold::Fills,
+    fills: read::cold::Fills,
     /// Out-of-space checks and LRU eviction.
-    space: Arc<space::Space>,
+    space: Arc<store::space::Space>,
     /// Jobs this target runs or ran.
     jobs: jobs::Jobs,
     /// ETL runtimes (started from the ETL definitions in the bucket metadata).
@@ -100,7 +105,7 @@ pub(crate) struct Target {
     /// between two targets (see `proxy/src/list.rs`).
     drops: std::sync::atomic::AtomicU64,
     /// Replica copies staged for owners' PUTs, not yet committed.
-    stages: rebalance::Stages,
+    stages: cluster::replicas::Stages,
     /// Active targets the last rebalance was started for (None: none yet in this process).
     rebalanced_for: std::sync::Mutex<Option<Vec<String>>>,
     /// This target, for starting jobs from `&self` contexts.
@@ -131,6 +136,13 @@ impl Target {
         self.past.lock().expect("past lock").clone()
     }
 
+    /// Whether every object is where the current map places it (the primary said so, and no
+    /// map changed since): then only an object's owners hold it. Until then, a copy may sit on
+    /// any target of the map.
+    pub(crate) fn placement_settled(&self) -> bool {
+        self.past.lock().expect("past lock").is_empty()
+    }
+
     /// Forgets the earlier cluster maps (every object is where the current one places it).
     pub(crate) fn forget_past_smaps(&self) -> Result<(), StoreError> {
         let mut past = self.past.lock().expect("past lock");
@@ -153,7 +165,7 @@ impl Target {
         if smap.version == 0 || smap.node(&self.id).is_none() {
             return;
         }
-        let active = rebalance::active_set(&smap);
+        let active = cluster::placement::active_set(&smap);
         {
             let mut last = self.rebalanced_for.lock().expect("rebalanced lock");
             if last.as_ref() == Some(&active) {
@@ -184,26 +196,45 @@ impl Target {
         Node::new(&self.id, smap::TARGET, &self.url)
     }
 
+    /// Persists a newer cluster map, switches to it, remembers the one it replaces, and starts
+    /// the rebalance it calls for.
+    fn switch_smap(&self, new: ClusterMap) -> Result<(), StoreError> {
+        persist::save_json(&self.state_dir.join("smap.json"), &new)?;
+        tracing::info!(
+            version = new.version,
+            targets = new.tmap.len(),
+            "new cluster map"
+        );
+        let old = std::mem::replace(&mut *self.smap.write().expect("smap lock"), Arc::new(new));
+        let past: Vec<ClusterMap> = {
+            let mut past = self.past.lock().expect("past lock");
+            cluster::placement::remember(&mut past, old);
+            past.iter().map(|m| (**m).clone()).collect()
+        };
+        persist::save_json(&self.state_dir.join(PAST_SMAPS), &past)?;
+        self.maybe_rebalance();
+        Ok(())
+    }
+
     /// Applies pushed metadata: each part only if newer; persists before switching to it.
     pub(crate) async fn apply_metasync(&self, sync: MetaSync) -> Result<(), StoreError> {
         let _guard = self.apply_lock.lock().await;
-        if let Some(new) = sync.smap
-            && new.supersedes(&self.smap())
-        {
-            persist::save_json(&self.state_dir.join("smap.json"), &new)?;
-            tracing::info!(
-                version = new.version,
-                targets = new.tmap.len(),
-                "new cluster map"
-            );
-            let old = std::mem::replace(&mut *self.smap.write().expect("smap lock"), Arc::new(new));
-            let past: Vec<ClusterMap> = {
-                let mut past = self.past.lock().expect("past lock");
-                rebalance::remember(&mut past, old);
-                past.iter().map(|m| (**m).clone()).collect()
-            };
-            persist::save_json(&self.state_dir.join(PAST_SMAPS), &past)?;
-            self.maybe_rebalance();
+        if let Some(new) = sync.smap {
+            if new.supersedes(&self.smap()) {
+                self.switch_smap(new)?;
+            } else {
+                // A map that arrived after a newer one (pushes overtake each other): objects
+                // may have moved by it before it was superseded, so while a rebalance is
+                // unconfirmed it counts among the maps past owners are found by.
+                let past: Option<Vec<ClusterMap>> = {
+                    let mut past = self.past.lock().expect("past lock");
+                    cluster::placement::remember_late(&mut past, &self.smap(), new)
+                        .then(|| past.iter().map(|m| (**m).clone()).collect())
+                };
+                if let Some(past) = past {
+                    persist::save_json(&self.state_dir.join(PAST_SMAPS), &past)?;
+                }
+            }
         }
         if let Some(new) = sync.bmd {
             let old = self.bmd();
@@ -235,14 +266,20 @@ const PAST_SMAPS: &str = "past_smaps.json";
 /// could still carry an older copy of the object.
 const TOMBSTONE_KEEP: Duration = Duration::from_secs(24 * 3600);
 
-/// Forgets old tombstones once an hour.
-async fn purge_tombstones(store: Arc<Store>, shutdown: CancellationToken) {
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
-        }
-        match store.purge_tombstones(TOMBSTONE_KEEP).await {
+/// Forgets tombstones older than [`TOMBSTONE_KEEP`], hourly.
+struct TombstonePurge(Arc<Store>);
+
+impl gristmill_node::worker::Worker for TombstonePurge {
+    fn name(&self) -> &'static str {
+        "tombstone purge"
+    }
+
+    fn period(&self) -> Duration {
+        Duration::from_secs(3600)
+    }
+
+    async fn round(&self) {
+        match self.0.purge_tombstones(TOMBSTONE_KEEP).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(purged = n, "old tombstones purged"),
             Err(e) => tracing::warn!(error = %e, "tombstone purge failed"),
@@ -257,9 +294,9 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     // Install the metrics recorder before anything records.
-    gristmill_core::server::metrics_handle();
+    gristmill_node::server::metrics_handle();
     std::fs::create_dir_all(&config.state_dir)?;
-    vote::mark_start();
+    cluster::vote::mark_start();
     let mut config = config;
     let ip = listener.local_addr()?.ip();
     if ip.is_loopback() && ip != std::net::IpAddr::from([127, 0, 0, 1]) {
@@ -285,7 +322,10 @@ pub async fn run(
         Some(&config.state_dir.join("mountpaths.json")),
     )
     .await?;
-    let space = Arc::new(space::Space::new(config.space.clone(), store.clone()));
+    let space = Arc::new(store::space::Space::new(
+        config.space.clone(),
+        store.clone(),
+    ));
     let smap: Option<ClusterMap> = persist::load_json(&config.state_dir.join("smap.json"))?;
     let bmd: Option<BucketMetadata> = persist::load_json(&config.state_dir.join("bmd.json"))?;
     let placeholder = ClusterMap::new(Node::new("", smap::PROXY, ""), String::new(), String::new());
@@ -313,7 +353,7 @@ pub async fn run(
         )?,
         apply_lock: tokio::sync::Mutex::new(()),
         backends: backend::Backends::new(&config.backend)?,
-        fills: cold::Fills::default(),
+        fills: read::cold::Fills::default(),
         space: space.clone(),
         jobs: jobs::Jobs::default(),
         etls: gristmill_etl::Etls::new(),
@@ -337,25 +377,38 @@ pub async fn run(
     target.etls.apply(&target.bmd().etls);
     if target.store.resilver_pending() {
         // A mountpath change not fully resilvered before the restart (or a new --mountpath).
-        resilver::start(&target, "restarted");
+        cluster::resilver::start(&target, "restarted");
     }
     tracing::info!(node = %id, %url, mountpaths = config.mountpaths.len(), "target starting");
 
-    let members = tokio::spawn(membership::run(
+    let members = tokio::spawn(cluster::membership::run(
         target.clone(),
         config.keepalive_interval,
         shutdown.clone(),
     ));
-    tokio::spawn(report_capacity(target.store.clone(), shutdown.clone()));
-    tokio::spawn(purge_tombstones(target.store.clone(), shutdown.clone()));
+    use gristmill_node::worker::spawn as spawn_worker;
+    spawn_worker(
+        Arc::new(CapacityReport(target.store.clone())),
+        shutdown.clone(),
+    );
+    spawn_worker(
+        Arc::new(TombstonePurge(target.store.clone())),
+        shutdown.clone(),
+    );
     let bmd_source = target.clone();
-    tokio::spawn(space.run(move || bmd_source.bmd(), shutdown.clone()));
-    let mut app = http::router(target.clone());
+    spawn_worker(
+        Arc::new(store::space::LruWorker {
+            space,
+            bmd: move || bmd_source.bmd(),
+        }),
+        shutdown.clone(),
+    );
+    let mut app = api::router(target.clone());
     if let Some(keys) = config.serve.auth.clone() {
         let t = target.clone();
-        app = gristmill_core::auth::Gate::new(
+        app = gristmill_node::auth::Gate::new(
             keys,
-            gristmill_core::auth::TARGET_ROUTES,
+            gristmill_node::auth::TARGET_ROUTES,
             Arc::new(move || t.bmd()),
         )
         .protect(app);
@@ -363,7 +416,7 @@ pub async fn run(
     if let Some(tls) = &config.serve.tls {
         tls.reload_on_sighup(shutdown.clone());
     }
-    gristmill_core::server::serve_with(listener, app, shutdown.clone(), config.serve.clone())
+    gristmill_node::server::serve_with(listener, app, shutdown.clone(), config.serve.clone())
         .await?;
     shutdown.cancel();
     let _ = members.await;
@@ -372,9 +425,23 @@ pub async fn run(
 }
 
 /// Publishes each mountpath's capacity (`grist_mountpath_bytes{mountpath,kind}`) every 10 s.
-async fn report_capacity(store: Arc<Store>, shutdown: CancellationToken) {
-    loop {
-        let store2 = store.clone();
+struct CapacityReport(Arc<Store>);
+
+impl gristmill_node::worker::Worker for CapacityReport {
+    fn name(&self) -> &'static str {
+        "capacity report"
+    }
+
+    fn period(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+
+    fn runs_at_start(&self) -> bool {
+        true
+    }
+
+    async fn round(&self) {
+        let store2 = self.0.clone();
         let stats = tokio::task::spawn_blocking(move || {
             store2
                 .mountpaths()
@@ -397,10 +464,6 @@ async fn report_capacity(store: Arc<Store>, shutdown: CancellationToken) {
                 metrics::gauge!("grist_mountpath_bytes", "mountpath" => path.clone(), "kind" => kind)
                     .set(v as f64);
             }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
         }
     }
 }

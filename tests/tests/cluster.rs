@@ -16,6 +16,8 @@ mod auth;
 mod backend;
 #[path = "cluster/coldfill.rs"]
 mod coldfill;
+#[path = "cluster/crates.rs"]
+mod crates;
 #[path = "cluster/elastic.rs"]
 mod elastic;
 #[path = "cluster/etl.rs"]
@@ -26,8 +28,6 @@ mod exact;
 mod hardening;
 #[path = "cluster/jobs.rs"]
 mod jobs;
-#[path = "cluster/layout.rs"]
-mod layout;
 #[path = "cluster/proxies.rs"]
 mod proxies;
 #[path = "cluster/remote.rs"]

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use gristmill_core::api::{ActionMsg, BucketProps, ListObjectsMsg, ListObjectsPage};
-use gristmill_core::auth::{self, Access, Keys};
+use gristmill_node::auth::{self, Access, Keys};
 use gristmill_core::name::{MAX_OBJECT_NAME, encode_path};
 use gristmill_core::range::parse_range;
 use gristmill_core::users::{Need, Role, pattern_matches};

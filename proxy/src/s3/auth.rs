@@ -38,7 +38,7 @@ pub(super) struct Directory {
 
 /// The cluster's users as the S3 front sees them.
 pub(super) struct ClusterUsers {
-    pub(super) keys: Arc<gristmill_core::auth::Keys>,
+    pub(super) keys: Arc<gristmill_node::auth::Keys>,
     pub(super) metadata: Arc<dyn Fn() -> Arc<gristmill_core::BucketMetadata> + Send + Sync>,
 }
 

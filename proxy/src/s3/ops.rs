@@ -8,7 +8,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use bytes::Bytes;
 use futures::{Stream, StreamExt, TryStreamExt};
 use gristmill_core::api::{self, ListObjectsMsg, header as h};
-use gristmill_core::{ApiError, Bck, ErrorBody, ErrorKind, Provider};
+use gristmill_core::{ApiError, Bck, ErrorKind, Provider};
 use reqwest::{Method, StatusCode};
 use s3s::dto::*;
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
@@ -62,17 +62,7 @@ async fn node_error(resp: reqwest::Response, key: bool) -> S3Error {
     if status == StatusCode::NOT_MODIFIED {
         return S3Error::new(S3ErrorCode::NotModified);
     }
-    let body = resp.bytes().await.unwrap_or_default();
-    let api = match serde_json::from_slice::<ErrorBody>(&body) {
-        Ok(b) => ApiError::new(b.tcode, b.message),
-        Err(_) => ApiError::new(
-            ErrorKind::from_status(
-                http::StatusCode::from_u16(status.as_u16())
-                    .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
-            ),
-            String::from_utf8_lossy(&body).into_owned(),
-        ),
-    };
+    let api = gristmill_node::server::peer_error(resp, "").await;
     s3_error_from(api, key)
 }
 
@@ -230,7 +220,7 @@ fn checked_body(
         .map(str::to_owned);
     let check = BodyCheck {
         body,
-        hasher: gristmill_core::s3::checksum_hasher(algos),
+        hasher: gristmill_node::s3::checksum_hasher(algos),
         md5: content_md5
             .as_ref()
             .map(|_| <md5::Md5 as md5::Digest>::new()),
@@ -359,7 +349,7 @@ impl BodyCheck {
         let computed = self
             .hasher
             .take()
-            .map(|h| gristmill_core::s3::checksum_values(h.finalize()));
+            .map(|h| gristmill_node::s3::checksum_values(h.finalize()));
         let mut expected = std::mem::take(&mut self.declared);
         match &self.trailers {
             TrailerSource::None => {}

@@ -436,9 +436,14 @@ pub(crate) async fn send_timed(
     }
     let reason = status.canonical_reason().unwrap_or("").to_owned();
     // A Gristmill/AIStore peer explains itself in a JSON body; keep its message.
-    let body = resp.text().await.unwrap_or_default();
-    let detail = serde_json::from_str::<gristmill_core::ErrorBody>(&body)
-        .map(|b| format!(": {}", b.message))
+    let body = resp.bytes().await.unwrap_or_default();
+    let detail = serde_json::from_slice::<gristmill_core::ErrorBody>(&body)
+        .map(|_| {
+            format!(
+                ": {}",
+                ApiError::from_peer(status.as_u16(), &body, "").message
+            )
+        })
         .unwrap_or_default();
     Err(BackendError::from_status(
         status.as_u16(),

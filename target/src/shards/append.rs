@@ -145,6 +145,9 @@ async fn append_locked(
             name,
             PutOptions {
                 durable: true,
+                generation: crate::store::index::GenRule::Next {
+                    floor: crate::cluster::placement::gen_floor(t, bck, name).await?,
+                },
                 ..Default::default()
             },
         )
@@ -198,6 +201,6 @@ async fn append_locked(
     super::after_put(t, bck, name);
     tracing::info!(bucket = %bck, shard = name, size = meta.size, "member appended");
     let mut resp = StatusCode::OK.into_response();
-    crate::http::object_headers(t, bck, &meta, resp.headers_mut());
+    crate::read::local::object_headers(t, bck, &meta, resp.headers_mut());
     Ok(resp)
 }

@@ -165,18 +165,7 @@ pub(crate) async fn put_stream(
         .await
         .map_err(|e| ApiError::unavailable(format!("storing {dst}/{name}: {e}")))?;
     if !resp.status().is_success() {
-        let status = resp.status();
-        let text = resp.text().await.unwrap_or_default();
-        let message = serde_json::from_str::<gristmill_core::ErrorBody>(&text)
-            .map(|b| b.message)
-            .unwrap_or(text);
-        return Err(ApiError::new(
-            ErrorKind::from_status(
-                http::StatusCode::from_u16(status.as_u16())
-                    .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
-            ),
-            format!("storing {dst}/{name}: {message}"),
-        ));
+        return Err(crate::cluster::peer::peer_error(resp, &format!("storing {dst}/{name}")).await);
     }
     Ok(())
 }

@@ -18,36 +18,40 @@
 //!
 //! The same machinery builds shards for the archive and reshard jobs ([`Assembly`] written to
 //! any `Write`).
-
-use std::collections::{HashMap, VecDeque};
-use std::fs::File;
-use std::io::{self as stdio, Read, Write};
-use std::sync::Arc;
-
+use super::State as ShardState;
+use super::catalog::{self};
+use super::io::{self, BlockingBody};
+use crate::Target;
+use crate::store::Store;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
-use futures::StreamExt;
 use gristmill_core::etl::MAX_ETL_OBJECT;
 use gristmill_core::shards::{MISSING_DIR, MossIn, MossOut, MossReq, MossResp};
 use gristmill_core::{ApiError, Bck, ErrorKind, Namespace, validate_object_name};
-use gristmill_shard::{Format, Limits, ShardReader, ShardWriter};
+use gristmill_shard::{Format, ShardWriter};
 use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
+use std::io::{self as stdio, Read, Write};
+use std::sync::Arc;
+mod frame;
+pub(crate) use frame::{Frame, PartReq, Summary, error_of, frame_error, write_frame};
 
-use super::State as ShardState;
-use super::catalog::{self, Catalog};
-use super::io::{self, BlockingBody, FileRange};
-use crate::Target;
-use crate::meta::ObjectMeta;
-use crate::store::Store;
+mod locate;
+pub(crate) use locate::{Opened, check_local, locate, prepare, read_where, sizes};
+#[cfg(test)]
+mod tests;
 
 type Params = Query<HashMap<String, String>>;
+
 type ApiResult = Result<Response, ApiError>;
 
 /// Largest get-batch request body (JSON), and most items in one request.
 const MAX_REQUEST: usize = 64 << 20;
+
 const MAX_ITEMS: usize = 1_000_000;
+
 /// Remote-bucket items cold-fetched at once while preparing.
 const FETCH_CONCURRENCY: usize = 8;
 
@@ -116,537 +120,11 @@ pub(crate) struct Prepared {
     sizes: Vec<u64>,
 }
 
-/// The frame header of a part stream: item `i` of the part request follows with `size`
-/// bytes, or could not be read (`err`, with its HTTP status).
-#[derive(Debug, Serialize, Deserialize)]
-struct Frame {
-    i: u64,
-    #[serde(default)]
-    size: u64,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    err: String,
-    #[serde(default, skip_serializing_if = "is_zero")]
-    status: u16,
-}
-
-fn is_zero(v: &u16) -> bool {
-    *v == 0
-}
-
-/// The first frame of a part stream: every item's size or error, known before any data.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Summary {
-    items: Vec<Frame>,
-}
-
-/// Body of `POST /v1/shards/part`.
-#[derive(Debug, Serialize, Deserialize)]
-struct PartReq {
-    items: Vec<Item>,
-    #[serde(default)]
-    coer: bool,
-}
-
-impl Frame {
-    /// The binary form of an item's frame header: `i`, `size` (u64 BE), `status` (u16 BE),
-    /// the error's length (u32 BE) and text.
-    fn encode(&self) -> Vec<u8> {
-        let err = self.err.as_bytes();
-        let mut out = Vec::with_capacity(22 + err.len());
-        out.extend_from_slice(&self.i.to_be_bytes());
-        out.extend_from_slice(&self.size.to_be_bytes());
-        out.extend_from_slice(&self.status.to_be_bytes());
-        out.extend_from_slice(&(err.len() as u32).to_be_bytes());
-        out.extend_from_slice(err);
-        out
-    }
-
-    fn read(r: &mut dyn Read) -> Result<Frame, ApiError> {
-        let bad =
-            |why: String| ApiError::unavailable(format!("get-batch: broken part stream: {why}"));
-        let mut head = [0u8; 22];
-        r.read_exact(&mut head).map_err(|e| bad(e.to_string()))?;
-        let u64_at = |i: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&head[i..i + 8]);
-            u64::from_be_bytes(b)
-        };
-        let status = u16::from_be_bytes([head[16], head[17]]);
-        let len = u32::from_be_bytes([head[18], head[19], head[20], head[21]]) as usize;
-        if len > 1 << 20 {
-            return Err(bad(format!("error text of {len} bytes")));
-        }
-        let mut err = vec![0u8; len];
-        r.read_exact(&mut err).map_err(|e| bad(e.to_string()))?;
-        Ok(Frame {
-            i: u64_at(0),
-            size: u64_at(8),
-            err: String::from_utf8_lossy(&err).into_owned(),
-            status,
-        })
-    }
-}
-
-fn frame_error(e: &ApiError, i: u64) -> Frame {
-    Frame {
-        i,
-        size: 0,
-        err: e.message.clone(),
-        status: e.status().as_u16(),
-    }
-}
-
-fn error_of(f: &Frame) -> ApiError {
-    let kind = ErrorKind::from_status(
-        http::StatusCode::from_u16(f.status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
-    );
-    ApiError::new(kind, f.err.clone())
-}
-
-fn write_frame(out: &mut dyn Write, bytes: &[u8]) -> stdio::Result<()> {
-    let len = u32::try_from(bytes.len()).map_err(|_| stdio::Error::other("frame too large"))?;
-    out.write_all(&len.to_be_bytes())?;
-    out.write_all(bytes)
-}
-
-fn read_frame<T: serde::de::DeserializeOwned>(r: &mut dyn Read) -> Result<T, ApiError> {
-    let bad = |why: String| ApiError::unavailable(format!("get-batch: broken part stream: {why}"));
-    let mut len = [0u8; 4];
-    r.read_exact(&mut len).map_err(|e| bad(e.to_string()))?;
-    let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_REQUEST {
-        return Err(bad(format!("frame of {len} bytes")));
-    }
-    let mut buf = vec![0u8; len];
-    r.read_exact(&mut buf).map_err(|e| bad(e.to_string()))?;
-    serde_json::from_slice(&buf).map_err(|e| bad(e.to_string()))
-}
-
 // ---------------------------------------------------------------------------------------
 // Locating and reading items (blocking).
 
-/// Objects opened during one assembly, so many members of one shard cost one open and one
-/// index lookup each.
-#[derive(Default)]
-struct Opened {
-    map: HashMap<(String, String), OpenShard>,
-}
-
-struct OpenShard {
-    meta: ObjectMeta,
-    file: Arc<File>,
-    catalog: Option<(Format, Arc<Catalog>)>,
-}
-
-/// Where an item's bytes are.
-enum Where {
-    Range {
-        file: Arc<File>,
-        offset: u64,
-        len: u64,
-    },
-    Scan {
-        file: Arc<File>,
-        shard_size: u64,
-        format: Format,
-        member: String,
-        skip: u64,
-        len: u64,
-    },
-}
-
-impl Where {
-    fn len(&self) -> u64 {
-        match self {
-            Where::Range { len, .. } | Where::Scan { len, .. } => *len,
-        }
-    }
-}
-
-/// The bytes `start..start+length` of something `size` bytes long.
-fn slice(item: &Item, size: u64) -> Result<(u64, u64), ApiError> {
-    let what = || {
-        if item.archpath.is_empty() {
-            format!("{}/{}", item.bck, item.name)
-        } else {
-            format!("{}/{}/{}", item.bck, item.name, item.archpath)
-        }
-    };
-    if item.start > size {
-        return Err(ApiError::new(
-            ErrorKind::RangeNotSatisfiable,
-            format!(
-                "start {} is past the end of {} ({size} bytes)",
-                item.start,
-                what()
-            ),
-        ));
-    }
-    let rest = size - item.start;
-    match item.length {
-        0 | -1 => Ok((item.start, rest)),
-        n if n > 0 && (n as u64) <= rest => Ok((item.start, n as u64)),
-        n if n > 0 => Err(ApiError::new(
-            ErrorKind::RangeNotSatisfiable,
-            format!(
-                "{n} bytes from {} are past the end of {} ({size} bytes)",
-                item.start,
-                what()
-            ),
-        )),
-        n => Err(ApiError::bad_request(format!(
-            "invalid length {n} for {}",
-            what()
-        ))),
-    }
-}
-
-fn locate(
-    store: &Store,
-    shards: &ShardState,
-    opened: &mut Opened,
-    item: &Item,
-) -> Result<Where, ApiError> {
-    let key = (item.bck.uname(), item.name.clone());
-    if !opened.map.contains_key(&key) {
-        let (meta, file) = io::open_local(store, &item.bck, &item.name)?;
-        opened.map.insert(
-            key.clone(),
-            OpenShard {
-                meta,
-                file: Arc::new(file),
-                catalog: None,
-            },
-        );
-    }
-    let Some(o) = opened.map.get_mut(&key) else {
-        return Err(ApiError::internal("opened object vanished"));
-    };
-    if item.archpath.is_empty() {
-        let (offset, len) = slice(item, o.meta.size)?;
-        return Ok(Where::Range {
-            file: o.file.clone(),
-            offset,
-            len,
-        });
-    }
-    if o.catalog.is_none() {
-        let format = super::format_of(&o.meta.name, None, &o.file)?;
-        let cat = catalog::load(store, &shards.catalogs, &item.bck, &o.meta, &o.file, format)?;
-        o.catalog = Some((format, cat));
-    }
-    let Some((format, cat)) = o.catalog.as_ref() else {
-        return Err(ApiError::internal("shard catalog vanished"));
-    };
-    let missing = || {
-        ApiError::not_found(format!(
-            "{}/{} has no file {:?}",
-            item.bck, item.name, item.archpath
-        ))
-    };
-    match &**cat {
-        Catalog::Tar(idx) => {
-            let e = idx
-                .get(&item.archpath)
-                .filter(|e| e.kind == gristmill_shard::MemberKind::File)
-                .ok_or_else(missing)?;
-            let (start, len) = slice(item, e.size)?;
-            Ok(Where::Range {
-                file: o.file.clone(),
-                offset: e.data_offset + start,
-                len,
-            })
-        }
-        Catalog::Members(_) => {
-            let size = cat.file_size(&item.archpath).ok_or_else(missing)?;
-            let (skip, len) = slice(item, size)?;
-            Ok(Where::Scan {
-                file: o.file.clone(),
-                shard_size: o.meta.size,
-                format: *format,
-                member: item.archpath.clone(),
-                skip,
-                len,
-            })
-        }
-    }
-}
-
-/// Opens the bytes of a located item and hands them to `use_it`. The outer error means the
-/// item could not be opened (nothing was written yet); the inner one is `use_it`'s.
-fn read_where<T>(
-    wh: Where,
-    use_it: impl FnOnce(u64, &mut dyn Read) -> Result<T, ApiError>,
-) -> Result<Result<T, ApiError>, ApiError> {
-    match wh {
-        Where::Range { file, offset, len } => {
-            let mut r = FileRange::new(file, offset, len);
-            Ok(use_it(len, &mut r))
-        }
-        Where::Scan {
-            file,
-            shard_size,
-            format,
-            member,
-            skip,
-            len,
-        } => {
-            let src = FileRange::whole(file, shard_size);
-            let mut reader = ShardReader::open(format, src, Limits::default())?;
-            let mut entry = reader.find(&member)?;
-            if skip > 0 {
-                stdio::copy(&mut (&mut entry).take(skip), &mut stdio::sink())
-                    .map_err(io::io_err)?;
-            }
-            let mut data = entry.take(len);
-            Ok(use_it(len, &mut data))
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Preparing.
-
-/// Cold-fetches the remote-bucket items among `idx` that are not cached here; returns the
-/// ones that failed.
-async fn fetch_remote(t: &Target, items: &[Item], idx: &[usize]) -> HashMap<usize, ApiError> {
-    let mut seen = std::collections::HashSet::new();
-    let todo: Vec<usize> = idx
-        .iter()
-        .copied()
-        .filter(|&i| items[i].bck.is_remote())
-        .filter(|&i| seen.insert((items[i].bck.uname(), items[i].name.clone())))
-        .collect();
-    let failed: Vec<(usize, ApiError)> = futures::stream::iter(todo)
-        .map(|i| async move {
-            let it = &items[i];
-            if t.store.head(&it.bck, &it.name).is_ok() {
-                return None;
-            }
-            match crate::http::open_or_fetch(t, &it.bck, &it.name).await {
-                Ok(_) => None,
-                Err(e) => Some((i, e)),
-            }
-        })
-        .buffer_unordered(FETCH_CONCURRENCY)
-        .filter_map(|r| async move { r })
-        .collect()
-        .await;
-    // Every item naming a failed object fails.
-    let bad: HashMap<(String, String), ApiError> = failed
-        .into_iter()
-        .map(|(i, e)| ((items[i].bck.uname(), items[i].name.clone()), e))
-        .collect();
-    idx.iter()
-        .filter_map(|&i| {
-            bad.get(&(items[i].bck.uname(), items[i].name.clone()))
-                .map(|e| (i, e.clone()))
-        })
-        .collect()
-}
-
-/// Checks the items at `idx` on this target (after fetching remote ones): size or error each.
-async fn check_local(
-    t: &Target,
-    items: &[Item],
-    idx: Vec<usize>,
-) -> Result<HashMap<usize, Result<u64, ApiError>>, ApiError> {
-    let mut results: HashMap<usize, Result<u64, ApiError>> = HashMap::new();
-    for (i, e) in fetch_remote(t, items, &idx).await {
-        results.insert(i, Err(e));
-    }
-    let todo: Vec<(usize, Item)> = idx
-        .into_iter()
-        .filter(|i| !results.contains_key(i))
-        .map(|i| (i, items[i].clone()))
-        .collect();
-    let (store, shards) = (t.store.clone(), t.shards.clone());
-    let checked = tokio::task::spawn_blocking(move || {
-        let mut opened = Opened::default();
-        todo.into_iter()
-            .map(|(i, item)| {
-                (
-                    i,
-                    locate(&store, &shards, &mut opened, &item).map(|w| w.len()),
-                )
-            })
-            .collect::<Vec<_>>()
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?;
-    results.extend(checked);
-    Ok(results)
-}
-
-/// Checks every item and opens a part stream to every other owner. Without `coer` the first
-/// unreadable item (in request order) is the error; with it, unreadable items are recorded.
-pub(crate) async fn prepare(t: &Target, items: &[Item], coer: bool) -> Result<Prepared, ApiError> {
-    let smap = t.smap();
-    let mut local = Vec::new();
-    // Owner id → (url, item positions in request order).
-    let mut owners: Vec<(String, String, Vec<usize>)> = Vec::new();
-    let mut owner_pos: HashMap<String, usize> = HashMap::new();
-    for (i, it) in items.iter().enumerate() {
-        match smap.owner(&it.bck.object_uname(&it.name)) {
-            Some(o) if o.daemon_id != t.id => {
-                let n = *owner_pos.entry(o.daemon_id.clone()).or_insert_with(|| {
-                    owners.push((o.daemon_id.clone(), o.url().to_owned(), Vec::new()));
-                    owners.len() - 1
-                });
-                owners[n].2.push(i);
-            }
-            _ => local.push(i),
-        }
-    }
-    let parts = owners.iter().map(|(id, url, idx)| {
-        let req = PartReq {
-            items: idx.iter().map(|&i| items[i].clone()).collect(),
-            coer,
-        };
-        open_part(t, id, url, req)
-    });
-    let (local_results, part_results) = tokio::join!(
-        check_local(t, items, local),
-        futures::future::join_all(parts)
-    );
-    let local_results = local_results?;
-
-    let mut sources: Vec<Option<Source>> = (0..items.len()).map(|_| None).collect();
-    let mut sizes = vec![0u64; items.len()];
-    for (i, r) in local_results {
-        match r {
-            Ok(size) => {
-                sizes[i] = size;
-                sources[i] = Some(Source::Local);
-            }
-            Err(e) => sources[i] = Some(Source::Failed(e)),
-        }
-    }
-    let mut streams = Vec::new();
-    for ((_, _, idx), result) in owners.iter().zip(part_results) {
-        match result {
-            Ok((summary, stream)) => {
-                let n = streams.len();
-                streams.push(stream);
-                for (k, &i) in idx.iter().enumerate() {
-                    match summary.items.get(k) {
-                        Some(f) if f.err.is_empty() => {
-                            sizes[i] = f.size;
-                            sources[i] = Some(Source::Remote(n, k as u64));
-                        }
-                        Some(f) => sources[i] = Some(Source::Failed(error_of(f))),
-                        None => {
-                            sources[i] = Some(Source::Failed(ApiError::unavailable(
-                                "get-batch: part summary too short",
-                            )))
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                for &i in idx {
-                    sources[i] = Some(Source::Failed(e.clone()));
-                }
-            }
-        }
-    }
-    let sources: Vec<Source> = sources
-        .into_iter()
-        .map(|s| s.unwrap_or_else(|| Source::Failed(ApiError::internal("item not prepared"))))
-        .collect();
-    if !coer
-        && let Some(Source::Failed(e)) = sources.iter().find(|s| matches!(s, Source::Failed(_)))
-    {
-        return Err(e.clone());
-    }
-    Ok(Prepared {
-        sources,
-        streams,
-        sizes,
-    })
-}
-
-/// Sizes of items stored on this target (uncached remote ones are fetched first); `None` =
-/// unreadable (without `coer`, the first unreadable item is the error).
-pub(crate) async fn sizes(
-    t: &Target,
-    items: &[Item],
-    coer: bool,
-) -> Result<Vec<Option<u64>>, ApiError> {
-    let checked = check_local(t, items, (0..items.len()).collect()).await?;
-    let mut out = vec![None; items.len()];
-    for (i, slot) in out.iter_mut().enumerate() {
-        match checked.get(&i) {
-            Some(Ok(size)) => *slot = Some(*size),
-            Some(Err(e)) if !coer => return Err(e.clone()),
-            _ => {}
-        }
-    }
-    Ok(out)
-}
-
-/// Sends one owner its part request; returns its summary and the stream of its frames.
-async fn open_part(
-    t: &Target,
-    id: &str,
-    url: &str,
-    req: PartReq,
-) -> Result<(Summary, BlockingBody), ApiError> {
-    let resp = t
-        .relay
-        .post(format!("{url}/v1/shards/part"))
-        .json(&req)
-        .send()
-        .await
-        .map_err(|e| ApiError::unavailable(format!("get-batch: target {id} unreachable: {e}")))?;
-    if !resp.status().is_success() {
-        let status = resp.status();
-        let text = resp.text().await.unwrap_or_default();
-        let message = serde_json::from_str::<gristmill_core::ErrorBody>(&text)
-            .map(|b| b.message)
-            .unwrap_or(text);
-        let kind = ErrorKind::from_status(
-            http::StatusCode::from_u16(status.as_u16())
-                .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR),
-        );
-        return Err(ApiError::new(kind, message));
-    }
-    // Read the summary frame on the runtime; the rest of the stream goes to the assembler.
-    let mut stream = resp.bytes_stream().boxed();
-    let mut buf: Vec<u8> = Vec::new();
-    let need = |buf: &Vec<u8>| -> Option<usize> {
-        (buf.len() >= 4).then(|| 4 + u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize)
-    };
-    loop {
-        if let Some(n) = need(&buf)
-            && buf.len() >= n
-        {
-            break;
-        }
-        if buf.len() > MAX_REQUEST {
-            return Err(ApiError::unavailable("get-batch: part summary too large"));
-        }
-        match stream.next().await {
-            Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
-            Some(Err(e)) => {
-                return Err(ApiError::unavailable(format!(
-                    "get-batch: target {id}: {e}"
-                )));
-            }
-            None => {
-                return Err(ApiError::unavailable(format!(
-                    "get-batch: target {id} ended its stream early"
-                )));
-            }
-        }
-    }
-    let n = need(&buf).unwrap_or(4);
-    let summary: Summary = read_frame(&mut &buf[..n])?;
-    let rest = Bytes::copy_from_slice(&buf[n..]);
-    let body =
-        futures::stream::once(async move { Ok::<Bytes, reqwest::Error>(rest) }).chain(stream);
-    Ok((summary, BlockingBody::new(body)))
-}
 
 // ---------------------------------------------------------------------------------------
 // Writing.
@@ -781,6 +259,7 @@ type Pending = (
 
 /// Items transformed at once, ahead of the one being written, and the bytes they may hold.
 const ETL_WINDOW: usize = 16;
+
 const ETL_WINDOW_BYTES: u64 = 256 << 20;
 
 /// The transforming writer: each item is read whole (ETL inputs are bounded by
@@ -1114,7 +593,7 @@ async fn run(
     for b in buckets {
         t.require_bucket(b).await?;
     }
-    let etl = match crate::http::etl_names(&params) {
+    let etl = match crate::read::transform::etl_names(&params) {
         None => None,
         Some(names) => {
             if !req.strm {
@@ -1214,45 +693,4 @@ fn multipart_meta(req: &MossReq, items: &[Item], prep: &Prepared) -> String {
         uuid: uuid::Uuid::new_v4().to_string(),
     })
     .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn item_names_and_ranges() {
-        let b = Bck::from_request("b", None, None).unwrap();
-        let mut it = Item::object(&b, "dir/o.jpg");
-        assert_eq!(entry_name(&it, false), "b/dir/o.jpg");
-        it.archpath = "x/y".into();
-        assert_eq!(entry_name(&it, true), "dir/o.jpg/x/y");
-        it.start = 2;
-        it.length = 3;
-        assert_eq!(slice(&it, 10).unwrap(), (2, 3));
-        it.length = -1;
-        assert_eq!(slice(&it, 10).unwrap(), (2, 8));
-        it.length = 9;
-        assert!(slice(&it, 10).is_err());
-        let (bck, name) = parse_uname("ais/@#/b/x/y.tar").unwrap();
-        assert_eq!((bck.name.as_str(), name.as_str()), ("b", "x/y.tar"));
-        assert!(parse_uname("ais/b").is_err());
-    }
-
-    #[test]
-    fn frames_roundtrip() {
-        let mut buf = Vec::new();
-        let f = Frame {
-            i: 3,
-            size: 7,
-            err: String::new(),
-            status: 0,
-        };
-        write_frame(&mut buf, &serde_json::to_vec(&f).unwrap()).unwrap();
-        let back: Frame = read_frame(&mut &buf[..]).unwrap();
-        assert_eq!((back.i, back.size), (3, 7));
-        let e = frame_error(&ApiError::not_found("gone"), 9);
-        let back = Frame::read(&mut &e.encode()[..]).unwrap();
-        assert_eq!((back.i, back.status, back.err.as_str()), (9, 404, "gone"));
-    }
 }

@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 
 use super::io::FileRange;
-use crate::meta::ObjectMeta;
 use crate::store::Store;
+use crate::store::meta::ObjectMeta;
 
 /// Members kept in memory across all cached catalogs (an index entry is ~100 bytes).
 const CACHE_MEMBERS: usize = 2_000_000;

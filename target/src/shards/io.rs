@@ -13,8 +13,8 @@ use futures::{Stream, StreamExt};
 use gristmill_core::{ApiError, Bck, ErrorKind};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::meta::ObjectMeta;
 use crate::store::Store;
+use crate::store::meta::ObjectMeta;
 
 /// Counter of bytes read from shard files by archive operations (index builds, member reads,
 /// scans): with an index, reading a member adds the member's size and nothing more.

@@ -16,9 +16,9 @@ use std::sync::Arc;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use gristmill_core::api::{ENTRY_IS_CACHED, ListEntry, ListObjectsMsg, ListObjectsPage};
-use gristmill_core::server::encode_page;
 use gristmill_core::shards::{ARCH_KEY_SEP, ENTRY_IN_ARCH, ENTRY_IS_ARCHIVE};
 use gristmill_core::{ApiError, Bck};
+use gristmill_node::server::encode_page;
 use gristmill_shard::Format;
 
 use super::catalog::{self, Catalog};
@@ -75,7 +75,7 @@ pub(crate) async fn list_objects(
             } else {
                 None
             };
-            let mut e = crate::http::entry(t, m, lso);
+            let mut e = crate::read::local::entry(t, m, lso);
             if cat.is_some() {
                 e.flags |= ENTRY_IS_ARCHIVE;
             }

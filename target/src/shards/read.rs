@@ -41,7 +41,7 @@ pub(crate) async fn get(
     params: &HashMap<String, String>,
     headers: &HeaderMap,
 ) -> ApiResult {
-    let open = crate::http::open_or_fetch(t, bck, name).await?;
+    let open = crate::read::local::open_or_fetch(t, bck, name).await?;
     if t.store.touch(&open.meta.bucket, &open.meta.name) {
         t.space.nudge();
     }
@@ -109,7 +109,7 @@ async fn member(
     };
     match located {
         Located::Range { offset, size, data } => {
-            let range = match crate::http::request_range(headers, size) {
+            let range = match crate::read::local::request_range(headers, size) {
                 Ok(r) => r,
                 Err(resp) => return resp,
             };

@@ -25,36 +25,38 @@
 //! Progress (the job's counters on each target): input shards read plus output shards
 //! written (`objects`), bytes written; the total grows once the target knows its assignment.
 //! Any target's failure (a malformed input shard) aborts the job everywhere.
-
+use super::batch::{self, Assembly, Item, Outcome};
+use super::catalog::{self, Catalog};
+use super::io;
+use crate::Target;
+use crate::jobs::JobRun;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use gristmill_core::shards::{DEFAULT_MAX_MEM_RECORDS, ReshardSpec};
+use gristmill_core::{ApiError, Bck, ErrorKind};
+use gristmill_shard::{Format, SampleData, group_samples};
+use serde::{Deserialize, Serialize};
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
-use gristmill_core::shards::{DEFAULT_MAX_MEM_RECORDS, ReshardSpec};
-use gristmill_core::{ApiError, Bck, ErrorKind};
-use gristmill_shard::{Format, SampleData, group_samples};
-use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, mpsc};
 use xxhash_rust::xxh64::xxh64;
-
-use super::batch::{self, Assembly, Item, Outcome};
-use super::catalog::{self, Catalog};
-use super::io;
-use crate::Target;
-use crate::jobs::JobRun;
+mod coordinate;
+pub(crate) use coordinate::coordinate;
+#[cfg(test)]
+mod tests;
 
 /// Records sent to the coordinator per request.
 const RECORD_BATCH: usize = 5000;
+
 /// How long the coordinator waits for every target's records, and a target for its plans.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(3600);
+
 /// Plans queued per target (each holds one output shard's record list).
 const PLAN_QUEUE: usize = 2;
 
@@ -578,7 +580,7 @@ async fn records(
         if run.cancel.is_cancelled() {
             return Err(ApiError::new(ErrorKind::Conflict, "aborted"));
         }
-        let open = crate::http::open_or_fetch(t, input, &shard).await?;
+        let open = crate::read::local::open_or_fetch(t, input, &shard).await?;
         let (store, shards_state, bck, name) = (
             t.store.clone(),
             t.shards.clone(),
@@ -672,17 +674,7 @@ async fn post<T: Serialize>(t: &Target, url: &str, body: &T) -> Result<(), ApiEr
     if resp.status().is_success() {
         return Ok(());
     }
-    let status = resp.status();
-    let text = resp.text().await.unwrap_or_default();
-    let message = serde_json::from_str::<gristmill_core::ErrorBody>(&text)
-        .map(|b| b.message)
-        .unwrap_or(text);
-    Err(ApiError::new(
-        ErrorKind::from_status(
-            http::StatusCode::from_u16(status.as_u16()).unwrap_or(http::StatusCode::BAD_GATEWAY),
-        ),
-        format!("reshard: {message}"),
-    ))
+    Err(crate::cluster::peer::peer_error(resp, "reshard").await)
 }
 
 async fn broadcast_abort(t: &Target, job: &str, spec: &ReshardSpec, reason: &str) {
@@ -700,192 +692,6 @@ async fn broadcast_abort(t: &Target, job: &str, spec: &ReshardSpec, reason: &str
             .await;
         }
     }
-}
-
-/// Phase 2 (coordinator): wait for every target's records, order, cut, assign.
-async fn coordinate(
-    t: &Arc<Target>,
-    run: &Arc<JobRun>,
-    spec: &ReshardSpec,
-    output: &Bck,
-    session: &Arc<Session>,
-) -> Result<(), ApiError> {
-    let Some((_, collector)) = session.collector.get().cloned() else {
-        return Err(ApiError::internal(
-            "reshard coordinator without a collector",
-        ));
-    };
-    let want: HashSet<String> = spec.targets.iter().cloned().collect();
-    let deadline = tokio::time::Instant::now() + PHASE_TIMEOUT;
-    loop {
-        {
-            let c = collector.lock().expect("collector lock");
-            if let Some(e) = c.errors.first() {
-                return Err(ApiError::new(ErrorKind::BadRequest, e.clone()));
-            }
-            if want.is_subset(&c.reported) {
-                break;
-            }
-        }
-        tokio::select! {
-            _ = session.notify.notified() => {}
-            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-            _ = run.cancel.cancelled() => return Ok(()),
-            _ = tokio::time::sleep_until(deadline) => {
-                return Err(ApiError::new(ErrorKind::GatewayTimeout, "reshard: not every target reported its records"));
-            }
-        }
-    }
-    let collector = {
-        let mut c = collector.lock().expect("collector lock");
-        std::mem::replace(
-            &mut *c,
-            Collector {
-                reported: HashSet::new(),
-                errors: Vec::new(),
-                buffer: Vec::new(),
-                runs: Vec::new(),
-                spill_dir: PathBuf::new(),
-                max_mem: usize::MAX,
-                total: 0,
-            },
-        )
-    };
-    let total = collector.total;
-    let series = spec.output_series()?;
-    let size_limit = if spec.output_shard_size == 0 {
-        u64::MAX
-    } else {
-        spec.output_shard_size
-    };
-    let use_groups = !spec.ekm.is_empty();
-    let abort_dups = spec.duplicated_records == "abort";
-    let ext = spec.output_ext().to_owned();
-    // Cut shards on a blocking thread; hand them over through a small channel.
-    let (tx, mut rx) = mpsc::channel::<Result<(String, Vec<Record>), ApiError>>(2);
-    tokio::task::spawn_blocking(move || {
-        let sorted = match collector.into_sorted() {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = tx.blocking_send(Err(e));
-                return;
-            }
-        };
-        let mut current: Vec<Record> = Vec::new();
-        let mut group = String::new();
-        let mut filled = 0u64;
-        let mut index = 0u64;
-        let mut last_key: Option<String> = None;
-        let emit = |name: String, recs: Vec<Record>| tx.blocking_send(Ok((name, recs))).is_ok();
-        let name_of = |index: u64, group: &str| -> Result<String, ApiError> {
-            if use_groups {
-                let mut n = group.to_owned();
-                if Format::from_name(&n).is_none() {
-                    n.push_str(&ext);
-                }
-                Ok(n)
-            } else {
-                series.name(index)
-            }
-        };
-        for item in sorted {
-            let (k, r) = match item {
-                Ok(x) => x,
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(e));
-                    return;
-                }
-            };
-            if abort_dups && last_key.as_deref() == Some(r.key.as_str()) {
-                let _ = tx.blocking_send(Err(ApiError::bad_request(format!(
-                    "duplicate sample key {:?} (duplicated_records: abort)",
-                    r.key
-                ))));
-                return;
-            }
-            last_key = Some(r.key.clone());
-            let new_group = use_groups && k.group != group;
-            if !current.is_empty() && (new_group || (!use_groups && filled >= size_limit)) {
-                let name = match name_of(index, &group) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        let _ = tx.blocking_send(Err(e));
-                        return;
-                    }
-                };
-                if !emit(name, std::mem::take(&mut current)) {
-                    return;
-                }
-                index += 1;
-                filled = 0;
-            }
-            group = k.group;
-            filled += r.archived_size();
-            current.push(r);
-        }
-        if !current.is_empty() {
-            match name_of(index, &group) {
-                Ok(name) => {
-                    emit(name, current);
-                }
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(e));
-                }
-            }
-        }
-    });
-    let smap = t.smap();
-    let mut per_target: HashMap<String, u64> =
-        spec.targets.iter().map(|id| (id.clone(), 0)).collect();
-    let mut shards = 0u64;
-    let mut sends = futures::stream::FuturesUnordered::new();
-    loop {
-        let next = tokio::select! {
-            n = rx.recv() => n,
-            _ = run.cancel.cancelled() => return Ok(()),
-        };
-        let Some(next) = next else { break };
-        let (name, recs) = next?;
-        gristmill_core::validate_object_name(&name)?;
-        shards += 1;
-        if spec.dry_run {
-            continue;
-        }
-        let owner = smap
-            .owner(&output.object_uname(&name))
-            .ok_or_else(|| ApiError::unavailable("no targets in the cluster map"))?;
-        *per_target.entry(owner.daemon_id.clone()).or_default() += 1;
-        let url = format!("{}/v1/shards/reshard/{}/plan", owner.url(), run.spec.id);
-        let t2 = t.clone();
-        sends.push(async move {
-            post(
-                &t2,
-                &url,
-                &PlanMsg::Shard {
-                    name,
-                    records: recs,
-                },
-            )
-            .await
-        });
-        // A few plans in flight (each waits for room in its target's queue).
-        while sends.len() >= 4 {
-            if let Some(r) = sends.next().await {
-                r?;
-            }
-        }
-    }
-    while let Some(r) = sends.next().await {
-        r?;
-    }
-    tracing::info!(job = %run.spec.id, records = total, shards, dry_run = spec.dry_run, "reshard planned");
-    for (id, n) in per_target {
-        if let Some(node) = smap.node(&id) {
-            let url = format!("{}/v1/shards/reshard/{}/plan", node.url(), run.spec.id);
-            post(t, &url, &PlanMsg::Done { shards: n }).await?;
-        }
-    }
-    Ok(())
 }
 
 /// Phase 3: build the shards the coordinator assigns to this target, until it says done.
@@ -974,93 +780,4 @@ async fn build_one(
     io::ready(rx).await?;
     super::archive::put_stream(t, output, name, stream).await?;
     Ok(written.load(std::sync::atomic::Ordering::Relaxed))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(key: &str, shard: &str, pos: u64) -> Record {
-        Record {
-            key: key.into(),
-            shard: shard.into(),
-            pos,
-            files: vec![(format!("{key}.jpg"), 10)],
-            size: 10,
-        }
-    }
-
-    fn order(kind: &str, seed: &str) -> Orderer {
-        Orderer::new(&ReshardSpec {
-            algorithm: gristmill_core::shards::ReshardAlgorithm {
-                kind: kind.into(),
-                decreasing: false,
-                seed: seed.into(),
-            },
-            ..Default::default()
-        })
-        .unwrap()
-    }
-
-    fn sorted_keys(c: Collector) -> Vec<String> {
-        c.into_sorted().unwrap().map(|r| r.unwrap().1.key).collect()
-    }
-
-    fn collector(dir: &std::path::Path, max_mem: usize) -> Collector {
-        Collector {
-            reported: HashSet::new(),
-            errors: Vec::new(),
-            buffer: Vec::new(),
-            runs: Vec::new(),
-            spill_dir: dir.to_owned(),
-            max_mem,
-            total: 0,
-        }
-    }
-
-    #[test]
-    fn spilled_sort_equals_in_memory_sort() {
-        let dir = tempfile::tempdir().unwrap();
-        for kind in ["alphanumeric", "shuffle", "none"] {
-            let o = order(kind, "7");
-            let recs: Vec<Record> = (0..1000)
-                .map(|i| {
-                    rec(
-                        &format!("k{:04}", (i * 7919) % 1000),
-                        &format!("s{}", i % 13),
-                        i,
-                    )
-                })
-                .collect();
-            let mut mem = collector(dir.path(), usize::MAX);
-            mem.add(&o, recs.clone()).unwrap();
-            let mut spilled = collector(&dir.path().join(kind), 64);
-            for chunk in recs.chunks(100) {
-                spilled.add(&o, chunk.to_vec()).unwrap();
-            }
-            assert!(spilled.runs.len() >= 10);
-            assert_eq!(sorted_keys(mem), sorted_keys(spilled), "{kind}");
-        }
-    }
-
-    #[test]
-    fn shuffle_depends_on_seed_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let recs: Vec<Record> = (0..200).map(|i| rec(&format!("k{i:03}"), "s", i)).collect();
-        let run = |seed: &str, reversed: bool| {
-            let mut c = collector(dir.path(), usize::MAX);
-            let mut r = recs.clone();
-            if reversed {
-                r.reverse();
-            }
-            c.add(&order("shuffle", seed), r).unwrap();
-            sorted_keys(c)
-        };
-        assert_eq!(run("a", false), run("a", true));
-        assert_ne!(run("a", false), run("b", false));
-        let mut alpha = collector(dir.path(), usize::MAX);
-        alpha.add(&order("alphanumeric", ""), recs.clone()).unwrap();
-        let keys = sorted_keys(alpha);
-        assert!(keys.windows(2).all(|w| w[0] < w[1]));
-    }
 }

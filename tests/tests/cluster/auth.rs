@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::primitives::ByteStream;
-use gristmill_core::auth::{self, Access, Keys, Route};
 use gristmill_core::users::User;
+use gristmill_node::auth::{self, Access, Keys, Route};
 use gristmill_tests::secure::{SecureCluster, SecureOptions};
 use reqwest::{Method, StatusCode};
 
@@ -132,7 +132,7 @@ fn every_route_is_classified() {
         }
         assert!(
             missing.is_empty(),
-            "routes in {crate_dir} without an access class in gristmill_core::auth::{name} \
+            "routes in {crate_dir} without an access class in gristmill_node::auth::{name} \
              (classify them): {missing:?}"
         );
         // And the table names no route that no longer exists.

@@ -1,4 +1,4 @@
-//! The cache-fill path of cold GETs (`target/src/cold.rs`): the remote's MD5 ETag is checked on
+//! The cache-fill path of cold GETs (`target/src/read/cold.rs`): the remote's MD5 ETag is checked on
 //! a thread of its own and a mismatch is never served as a complete body nor cached; a good
 //! copy is cached once; cache fills commit their index entry without an fsync, so a target
 //! killed with SIGKILL right after may lose entries (they are fetched again) but never serves

@@ -865,3 +865,137 @@ async fn a_mirrored_put_that_cannot_reach_every_copy_changes_nothing() {
 async fn refusing_url(c: &Cluster, id: &str) -> String {
     c.smap().await.unwrap().tmap[id].url().to_owned()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_delete_while_unsettled_waits_for_every_target_to_answer() {
+    // Issue 14: until the primary confirms every object is placed by the current map, a copy
+    // may sit on any target of it (a map it never saw, an aborted rebalance). A DELETE must
+    // order after every copy: a target that does not answer fails it (503) and changes
+    // nothing; once it answers, the DELETE is final everywhere. A long failure window keeps
+    // the paused target in the map.
+    let env = vec![(
+        "GRISTD_KEEPALIVE_INTERVAL_MS".to_string(),
+        "1000".to_string(),
+    )];
+    let c = Cluster::start_full(
+        3,
+        1,
+        &[
+            "--keepalive-interval-ms",
+            "1000",
+            "--keepalive-retries",
+            "90",
+        ],
+        &env,
+    )
+    .await
+    .unwrap();
+    fill(&c, "uns", 40, 1024).await;
+    let paused = target_id(&c, 2);
+    // A change while target 2 is paused: its rebalance cannot finish, so nobody is settled.
+    c.targets[2].signal("STOP");
+    let leaving = target_id(&c, 0);
+    let r = c
+        .http
+        .put(c.url("/v1/cluster"))
+        .json(&serde_json::json!({"action": "start-maintenance", "value": {"sid": leaving}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let smap = c.smap().await.unwrap();
+    // The live targets have the new map (pushes are not waited for).
+    for t in smap.tmap.values().filter(|t| t.daemon_id != paused) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let theirs: ClusterMap = c
+                .http
+                .get(format!("{}/v1/daemon?what=smap", t.url()))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if theirs.version >= smap.version {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} has no map v{}",
+                t.daemon_id,
+                smap.version
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let bck = Bck::new("uns", Provider::Ais).unwrap();
+    // Owned by target 1 under the new map (so its owner answers, and asks the paused one).
+    let victims: Vec<String> = (0..40)
+        .map(name)
+        .filter(|n| {
+            let owner = &smap.owner(&bck.object_uname(n)).unwrap().daemon_id;
+            *owner != paused && *owner != leaving
+        })
+        .take(3)
+        .collect();
+    assert_eq!(victims.len(), 3);
+    let get = |n: &String| c.http.get(c.url(&format!("/v1/objects/uns/{n}"))).send();
+    for n in &victims {
+        let r = c
+            .http
+            .delete(c.url(&format!("/v1/objects/uns/{n}")))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let text = r.text().await.unwrap();
+        if status != 503 {
+            for t in &c.targets {
+                eprintln!("--- {}:\n{}", t.name, t.log_tail());
+            }
+            eprintln!("--- proxy:\n{}", c.proxy.log_tail());
+        }
+        assert_eq!(status, 503, "DELETE {n} with a silent target: {text}");
+        assert!(text.contains("did not answer"), "{text}");
+        let r = get(n).await.unwrap();
+        assert_eq!(r.status(), 200, "{n} after a refused DELETE");
+        let i: usize = n.trim_start_matches("el-").parse().unwrap();
+        assert_eq!(r.bytes().await.unwrap(), content(i as u64, 1024));
+    }
+    c.targets[2].signal("CONT");
+    for n in &victims {
+        let r = c
+            .http
+            .delete(c.url(&format!("/v1/objects/uns/{n}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "DELETE {n} once every target answers");
+        assert_eq!(get(n).await.unwrap().status(), 404);
+    }
+    // Whatever moves now, the deleted objects stay deleted: on every node and in the listing.
+    rebalanced(&c).await;
+    let page: gristmill_core::api::ListObjectsPage = c
+        .http
+        .get(c.url("/v1/buckets/uns"))
+        .json(&serde_json::json!({"action": "list", "value": {"pagesize": 100}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let listed: BTreeSet<String> = page.entries.into_iter().map(|e| e.name).collect();
+    let expect: BTreeSet<String> = (0..40).map(name).filter(|n| !victims.contains(n)).collect();
+    assert_eq!(listed, expect, "the listing after the deletes");
+    let smap = c.smap().await.unwrap();
+    for n in &victims {
+        assert_eq!(get(n).await.unwrap().status(), 404, "{n} came back");
+        for t in smap.tmap.values() {
+            let names = c.names_on(t.url(), "uns").await;
+            assert!(!names.contains(n), "{n} still on {}", t.daemon_id);
+        }
+    }
+    assert_eq!(paused, smap.tmap[&paused].daemon_id);
+}

@@ -1,0 +1,14 @@
+//! `gristmill-node`: what a Gristmill server process is built from, shared by proxies and
+//! targets — the accept loop with its limits ([`conn`]), TLS ([`tls`]), the auth gate, tokens
+//! and the signing intra-cluster client ([`auth`]), error responses, metrics and redirects
+//! ([`server`]), background loops ([`worker`]), and S3 checksum helpers ([`s3`]).
+//!
+//! `gristmill-core` keeps the types, placement, wire formats and route tables; this crate does
+//! the networking, so clients (the `grist` CLI, the Rust SDK) never link it.
+
+pub mod auth;
+pub mod conn;
+pub mod s3;
+pub mod server;
+pub mod tls;
+pub mod worker;

@@ -1,0 +1,205 @@
+//! HTTP server plumbing shared by proxies and targets (feature `server`): the serve loop with
+//! TCP_NODELAY and graceful shutdown, JSON error responses, request metrics and `/metrics`.
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use gristmill_core::error::ApiError;
+
+/// How long in-flight requests get to finish after shutdown is requested.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Serves `app` on `listener` until `shutdown` fires, then drains for at most [`SHUTDOWN_GRACE`],
+/// with default [`gristmill_core::limits::Limits`] and no TLS.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    serve_with(
+        listener,
+        app,
+        shutdown,
+        crate::conn::ServeOptions::default(),
+    )
+    .await
+}
+
+/// [`serve`] with limits and TLS: the accept loop in [`crate::conn`].
+pub async fn serve_with(
+    listener: TcpListener,
+    app: Router,
+    shutdown: CancellationToken,
+    opts: crate::conn::ServeOptions,
+) -> std::io::Result<()> {
+    crate::conn::serve(listener, app, shutdown, opts).await
+}
+
+/// The process-wide Prometheus recorder (installed on first use).
+pub fn metrics_handle() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let builder = PrometheusBuilder::new().set_buckets(&[
+            0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+            2.5, 5.0, 10.0,
+        ]);
+        match builder.and_then(|b| b.install_recorder()) {
+            Ok(h) => h,
+            Err(e) => {
+                // Another recorder is installed (e.g. tests running several nodes in one
+                // process with a custom recorder); render an empty registry.
+                tracing::warn!(error = %e, "prometheus recorder not installed");
+                PrometheusBuilder::new().build_recorder().handle()
+            }
+        }
+    })
+}
+
+/// `GET /metrics`.
+pub async fn metrics_endpoint() -> Response {
+    let body = metrics_handle().render();
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        body,
+    )
+        .into_response()
+}
+
+/// Operation label of a request, for metrics: `get`, `put`, `head`, `delete` on objects, else
+/// the first path segment after `/v1/`.
+fn op_label(method: &axum::http::Method, path: &str) -> &'static str {
+    use axum::http::Method;
+    let area = path
+        .strip_prefix("/v1/")
+        .and_then(|p| p.split('/').next())
+        .unwrap_or("");
+    match (area, method) {
+        ("objects", &Method::GET) => "get",
+        ("objects", &Method::PUT) => "put",
+        ("objects", &Method::HEAD) => "head",
+        ("objects", &Method::DELETE) => "delete",
+        ("objects", _) => "object_other",
+        ("buckets", &Method::GET) => "list",
+        ("buckets", _) => "bucket",
+        ("cluster", _) | ("daemon", _) | ("metasync", _) => "control",
+        ("health", _) => "health",
+        _ if path == "/metrics" => "metrics",
+        _ => "other",
+    }
+}
+
+/// Middleware recording request counts, errors, bytes and latency by operation.
+pub async fn track_requests(req: Request, next: Next) -> Response {
+    let op = op_label(req.method(), req.uri().path());
+    let started = Instant::now();
+    let in_bytes = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let out_bytes = resp
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    metrics::counter!("grist_requests_total", "op" => op).increment(1);
+    if status.is_client_error() || status.is_server_error() {
+        let class = if status.is_server_error() {
+            "5xx"
+        } else {
+            "4xx"
+        };
+        metrics::counter!("grist_errors_total", "op" => op, "class" => class).increment(1);
+    }
+    if in_bytes > 0 {
+        metrics::counter!("grist_bytes_in_total", "op" => op).increment(in_bytes);
+    }
+    if out_bytes > 0 && status != StatusCode::TEMPORARY_REDIRECT {
+        metrics::counter!("grist_bytes_out_total", "op" => op).increment(out_bytes);
+    }
+    metrics::histogram!("grist_request_seconds", "op" => op)
+        .record(started.elapsed().as_secs_f64());
+    resp
+}
+
+/// `GET /v1/health`.
+pub async fn health() -> StatusCode {
+    StatusCode::OK
+}
+
+/// A 307 to `location` (object requests go to their owner this way).
+pub fn redirect(location: &str) -> Response {
+    let mut resp = StatusCode::TEMPORARY_REDIRECT.into_response();
+    if let Ok(v) = HeaderValue::from_str(location) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    resp
+}
+
+/// Whether the client accepts msgpack (the `aistore` SDK asks for it on listings).
+pub fn wants_msgpack(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains(gristmill_core::api::header::MSGPACK))
+}
+
+/// A listing page in msgpack when the client asks for it, JSON otherwise.
+pub fn encode_page(
+    page: &gristmill_core::api::ListObjectsPage,
+    headers: &axum::http::HeaderMap,
+) -> Response {
+    if wants_msgpack(headers) {
+        (
+            [(header::CONTENT_TYPE, gristmill_core::api::header::MSGPACK)],
+            page.to_msgpack(),
+        )
+            .into_response()
+    } else {
+        axum::Json(page).into_response()
+    }
+}
+
+/// Object routes without an object name: a clear 400 rather than an unmatched-route 404.
+pub async fn empty_object_name() -> ApiError {
+    ApiError::bad_request("invalid object name: empty")
+}
+
+/// JSON answers for requests no route takes: unknown paths (404) and wrong methods (405).
+pub fn with_fallbacks<S: Clone + Send + Sync + 'static>(router: Router<S>) -> Router<S> {
+    router
+        .fallback(|req: Request| async move {
+            ApiError::not_found(format!(
+                "no such endpoint: {} {}",
+                req.method(),
+                req.uri().path()
+            ))
+        })
+        .method_not_allowed_fallback(|req: Request| async move {
+            ApiError::new(
+                gristmill_core::error::ErrorKind::MethodNotAllowed,
+                format!("{} is not allowed on {}", req.method(), req.uri().path()),
+            )
+        })
+}
+
+/// Reads another node's error answer into the one error type (see [`ApiError::from_peer`]).
+pub async fn peer_error(resp: reqwest::Response, what: &str) -> ApiError {
+    let status = resp.status().as_u16();
+    let body = resp.bytes().await.unwrap_or_default();
+    ApiError::from_peer(status, &body, what)
+}

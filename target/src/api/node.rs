@@ -1,0 +1,82 @@
+//! Node routes: `/v1/daemon` (map, metadata, mountpaths, space) and the S3 relay to the
+//! primary proxy.
+
+use super::route::Params;
+use crate::ApiResult;
+use crate::Target;
+use axum::body::Body;
+use axum::extract::{Query, Request, State};
+use axum::response::{IntoResponse, Response};
+use gristmill_core::ApiError;
+use gristmill_core::api::query as q;
+use std::sync::Arc;
+
+pub(crate) async fn daemon(State(t): State<Arc<Target>>, Query(params): Params) -> ApiResult {
+    match params.get(q::WHAT).map(String::as_str) {
+        Some("smap") => Ok(axum::Json(t.smap().as_ref().clone()).into_response()),
+        Some("bmd") => Ok(axum::Json(t.bmd().as_ref().clone()).into_response()),
+        Some("snode") | None => Ok(axum::Json(t.node()).into_response()),
+        Some("mountpaths") => Ok(axum::Json(crate::cluster::resilver::list(&t)).into_response()),
+        Some("space") => Ok(axum::Json(t.space.report(&t.bmd())).into_response()),
+        Some(other) => Err(ApiError::bad_request(format!(
+            "unknown ?what={other} (expected smap, bmd, snode, mountpaths, space)"
+        ))),
+    }
+}
+
+/// Headers that describe one hop, not the message; never relayed.
+pub(crate) const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+];
+
+/// S3 requests sent to a target are relayed, streaming both ways, to the primary proxy, which
+/// verifies the signature (the `Host` header is kept, so SigV4 still matches) and routes the
+/// object to its owner. Unknown `/v1/` paths get the usual JSON 404.
+pub(crate) async fn s3_relay(State(t): State<Arc<Target>>, req: Request) -> ApiResult {
+    let path = req.uri().path();
+    if path.starts_with("/v1/") || path == "/v1" {
+        return Err(ApiError::not_found(format!(
+            "no such endpoint: {} {path}",
+            req.method()
+        )));
+    }
+    let primary = t.smap().proxy_si.url().to_owned();
+    if primary.is_empty() {
+        return Err(ApiError::unavailable("not joined to a cluster yet"));
+    }
+    let url = format!(
+        "{primary}{}",
+        req.uri()
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+    );
+    // A client's request: it carries the client's credentials, never this node's.
+    let mut out = t.relay.unsigned().request(req.method().clone(), url);
+    for (name, value) in req.headers() {
+        if !HOP_BY_HOP.contains(&name.as_str()) {
+            out = out.header(name, value);
+        }
+    }
+    let resp = out
+        .body(reqwest::Body::wrap_stream(
+            req.into_body().into_data_stream(),
+        ))
+        .send()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("relaying S3 request to the proxy: {e}")))?;
+    let mut relayed = Response::builder().status(resp.status().as_u16());
+    for (name, value) in resp.headers() {
+        if !HOP_BY_HOP.contains(&name.as_str()) {
+            relayed = relayed.header(name.as_str(), value.as_bytes());
+        }
+    }
+    relayed
+        .body(Body::from_stream(resp.bytes_stream()))
+        .map_err(|e| ApiError::internal(e.to_string()))
+}

@@ -1,0 +1,194 @@
+//! Object routes (`/v1/objects`, multipart staging `/v1/mpu`): routing, then the read and
+//! write paths.
+
+use super::route::{Params, Routed};
+use crate::ApiResult;
+use crate::Target;
+use crate::read::local::object_headers;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::response::IntoResponse;
+use gristmill_core::ApiError;
+use std::sync::Arc;
+
+pub(crate) async fn object(
+    State(t): State<Arc<Target>>,
+    Path((bucket, name)): Path<(String, String)>,
+    Query(params): Params,
+    req: Request,
+) -> ApiResult {
+    let bck = match t
+        .route_object(&bucket, &name, &params, req.method(), req.uri())
+        .await?
+    {
+        Routed::Here(bck) => bck,
+        Routed::Elsewhere(redirect) => return Ok(redirect),
+    };
+    let remote = bck.is_remote();
+    if !remote && matches!(*req.method(), Method::GET | Method::HEAD) {
+        let method = req.method().clone();
+        let local = if method == Method::GET {
+            crate::read::get_object(&t, &bck, &name, &params, req.headers()).await
+        } else {
+            crate::read::local::head_object(&t, &bck, &name, req.headers())
+        };
+        return match local {
+            Err(e) if e.kind == gristmill_core::ErrorKind::NotFound => {
+                match crate::read::past_owner::fetch_from_past_owner(
+                    &t,
+                    &bck,
+                    &name,
+                    &method,
+                    req.uri(),
+                    req.headers(),
+                )
+                .await
+                {
+                    Some(resp) => Ok(resp),
+                    // It may have arrived here while we asked elsewhere (the sender drops its
+                    // copy only after ours is committed): look once more.
+                    None if method == Method::GET => {
+                        let again =
+                            crate::read::get_object(&t, &bck, &name, &params, req.headers()).await;
+                        if again.is_err() {
+                            tracing::debug!(object = %name, smap = t.smap().version, "GET: not here nor at a past owner");
+                        }
+                        again
+                    }
+                    None => crate::read::local::head_object(&t, &bck, &name, req.headers()),
+                }
+            }
+            other => other,
+        };
+    }
+    match *req.method() {
+        Method::GET => crate::read::get_object(&t, &bck, &name, &params, req.headers()).await,
+        Method::HEAD if remote => {
+            crate::read::remote::head_object(&t, &bck, &name, req.headers()).await
+        }
+        Method::HEAD => crate::read::local::head_object(&t, &bck, &name, req.headers()),
+        Method::PUT if params.contains_key(gristmill_core::shards::query::ARCHPATH) => {
+            crate::shards::append(&t, &bck, &name, &params, req).await
+        }
+        Method::PUT if remote => crate::write::remote::put_object(&t, &bck, &name, req).await,
+        Method::PUT => {
+            let resp = crate::write::local::put_object(&t, &bck, &name, req).await?;
+            crate::shards::after_put(&t, &bck, &name);
+            Ok(resp)
+        }
+        Method::DELETE if remote => crate::write::remote::delete_object(&t, &bck, &name).await,
+        Method::DELETE => {
+            crate::write::local::delete_object(&t, &bck, &name).await?;
+            crate::shards::after_delete(&t, &bck, &name);
+            Ok(StatusCode::OK.into_response())
+        }
+        _ => Err(ApiError::new(
+            gristmill_core::ErrorKind::MethodNotAllowed,
+            format!("{} is not supported on objects", req.method()),
+        )),
+    }
+}
+
+#[derive(serde::Deserialize)]
+pub(crate) struct CompleteBody {
+    parts: Vec<(u32, String)>,
+}
+
+/// Multipart staging for the S3 front (`/v1/mpu/{bucket}/{object}`):
+/// `POST ?op=create` (body: metadata JSON) → upload; `PUT ?upload_id=&part=` → part;
+/// `GET ?upload_id=` → parts; `POST ?op=complete&upload_id=` (body: `{"parts":[[n,etag]...]}`)
+/// → object; `DELETE ?upload_id=` → abort.
+pub(crate) async fn multipart(
+    State(t): State<Arc<Target>>,
+    Path((bucket, name)): Path<(String, String)>,
+    Query(params): Params,
+    req: Request,
+) -> ApiResult {
+    let bck = match t
+        .route_object(&bucket, &name, &params, req.method(), req.uri())
+        .await?
+    {
+        Routed::Here(bck) => bck,
+        Routed::Elsewhere(redirect) => return Ok(redirect),
+    };
+    let upload_id = params.get("upload_id").cloned().unwrap_or_default();
+    let op = params.get("op").map(String::as_str).unwrap_or("");
+    let json_body = |bytes: &[u8]| -> Result<serde_json::Value, ApiError> {
+        if bytes.is_empty() {
+            return Ok(serde_json::Value::Null);
+        }
+        serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("invalid body: {e}")))
+    };
+    match (req.method().clone(), op) {
+        (Method::POST, "create") => {
+            let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+                .await
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            let custom = match json_body(&body)? {
+                serde_json::Value::Null => Default::default(),
+                v => serde_json::from_value(v).map_err(|e| ApiError::bad_request(e.to_string()))?,
+            };
+            let info = t.store.mpu_create(&bck, &name, custom).await?;
+            Ok(axum::Json(info).into_response())
+        }
+        (Method::PUT, _) => {
+            let part: u32 = params
+                .get("part")
+                .and_then(|p| p.parse().ok())
+                .ok_or_else(|| ApiError::bad_request("missing or invalid ?part="))?;
+            let expected = req
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok());
+            let info = t
+                .store
+                .mpu_put_part(
+                    &bck,
+                    &name,
+                    &upload_id,
+                    part,
+                    req.into_body().into_data_stream(),
+                    expected,
+                )
+                .await?;
+            Ok(axum::Json(info).into_response())
+        }
+        (Method::GET, _) => {
+            Ok(axum::Json(t.store.mpu_list_parts(&bck, &name, &upload_id).await?).into_response())
+        }
+        (Method::POST, "complete") => {
+            let body = axum::body::to_bytes(req.into_body(), 16 << 20)
+                .await
+                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            let parts: CompleteBody = serde_json::from_slice(&body)
+                .map_err(|e| ApiError::bad_request(format!("invalid parts list: {e}")))?;
+            // Ordered after any copy a rebalance has not moved yet, like a PUT.
+            let floor = crate::cluster::placement::gen_floor(&t, &bck, &name).await?;
+            let meta = t
+                .store
+                .mpu_complete(
+                    &bck,
+                    &name,
+                    &upload_id,
+                    &parts.parts,
+                    !bck.is_remote(),
+                    floor,
+                )
+                .await?;
+            // Like a PUT: acknowledged only once every copy is stored.
+            crate::cluster::replicas::replicate(&t, &bck, &meta).await?;
+            let mut resp = StatusCode::OK.into_response();
+            object_headers(&t, &bck, &meta, resp.headers_mut());
+            Ok(resp)
+        }
+        (Method::DELETE, _) => {
+            t.store.mpu_abort(&bck, &name, &upload_id).await?;
+            Ok(StatusCode::OK.into_response())
+        }
+        (m, op) => Err(ApiError::bad_request(format!(
+            "unsupported multipart request {m} op={op:?}"
+        ))),
+    }
+}

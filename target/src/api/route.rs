@@ -1,0 +1,115 @@
+//! The common start of every object request: bucket from the path and query, name checks,
+//! and whether this target serves it or redirects to the owner under its map.
+
+use crate::Target;
+use axum::extract::Query;
+use axum::http::{Method, Uri};
+use axum::response::Response;
+use gristmill_core::api::query as q;
+use gristmill_core::{ApiError, Bck, validate_object_name};
+use gristmill_node::server::redirect;
+use std::collections::HashMap;
+
+pub(crate) type Params = Query<HashMap<String, String>>;
+
+/// Query flag on requests a target redirected to the owner under its map, with that map's
+/// version (see [`gristmill_core::api::query::FORWARDED`]).
+pub(crate) const FORWARDED: &str = gristmill_core::api::query::FORWARDED;
+
+/// Bucket from the path segment and the `provider` / `namespace` query parameters.
+pub(crate) fn bucket_from(name: &str, params: &HashMap<String, String>) -> Result<Bck, ApiError> {
+    Bck::from_request(
+        name,
+        params.get(q::PROVIDER).map(String::as_str),
+        params.get(q::NAMESPACE).map(String::as_str),
+    )
+}
+
+/// Where an object request is served.
+pub(crate) enum Routed {
+    /// By this target, for this bucket.
+    Here(Bck),
+    /// By the owner: the 307 to send.
+    Elsewhere(Response),
+}
+
+impl Target {
+    /// The common start of every object request: validates bucket and name, makes sure the
+    /// bucket exists, and finds who serves it.
+    pub(crate) async fn route_object(
+        &self,
+        bucket: &str,
+        name: &str,
+        params: &HashMap<String, String>,
+        method: &Method,
+        uri: &Uri,
+    ) -> Result<Routed, ApiError> {
+        let bck = bucket_from(bucket, params)?;
+        validate_object_name(name)?;
+        gristmill_core::api::refuse_node_only_params(params.keys())?;
+        self.await_first_map().await?;
+        self.require_bucket(&bck).await?;
+        Ok(
+            match self
+                .redirect_if_not_owner(&bck, name, params, method, uri)
+                .await?
+            {
+                Some(redirect) => Routed::Elsewhere(redirect),
+                None => Routed::Here(bck),
+            },
+        )
+    }
+
+    /// `Some(redirect)` when another target owns the object under this target's map. A
+    /// request another target redirected here names its map's version: if that map is newer
+    /// than ours, we catch up first; if ours is newer, the sender was behind and the request
+    /// goes on to the owner under ours. Two targets on the same version agree on the owner.
+    pub(crate) async fn redirect_if_not_owner(
+        &self,
+        bck: &Bck,
+        name: &str,
+        params: &HashMap<String, String>,
+        method: &Method,
+        uri: &Uri,
+    ) -> Result<Option<Response>, ApiError> {
+        let uname = bck.object_uname(name);
+        let mut smap = self.smap();
+        let sent: Option<u64> = params.get(FORWARDED).map(|v| v.parse().unwrap_or(0));
+        if sent.is_some_and(|v| v > smap.version)
+            && smap.owner(&uname).is_some_and(|o| o.daemon_id != self.id)
+        {
+            self.refresh_smap().await;
+            smap = self.smap();
+        }
+        let Some(owner) = smap.owner(&uname) else {
+            return Ok(None);
+        };
+        if owner.daemon_id == self.id {
+            return Ok(None);
+        }
+        if sent.is_some_and(|v| v >= smap.version) {
+            // The sender's map is at least as new as ours and places the object here.
+            if matches!(*method, Method::GET | Method::HEAD) {
+                return Ok(None); // served from here or a past owner
+            }
+            return Err(ApiError::unavailable(format!(
+                "cluster maps disagree about the owner of {bck}/{name} (this target has version {}); retry",
+                smap.version
+            )));
+        }
+        let query: String = uri
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .filter(|kv| !kv.is_empty() && !kv.starts_with(FORWARDED))
+            .map(|kv| format!("{kv}&"))
+            .collect();
+        let location = format!(
+            "{}{}?{query}{FORWARDED}={}",
+            owner.url(),
+            uri.path(),
+            smap.version
+        );
+        Ok(Some(redirect(&location)))
+    }
+}

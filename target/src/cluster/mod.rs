@@ -1,0 +1,13 @@
+//! The target in its cluster: joining and keepalives ([`membership`]), votes ([`vote`]),
+//! catching up with the primary's metadata ([`metadata`]), where copies may be while the map
+//! changes ([`placement`]), moving them ([`rebalance`]), replicas ([`replicas`]), mountpath
+//! changes ([`resilver`]), and the small pieces of node-to-node calls ([`peer`]).
+
+pub(crate) mod membership;
+pub(crate) mod metadata;
+pub(crate) mod peer;
+pub(crate) mod placement;
+pub(crate) mod rebalance;
+pub(crate) mod replicas;
+pub(crate) mod resilver;
+pub(crate) mod vote;

@@ -1,0 +1,217 @@
+//! Where copies of an object may be while the cluster changes (settled vs unsettled), the
+//! generation floor of a write, a delete on every possible holder, and the past maps.
+
+use crate::Target;
+use crate::cluster::peer::bucket_query;
+use crate::cluster::peer::gen_of;
+use crate::cluster::peer::header_u64;
+use crate::cluster::peer::internal_url;
+use gristmill_core::api::header as h;
+use gristmill_core::{ApiError, Bck, ClusterMap};
+use std::sync::Arc;
+
+/// Every other target of the current map that may hold a copy of the object. Once every
+/// object is placed by the current map (no past maps held), those are its replica holders.
+/// While a rebalance is not yet confirmed, every target of the map: a copy may sit on an
+/// owner under any map since the last confirmed one — including maps this target never saw
+/// (pushed out of order, or before it joined) and rebalances aborted half-way. Nodes no
+/// longer in the map are left out (there is nobody to ask).
+pub(crate) fn other_holders(t: &Target, bck: &Bck, name: &str) -> Vec<gristmill_core::Node> {
+    let current = t.smap();
+    if !t.placement_settled() {
+        return current
+            .tmap
+            .values()
+            .filter(|n| n.daemon_id != t.id)
+            .cloned()
+            .collect();
+    }
+    let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
+    current
+        .owners(&bck.object_uname(name), copies)
+        .into_iter()
+        .filter(|n| n.daemon_id != t.id)
+        .cloned()
+        .collect()
+}
+
+/// How long a holder has to answer a generation question or a delete.
+pub(crate) const HOLDER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The highest generation other possible holders report for an object (copies a rebalance
+/// has not moved yet, tombstones of deletes they saw): a new write or delete on the owner
+/// must order after it. A holder that does not answer makes the order unknown: the write is
+/// refused (503, retryable) rather than given a generation an old copy could beat.
+pub(crate) async fn gen_floor(t: &Target, bck: &Bck, name: &str) -> Result<u64, ApiError> {
+    if t.placement_settled() {
+        // Replicas take their generation from this owner: nobody can be ahead.
+        return Ok(0);
+    }
+    let asks = other_holders(t, bck, name)
+        .into_iter()
+        .map(|node| async move {
+            let resp = t
+                .relay
+                .head(internal_url(&node, bck, name))
+                .query(&bucket_query(bck))
+                .timeout(HOLDER_TIMEOUT)
+                .send()
+                .await;
+            match resp {
+                Ok(r)
+                    if r.status().is_success() || r.status() == reqwest::StatusCode::NOT_FOUND =>
+                {
+                    Ok(gen_of(r.headers()).max(header_u64(r.headers(), h::TOMBSTONE_GEN)))
+                }
+                Ok(r) => Err(format!("{}: {}", node.daemon_id, r.status())),
+                Err(e) => Err(format!("{}: {e}", node.daemon_id)),
+            }
+        });
+    let mut floor = 0;
+    for answer in futures::future::join_all(asks).await {
+        match answer {
+            Ok(generation) => floor = floor.max(generation),
+            Err(e) => {
+                return Err(ApiError::unavailable(format!(
+                    "{bck}/{name}: a rebalance is in progress and a target that may hold a copy did not answer ({e}); try again"
+                )));
+            }
+        }
+    }
+    Ok(floor)
+}
+
+/// After the owner buried an object (tombstone generation `generation`): the same delete on every
+/// other possible holder — owners under maps still being rebalanced, and replicas — so no copy
+/// of it survives to come back. Answers whether any of them held it; an error when one could
+/// not be told (the delete is then not confirmed: the client retries, which is harmless).
+pub(crate) async fn delete_everywhere(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    generation: u64,
+) -> Result<bool, ApiError> {
+    let deletes = other_holders(t, bck, name)
+        .into_iter()
+        .map(|node| async move {
+            let resp = t
+                .relay
+                .delete(internal_url(&node, bck, name))
+                .query(&bucket_query(bck))
+                .header(h::GEN, generation)
+                .timeout(HOLDER_TIMEOUT)
+                .send()
+                .await;
+            match resp {
+                Ok(r) if r.status().is_success() => Ok(true),
+                Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => Ok(false),
+                Ok(r) => Err(format!("{}: {}", node.daemon_id, r.status())),
+                Err(e) => Err(format!("{}: {e}", node.daemon_id)),
+            }
+        });
+    let mut held = false;
+    for answer in futures::future::join_all(deletes).await {
+        match answer {
+            Ok(h) => held |= h,
+            Err(e) => {
+                tracing::warn!(object = %name, error = %e, "delete of another copy failed");
+                return Err(ApiError::unavailable(format!(
+                    "{bck}/{name}: deleted on its owner, but a target that may hold a copy was not reached ({e}); try again"
+                )));
+            }
+        }
+    }
+    Ok(held)
+}
+
+/// Active target ids of a map, to tell whether a change moves objects.
+pub(crate) fn active_set(smap: &ClusterMap) -> Vec<String> {
+    smap.active_targets().map(|n| n.daemon_id.clone()).collect()
+}
+
+/// How many earlier maps a target remembers. Forgetting one loses no object: while any past
+/// map is held, writes, deletes and missed reads ask every target of the map.
+pub(crate) const PAST_MAPS_KEPT: usize = 3;
+
+/// Remembers the maps an object may still be placed by (most recent last). A target's first
+/// map is remembered after the empty one it started with: until the primary says every
+/// object is placed, it cannot know which targets held objects before it joined.
+pub(crate) fn remember(past: &mut Vec<Arc<ClusterMap>>, old: Arc<ClusterMap>) {
+    past.push(old);
+    if past.len() > PAST_MAPS_KEPT {
+        past.remove(0);
+    }
+}
+
+/// A map older than `current` that arrived late: kept among the past maps (in version order)
+/// if placement is unsettled and it is not there yet. Answers whether it was added.
+pub(crate) fn remember_late(
+    past: &mut Vec<Arc<ClusterMap>>,
+    current: &ClusterMap,
+    late: ClusterMap,
+) -> bool {
+    if past.is_empty()
+        || late.version == 0
+        || !current.supersedes(&late)
+        || past.iter().any(|m| m.version == late.version)
+    {
+        return false;
+    }
+    let at = past.partition_point(|m| m.version < late.version);
+    past.insert(at, Arc::new(late));
+    if past.len() > PAST_MAPS_KEPT {
+        past.remove(0);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(version: u64) -> ClusterMap {
+        let mut m = ClusterMap::new(
+            gristmill_core::Node::new("p", gristmill_core::smap::PROXY, "http://p"),
+            String::new(),
+            String::new(),
+        );
+        m.version = version;
+        m
+    }
+
+    fn versions(past: &[Arc<ClusterMap>]) -> Vec<u64> {
+        past.iter().map(|m| m.version).collect()
+    }
+
+    #[test]
+    fn a_first_map_is_remembered_after_the_empty_one() {
+        // A target that just joined cannot know where objects were before it: unsettled.
+        let mut past = Vec::new();
+        remember(&mut past, Arc::new(map(0)));
+        assert_eq!(versions(&past), [0]);
+        for v in 1..=4 {
+            remember(&mut past, Arc::new(map(v)));
+        }
+        assert_eq!(versions(&past), [2, 3, 4], "the oldest go first");
+    }
+
+    #[test]
+    fn a_map_that_arrives_late_joins_the_past_ones_in_order() {
+        let current = map(9);
+        let mut past = vec![Arc::new(map(5)), Arc::new(map(8))];
+        assert!(remember_late(&mut past, &current, map(7)));
+        assert_eq!(versions(&past), [5, 7, 8]);
+        assert!(!remember_late(&mut past, &current, map(7)), "once");
+        assert!(
+            !remember_late(&mut past, &current, map(9)),
+            "not the current one"
+        );
+        assert!(!remember_late(&mut past, &current, map(0)));
+        assert!(remember_late(&mut past, &current, map(6)));
+        assert_eq!(versions(&past), [6, 7, 8], "still at most three");
+        // Settled (every object placed by the current map): a late map changes nothing.
+        let mut settled = Vec::new();
+        assert!(!remember_late(&mut settled, &current, map(8)));
+        assert!(settled.is_empty());
+    }
+}

@@ -1,0 +1,299 @@
+//! Global rebalance: after a cluster-map change that moves objects (a target joined, left,
+//! went into maintenance), every target sends the objects it holds but no longer owns to
+//! their new owner, which verifies the checksum before storing them; the source drops its
+//! copies only when all its transfers are done, so GETs, HEADs and listings find every object
+//! throughout (a miss on the new owner is served from the previous owner, see
+//! [`fetch_from_past_owner`]).
+//!
+//! A rebalance is a job with id `rb<map version>` on every target, so its progress shows up
+//! like any job's. A newer map aborts the running one and starts its own; an interrupted one
+//! (crash) is simply run again after the restart: the work is "whatever is misplaced now".
+
+use crate::Target;
+use crate::cluster::peer::bucket_query;
+use crate::cluster::peer::gen_of;
+use crate::cluster::peer::internal_url;
+use crate::jobs::{JobRun, Outcome};
+use crate::store::meta::ObjectMeta;
+use axum::body::Body;
+use axum::http::HeaderValue;
+use axum::response::Response;
+use futures::StreamExt;
+use gristmill_core::api::header as h;
+use gristmill_core::api::internal::REBALANCE;
+use gristmill_core::{ApiError, Bck, ClusterMap, ErrorKind};
+use std::sync::Arc;
+
+/// Runs a rebalance (every bucket) or a `make-n-copies` job (the job's bucket only): the same
+/// walk, since both mean "bring every copy to where the map and `mirror.copies` want it".
+pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
+    let smap = t.smap();
+    let bmd = t.bmd();
+    let me = t.id.clone();
+    let store = t.store.clone();
+    let map = smap.clone();
+    let only = run.spec.bck.as_ref().map(|b| b.uname());
+    let misplaced: Vec<(Bck, ObjectMeta)> = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        let walked = store.for_each_object(|_, meta| {
+            if only.as_ref().is_some_and(|u| *u != meta.bucket) {
+                return;
+            }
+            let Some(rec) = bmd.buckets.get(&meta.bucket) else {
+                return; // a destroyed bucket: its objects go with it
+            };
+            let copies = rec.props.mirror.copies();
+            let owners = map.owners(&rec.bck.object_uname(&meta.name), copies);
+            let placed_here = owners.iter().any(|o| o.daemon_id == me);
+            let first = owners.first().is_some_and(|o| o.daemon_id == me);
+            // Misplaced objects move; with copies > 1 the first owner also re-creates
+            // missing replicas (after a target was lost).
+            if !placed_here || (copies > 1 && first) {
+                out.push((rec.bck.clone(), meta));
+            }
+        });
+        walked.map(|_| out)
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))??;
+    *run.total.lock().expect("job total lock") = Some(misplaced.len() as u64);
+    if misplaced.is_empty() {
+        return Ok(());
+    }
+    tracing::info!(job = %run.spec.id, objects = misplaced.len(), "rebalance: sending misplaced objects");
+    // Transfers that fail (a receiver restarting, say) are retried in rounds, with a growing
+    // pause, for up to a minute; only the last round's failures count as the job's errors.
+    let mut todo = misplaced;
+    let mut sent: Vec<(Bck, ObjectMeta)> = Vec::new();
+    let mut pause = std::time::Duration::from_millis(500);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let last_round = tokio::time::Instant::now() + pause >= deadline;
+        let results: Vec<(Bck, ObjectMeta, Result<Outcome, ApiError>)> =
+            futures::stream::iter(std::mem::take(&mut todo))
+                .take_until(run.cancel.cancelled())
+                .map(|(bck, meta)| {
+                    let (t, smap) = (t.clone(), smap.clone());
+                    async move {
+                        let result = send(&t, &smap, &bck, &meta).await;
+                        (bck, meta, result)
+                    }
+                })
+                .buffer_unordered(8)
+                .collect()
+                .await;
+        for (bck, meta, result) in results {
+            match result {
+                Ok(outcome) => {
+                    if matches!(outcome, Outcome::Done(_)) {
+                        sent.push((bck, meta.clone()));
+                    }
+                    run.record(&meta.name, Ok(outcome));
+                }
+                Err(e) if !last_round => {
+                    tracing::debug!(object = %meta.name, error = %e.message, "rebalance: will retry");
+                    todo.push((bck, meta));
+                }
+                Err(e) => run.record(&meta.name, Err(e)),
+            }
+        }
+        if todo.is_empty() || run.cancel.is_cancelled() {
+            break;
+        }
+        tokio::select! {
+            _ = run.cancel.cancelled() => break,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(std::time::Duration::from_secs(8));
+    }
+    if run.cancel.is_cancelled() {
+        // Superseded: the copies stay until a rebalance completes (the next one re-sends).
+        return Ok(());
+    }
+    // Every transfer is acknowledged: drop the moved copies (unless rewritten meanwhile, or
+    // this target is one of the object's replica holders).
+    let bmd = t.bmd();
+    for (bck, meta) in sent {
+        let copies = bmd.get(&bck).map_or(1, |r| r.props.mirror.copies());
+        if smap
+            .owners(&bck.object_uname(&meta.name), copies)
+            .iter()
+            .any(|o| o.daemon_id == t.id)
+        {
+            continue;
+        }
+        // Counted before the copy goes: a listing that read the counter earlier learns that
+        // a name may have left this target after the new owner's page was taken.
+        t.drops.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        // Only the very record that was sent (its data file names the write): a copy
+        // rewritten meanwhile stays.
+        let _ = t.store.delete_if_file(&bck, &meta.name, &meta.file).await;
+    }
+    Ok(())
+}
+
+/// Puts one object where it belongs under `smap`: to its owner — and with copies > 1 to every
+/// target of its HRW set that lacks it (the first owner re-creates lost replicas this way).
+/// `Skipped` when nothing had to move.
+pub(crate) async fn send(
+    t: &Target,
+    smap: &ClusterMap,
+    bck: &Bck,
+    meta: &ObjectMeta,
+) -> Result<Outcome, ApiError> {
+    let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
+    let owners = smap.owners(&bck.object_uname(&meta.name), copies);
+    if owners.is_empty() {
+        return Err(ApiError::unavailable("no targets in the cluster map"));
+    }
+    if copies <= 1 {
+        return send_to(t, owners[0], bck, meta, REBALANCE).await;
+    }
+    let mut moved = 0;
+    for node in owners.iter().filter(|n| n.daemon_id != t.id) {
+        if has_copy(t, node, bck, meta).await {
+            continue;
+        }
+        if let Outcome::Done(n) = send_to(t, node, bck, meta, REBALANCE).await? {
+            moved += n;
+        }
+    }
+    let here = owners.iter().any(|n| n.daemon_id == t.id);
+    Ok(if moved > 0 || !here {
+        Outcome::Done(moved)
+    } else {
+        Outcome::Skipped
+    })
+}
+
+/// Whether `node` holds this generation (or a newer one) of the object.
+pub(crate) async fn has_copy(
+    t: &Target,
+    node: &gristmill_core::Node,
+    bck: &Bck,
+    meta: &ObjectMeta,
+) -> bool {
+    let resp = t
+        .relay
+        .head(internal_url(node, bck, &meta.name))
+        .query(&bucket_query(bck))
+        .timeout(std::time::Duration::from_secs(10))
+        .send()
+        .await;
+    match resp {
+        Ok(r) if r.status().is_success() => gen_of(r.headers()) >= sent_gen(meta),
+        _ => false,
+    }
+}
+
+/// The generation a copy travels with: never 0, so a receiver without it stores it.
+pub(crate) fn sent_gen(meta: &ObjectMeta) -> u64 {
+    meta.effective_gen().max(1)
+}
+
+/// Writes this target's copy of an object to `node`'s store, as is, with its generation
+/// (`flag`: rebalance or replica). A receiver holding a newer generation keeps it.
+pub(crate) async fn send_to(
+    t: &Target,
+    owner: &gristmill_core::Node,
+    bck: &Bck,
+    meta: &ObjectMeta,
+    flag: &str,
+) -> Result<Outcome, ApiError> {
+    let open = match t.store.open_object(bck, &meta.name).await {
+        Ok(o) => o,
+        Err(crate::StoreError::Api(e)) if e.kind == ErrorKind::NotFound => {
+            return Ok(Outcome::Skipped);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let m = &open.meta;
+    let size = m.size;
+    let body = match open.data {
+        Some(d) => reqwest::Body::from(d),
+        None => reqwest::Body::wrap_stream(crate::store::stream::file_stream(open.file, 0, size)),
+    };
+    let resp = t
+        .relay
+        .put(internal_url(owner, bck, &m.name))
+        .query(&bucket_query(bck))
+        .query(&[(gristmill_core::api::query::TRANSFER, flag)])
+        .header(reqwest::header::CONTENT_LENGTH, size)
+        .header(h::GEN, sent_gen(m))
+        .header(h::CHECKSUM_TYPE, m.cksum_type.as_str())
+        .header(h::CHECKSUM_VALUE, m.cksum_value.as_str())
+        .header(h::VERSION, m.version.as_str())
+        .header(h::MTIME, m.mtime_ns.to_string())
+        .header(
+            h::CUSTOM_MD_JSON,
+            gristmill_core::api::encode_custom_md(&m.custom),
+        )
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("rebalance to {}: {e}", owner.daemon_id)))?;
+    if !resp.status().is_success() {
+        return Err(crate::cluster::peer::peer_error(
+            resp,
+            &format!("rebalance to {}", owner.daemon_id),
+        )
+        .await);
+    }
+    Ok(Outcome::Done(size))
+}
+
+/// Receives a copy from another node (rebalance or replica): stored as sent (generation,
+/// version, mtime, metadata), checksum verified, never written through to a backend. Stored
+/// only if its generation is newer than the copy or tombstone here: a client's PUT that
+/// landed here first, or a DELETE, wins over a late transfer whatever the hosts' clocks say.
+pub(crate) async fn receive(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    req: axum::extract::Request,
+) -> Result<Response, ApiError> {
+    let headers = req.headers();
+    let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let generation = gen_of(headers);
+    if generation == 0 {
+        return Err(ApiError::bad_request(format!(
+            "a transfer needs its generation ({})",
+            h::GEN
+        )));
+    }
+    let mtime: i64 = get(h::MTIME).parse().unwrap_or(0);
+    let custom = match get(h::CUSTOM_MD_JSON) {
+        "" => Default::default(),
+        v => gristmill_core::api::decode_custom_md(v)?,
+    };
+    let opts = crate::store::PutOptions {
+        durable: !bck.is_remote(),
+        version: get(h::VERSION).to_owned(),
+        custom,
+        expected_size: get("content-length").parse().ok(),
+        expected_xxhash: Some(get(h::CHECKSUM_VALUE).to_owned()).filter(|v| !v.is_empty()),
+        mtime_ns: Some(mtime).filter(|m| *m > 0),
+        generation: crate::store::index::GenRule::IfNewer(generation),
+        ..Default::default()
+    };
+    generation_kept(
+        t.store
+            .put(bck, name, req.into_body().into_data_stream(), opts)
+            .await,
+    )
+}
+
+/// The answer to a copy sent by another node: the generation this node now holds. A copy
+/// refused because a newer generation is here is delivered as far as the sender cares.
+pub(crate) fn generation_kept(
+    stored: Result<ObjectMeta, crate::StoreError>,
+) -> Result<Response, ApiError> {
+    let kept = match stored {
+        Ok(meta) => meta.generation,
+        Err(crate::StoreError::Stale { current }) => current,
+        Err(e) => return Err(e.into()),
+    };
+    let mut resp = Response::new(Body::empty());
+    resp.headers_mut().insert(h::GEN, HeaderValue::from(kept));
+    Ok(resp)
+}

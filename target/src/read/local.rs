@@ -1,0 +1,312 @@
+//! Reads of this target's own copy: headers, conditional requests, ranges, streaming with
+//! verification, listing entries.
+
+use crate::ApiResult;
+use crate::Target;
+use crate::store::ETAG_KEY;
+use crate::store::meta::ObjectMeta;
+use crate::store::stream::file_stream;
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use gristmill_core::api::{self, ENTRY_IS_CACHED, ListEntry, ListObjectsMsg, header as h};
+use gristmill_core::range::parse_range;
+use gristmill_core::{ApiError, Bck};
+use std::collections::HashMap;
+
+pub(crate) fn object_headers(t: &Target, bck: &Bck, meta: &ObjectMeta, headers: &mut HeaderMap) {
+    // Names parsed once, at compile time (this runs for every GET and HEAD).
+    const CHECKSUM_TYPE: HeaderName = HeaderName::from_static(h::CHECKSUM_TYPE);
+    const CHECKSUM_VALUE: HeaderName = HeaderName::from_static(h::CHECKSUM_VALUE);
+    const VERSION: HeaderName = HeaderName::from_static(h::VERSION);
+    const ATIME: HeaderName = HeaderName::from_static(h::ATIME);
+    const PRESENT: HeaderName = HeaderName::from_static(h::PRESENT);
+    const NODE_ID: HeaderName = HeaderName::from_static(h::NODE_ID);
+    const MIRROR_COPIES: HeaderName = HeaderName::from_static(h::MIRROR_COPIES);
+    const LOCATION: HeaderName = HeaderName::from_static(h::LOCATION);
+    const CUSTOM_MD: HeaderName = HeaderName::from_static(h::CUSTOM_MD);
+    const CUSTOM_MD_JSON: HeaderName = HeaderName::from_static(h::CUSTOM_MD_JSON);
+    const MTIME: HeaderName = HeaderName::from_static(h::MTIME);
+    const GEN: HeaderName = HeaderName::from_static(h::GEN);
+    headers.reserve(17);
+    let mut set = |name: HeaderName, value: &str| {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.insert(name, v);
+        }
+    };
+    set(CHECKSUM_TYPE, &meta.cksum_type);
+    set(CHECKSUM_VALUE, &meta.cksum_value);
+    set(VERSION, &meta.version);
+    set(NODE_ID, &t.id);
+    set(
+        LOCATION,
+        &format!(
+            "t[{}]:{}",
+            t.id,
+            t.store.mountpath_for(bck, &meta.name).path.display()
+        ),
+    );
+    if !meta.custom.is_empty() {
+        let md: Vec<String> = meta
+            .custom
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        set(CUSTOM_MD, &md.join(","));
+        set(CUSTOM_MD_JSON, &api::encode_custom_md(&meta.custom));
+    }
+    let mtime =
+        std::time::UNIX_EPOCH + std::time::Duration::from_nanos(meta.mtime_ns.max(0) as u64);
+    set(header::LAST_MODIFIED, &httpdate::fmt_http_date(mtime));
+    let etag = meta.custom.get(ETAG_KEY).unwrap_or(&meta.cksum_value);
+    set(header::ETAG, &format!("\"{etag}\""));
+    headers.insert(ATIME, HeaderValue::from(meta.atime_ns));
+    headers.insert(MTIME, HeaderValue::from(meta.mtime_ns));
+    headers.insert(GEN, HeaderValue::from(meta.effective_gen()));
+    headers.insert(PRESENT, HeaderValue::from_static("true"));
+    headers.insert(MIRROR_COPIES, HeaderValue::from_static("1"));
+    headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+}
+
+/// Why a conditional request is not served.
+pub(crate) enum Unmet {
+    /// `If-None-Match` / `If-Modified-Since`: 304.
+    NotModified,
+    /// `If-Match` / `If-Unmodified-Since`: 412.
+    Failed(&'static str),
+}
+
+impl Unmet {
+    fn into_response(self) -> Response {
+        match self {
+            Unmet::NotModified => StatusCode::NOT_MODIFIED.into_response(),
+            Unmet::Failed(why) => {
+                ApiError::new(gristmill_core::ErrorKind::PreconditionFailed, why).into_response()
+            }
+        }
+    }
+}
+
+/// HTTP conditional requests (RFC 9110 §13) against an object's ETag and modification time.
+pub(crate) fn check_preconditions(headers: &HeaderMap, meta: &ObjectMeta) -> Result<(), Unmet> {
+    let etag = meta.custom.get(ETAG_KEY).unwrap_or(&meta.cksum_value);
+    let header = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let matches = |list: &str| {
+        list.split(',')
+            .map(|t| t.trim().trim_start_matches("W/").trim_matches('"'))
+            .any(|t| t == "*" || t == etag)
+    };
+    // HTTP dates have one-second resolution.
+    let mtime_s = (meta.mtime_ns.max(0) as u64) / 1_000_000_000;
+    let since = |v: &str| {
+        httpdate::parse_http_date(v)
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs())
+    };
+    if let Some(v) = header(header::IF_MATCH) {
+        if !matches(v) {
+            return Err(Unmet::Failed("If-Match: the ETag differs"));
+        }
+    } else if let Some(t) = header(header::IF_UNMODIFIED_SINCE).and_then(since)
+        && mtime_s > t
+    {
+        return Err(Unmet::Failed("modified since If-Unmodified-Since"));
+    }
+    if let Some(v) = header(header::IF_NONE_MATCH) {
+        if matches(v) {
+            return Err(Unmet::NotModified);
+        }
+    } else if let Some(t) = header(header::IF_MODIFIED_SINCE).and_then(since)
+        && mtime_s <= t
+    {
+        return Err(Unmet::NotModified);
+    }
+    Ok(())
+}
+
+pub(crate) fn head_object(t: &Target, bck: &Bck, name: &str, headers: &HeaderMap) -> ApiResult {
+    let meta = t.store.head(bck, name)?;
+    if let Err(unmet) = check_preconditions(headers, &meta) {
+        return Ok(unmet.into_response());
+    }
+    let mut resp = StatusCode::OK.into_response();
+    object_headers(t, bck, &meta, resp.headers_mut());
+    resp.headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(meta.size));
+    Ok(resp)
+}
+
+/// Parses a `Range` header against an object size: `Ok(None)` = whole object, `Err(response)`
+/// = the 416 to send.
+#[allow(clippy::result_large_err)]
+pub(crate) fn request_range(
+    headers: &HeaderMap,
+    size: u64,
+) -> Result<Option<gristmill_core::range::ByteRange>, ApiResult> {
+    match headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
+        Some(v) => match parse_range(v, size) {
+            Ok(r) => Ok(r),
+            Err(e) if e.kind == gristmill_core::ErrorKind::RangeNotSatisfiable => {
+                let mut resp = e.into_response();
+                if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                    resp.headers_mut().insert(header::CONTENT_RANGE, v);
+                }
+                Err(Ok(resp))
+            }
+            Err(e) => Err(Err(e)),
+        },
+        None => Ok(None),
+    }
+}
+
+/// The body for `len` bytes of `file` from `start`, read with positioned reads on the blocking
+/// pool, one chunk at a time.
+pub(crate) async fn file_body(file: std::fs::File, start: u64, len: u64) -> Result<Body, ApiError> {
+    Ok(Body::from_stream(file_stream(file, start, len)))
+}
+
+/// Streams an opened local object (GET of a native or a cached remote object). With checksum
+/// validation on (see `scrub`), a small object is checked before any byte leaves and a whole
+/// streamed one as it streams (its last chunk held back until the hash matches); a corrupt copy
+/// is quarantined and repaired, and the repaired copy is served when nothing was sent yet.
+pub(crate) async fn serve_local(
+    t: &Target,
+    bck: &Bck,
+    open: crate::store::OpenObject,
+    params: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> ApiResult {
+    let validate = crate::verify::validates(t, bck, params);
+    let mut open = open;
+    let mut repaired = false;
+    loop {
+        if let Err(unmet) = check_preconditions(headers, &open.meta) {
+            return Ok(unmet.into_response());
+        }
+        let size = open.meta.size;
+        let range = match request_range(headers, size) {
+            Ok(r) => r,
+            Err(resp) => return resp,
+        };
+        // Checks that run before the first byte: a small object (already in memory), or any
+        // object when the request asked (`?validate_checksum=true`, even for a range).
+        let corrupt = match &open.data {
+            Some(data) if validate => crate::verify::check_bytes(&open.meta, data).err(),
+            None if validate && range.is_some() && crate::verify::explicit(params) => {
+                crate::verify::check_open(&open).await?.err()
+            }
+            _ => None,
+        };
+        if let Some(why) = corrupt {
+            if repaired {
+                return Err(ApiError::internal(format!(
+                    "object {bck}/{} is still corrupt after its repair: {why}",
+                    open.meta.name
+                )));
+            }
+            crate::verify::quarantine_and_repair(t, bck, &open.meta, &why, "get").await?;
+            repaired = true;
+            open = t.store.open_object(bck, &open.meta.name).await?;
+            continue;
+        }
+        if t.store.touch(&open.meta.bucket, &open.meta.name) {
+            t.space.nudge();
+        }
+        let (start, len) = range.map_or((0, size), |r| (r.start, r.len()));
+        let body = match open.data {
+            Some(data) => Body::from(data.slice(start as usize..(start + len) as usize)),
+            None if validate && range.is_none() => {
+                let (t2, bck2, meta) = (t.me.get().cloned(), bck.clone(), open.meta.clone());
+                Body::from_stream(crate::verify::verified_stream(
+                    open.file,
+                    open.meta.clone(),
+                    move |why| {
+                        if let Some(t) = t2.and_then(|w| w.upgrade()) {
+                            crate::verify::repair_in_background(t, &bck2, meta, why);
+                        }
+                    },
+                ))
+            }
+            None => file_body(open.file, start, len).await?,
+        };
+        let mut resp = Response::new(body);
+        object_headers(t, bck, &open.meta, resp.headers_mut());
+        resp.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        );
+        if let Some(r) = range {
+            *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
+            if let Ok(v) = HeaderValue::from_str(&r.content_range(size)) {
+                resp.headers_mut().insert(header::CONTENT_RANGE, v);
+            }
+            // A whole-object checksum on a partial response confuses clients that validate it.
+            resp.headers_mut().remove(h::CHECKSUM_VALUE);
+            resp.headers_mut().remove(h::CHECKSUM_TYPE);
+        }
+        return Ok(resp);
+    }
+}
+
+/// Opens a local object; an uncached remote object is cold-fetched (and cached) first.
+pub(crate) async fn open_or_fetch(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+) -> Result<crate::store::OpenObject, ApiError> {
+    Ok(match t.store.open_object(bck, name).await {
+        Ok(o) => o,
+        Err(crate::StoreError::Api(e))
+            if e.kind == gristmill_core::ErrorKind::NotFound && bck.is_remote() =>
+        {
+            let backend = t.backend(bck)?;
+            match t.fills.join(t, backend, bck, name, false).await {
+                Ok(fill) => {
+                    fill.wait()
+                        .await
+                        .map_err(|why| ApiError::new(gristmill_core::ErrorKind::BadGateway, why))?;
+                }
+                Err(crate::read::cold::Start::Cached) => {}
+                Err(crate::read::cold::Start::Failed(e)) => return Err(e),
+            }
+            t.store.open_object(bck, name).await?
+        }
+        Err(e) => return Err(e.into()),
+    })
+}
+
+pub(crate) fn entry(t: &Target, m: &ObjectMeta, lso: &ListObjectsMsg) -> ListEntry {
+    let all = lso.wants("all");
+    let want = |p: &str| all || lso.wants(p);
+    ListEntry {
+        name: m.name.clone(),
+        size: m.size,
+        checksum: if want("checksum") {
+            m.cksum_value.clone()
+        } else {
+            String::new()
+        },
+        atime: if want("atime") {
+            gristmill_core::time::rfc3339_from_ns(m.atime_ns)
+        } else {
+            String::new()
+        },
+        version: if want("version") {
+            m.version.clone()
+        } else {
+            String::new()
+        },
+        location: if want("location") {
+            format!("t[{}]", t.id)
+        } else {
+            String::new()
+        },
+        copies: if want("copies") { 1 } else { 0 },
+        flags: ENTRY_IS_CACHED,
+        mtime_ns: m.mtime_ns,
+        etag: m.custom.get(ETAG_KEY).cloned().unwrap_or_default(),
+    }
+}

@@ -1,0 +1,38 @@
+//! The read path: a GET is served from the local copy ([`local`]), through ETLs
+//! ([`transform`]), from a remote bucket's backend ([`remote`], [`cold`]), or — during a
+//! rebalance — from a past owner ([`past_owner`]). Reads are verified by [`crate::verify`].
+
+pub(crate) mod cold;
+pub(crate) mod local;
+pub(crate) mod past_owner;
+pub(crate) mod remote;
+pub(crate) mod transform;
+
+use crate::ApiResult;
+use crate::Target;
+use crate::read::local::serve_local;
+use crate::read::transform::etl_names;
+use crate::read::transform::get_transformed;
+use axum::http::HeaderMap;
+use gristmill_core::Bck;
+use std::collections::HashMap;
+
+pub(crate) async fn get_object(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    params: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> ApiResult {
+    if crate::shards::is_archive_read(params) {
+        return crate::shards::get(t, bck, name, params, headers).await;
+    }
+    if let Some(etls) = etl_names(params) {
+        return get_transformed(t, bck, name, &etls, params).await;
+    }
+    if bck.is_remote() {
+        return remote::get_object(t, bck, name, params, headers).await;
+    }
+    let open = t.store.open_object(bck, name).await?;
+    serve_local(t, bck, open, params, headers).await
+}

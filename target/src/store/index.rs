@@ -1,0 +1,573 @@
+//! The per-mountpath metadata index: an embedded, crash-safe B-tree (redb) keyed by
+//! `bucket-uname \0 object-name`, so listing is an ordered range scan, a bucket's objects are one
+//! contiguous range, and point lookups never touch the data files.
+//!
+//! Writers do not commit on their own: they send their change to a single committer task that
+//! applies every change waiting in its queue in one transaction (one fsync), then answers them
+//! all. Concurrent PUTs therefore share fsyncs instead of queueing behind each other.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefinition};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::store::error::StoreError;
+use crate::store::hot::MetaCache;
+use crate::store::meta::ObjectMeta;
+
+const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("objects");
+/// Deleted objects: key as in [`OBJECTS`], value the tombstone's generation and when it was
+/// written (local clock, for retention only), 8 + 8 bytes little-endian. A copy arriving later
+/// with an older generation is not stored (see [`GenRule::IfNewer`]).
+const TOMBSTONES: TableDefinition<&[u8], &[u8]> = TableDefinition::new("tombstones");
+
+/// Most changes folded into one transaction.
+const MAX_BATCH: usize = 512;
+
+/// Most batches of relaxed changes committed in a row without an fsync (redb frees pages
+/// only in durable commits, so the file would grow without them).
+pub const RELAXED_MAX_COMMITS: u32 = 64;
+/// Oldest a relaxed change gets before a batch commits durably.
+pub const RELAXED_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Default memory each mountpath's index may use for its page cache (redb's own default is
+/// 1 GiB per database, which a target with millions of objects fills: its RSS then grows with
+/// the object count). Pages beyond it are read from the file (the OS page cache).
+pub const DEFAULT_CACHE_MIB: usize = 64;
+
+/// `GRISTD_INDEX_CACHE_MIB`, else [`DEFAULT_CACHE_MIB`]; in bytes.
+fn cache_bytes() -> usize {
+    let mib = match std::env::var("GRISTD_INDEX_CACHE_MIB") {
+        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                tracing::warn!(value = %v, "GRISTD_INDEX_CACHE_MIB is not a positive number of MiB; using the default");
+                DEFAULT_CACHE_MIB
+            }
+        },
+        _ => DEFAULT_CACHE_MIB,
+    };
+    mib.saturating_mul(1 << 20)
+}
+
+/// Key of one object: bucket uname, NUL, object name. Neither part may contain NUL.
+pub fn object_key(bucket: &str, name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(bucket.len() + 1 + name.len());
+    k.extend_from_slice(bucket.as_bytes());
+    k.push(0);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
+/// How a put's generation ([`ObjectMeta::generation`]) is decided: by the owner, never by a clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GenRule {
+    /// A new write on the owner: one more than every generation known for the object — the
+    /// record and tombstone here, and `floor` (what other possible holders reported).
+    Next { floor: u64 },
+    /// A copy sent by another node, with its generation: stored only if newer than the record
+    /// and the tombstone here; otherwise nothing changes (`stored` is `None`).
+    IfNewer(u64),
+    /// Stored as given (a record put back after a failed drop).
+    AsIs,
+}
+
+impl Default for GenRule {
+    fn default() -> Self {
+        GenRule::Next { floor: 0 }
+    }
+}
+
+/// The generation of a tombstone a delete writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuryGen {
+    /// A delete on the owner: one more than every generation known (as [`GenRule::Next`]).
+    Next { floor: u64 },
+    /// A delete the owner sent with its tombstone's generation: removes a record older than it.
+    Exact(u64),
+}
+
+/// One change to apply.
+#[derive(Debug)]
+pub enum IndexOp {
+    Put {
+        meta: ObjectMeta,
+        generation: GenRule,
+    },
+    /// Remove the object (if older than the tombstone) and record a tombstone; answers with
+    /// the removed record and the tombstone's generation.
+    Bury {
+        bucket: String,
+        name: String,
+        generation: BuryGen,
+    },
+    /// Forget tombstones written before this time (local clock, Unix ns).
+    PurgeTombstones { before_ns: i64 },
+    /// Remove the object if present; answers with the removed record.
+    Delete { bucket: String, name: String },
+    /// Remove every object of a bucket.
+    DropBucket { bucket: String },
+    /// Record access times (bucket, name, atime ns) of objects that still exist; older times
+    /// than the stored ones are ignored.
+    Touch(Vec<(String, String, i64)>),
+    /// Store the record as given (version included) only if the current record's data file is
+    /// `expect` (`None`: only if there is no record). The resilver's compare-and-swap; answers
+    /// with the current record in `replaced` and, if stored, the record in `stored`.
+    PutIf {
+        meta: ObjectMeta,
+        expect: Option<String>,
+    },
+    /// Remove the record only if it still names data file `file`; answers with the removed
+    /// record, or none.
+    DeleteIf {
+        bucket: String,
+        name: String,
+        file: String,
+    },
+}
+
+/// What a change touches, for the hot-record cache.
+enum Changes {
+    Object(String, String),
+    Bucket(String),
+    /// Access times only: the cached records stay valid.
+    AccessTimes,
+}
+
+impl Changes {
+    fn of(op: &IndexOp) -> Self {
+        match op {
+            IndexOp::Put { meta: m, .. } | IndexOp::PutIf { meta: m, .. } => {
+                Changes::Object(m.bucket.clone(), m.name.clone())
+            }
+            IndexOp::Delete { bucket, name }
+            | IndexOp::DeleteIf { bucket, name, .. }
+            | IndexOp::Bury { bucket, name, .. } => Changes::Object(bucket.clone(), name.clone()),
+            IndexOp::PurgeTombstones { .. } => Changes::AccessTimes,
+            IndexOp::DropBucket { bucket } => Changes::Bucket(bucket.clone()),
+            IndexOp::Touch(_) => Changes::AccessTimes,
+        }
+    }
+}
+
+/// The outcome of one committed change.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// The record a put replaced or a delete removed (its data file is now garbage).
+    pub replaced: Option<ObjectMeta>,
+    /// The record as stored by a put, with its assigned version.
+    pub stored: Option<ObjectMeta>,
+    /// Records a bucket drop removed; tombstones a purge removed.
+    pub dropped: u64,
+    /// The generation of the tombstone a [`IndexOp::Bury`] left.
+    pub tombstone: u64,
+}
+
+pub type IndexReply = Result<Applied, StoreError>;
+
+struct Pending {
+    op: IndexOp,
+    /// False for changes that may be lost in a crash (cache fills: a lost entry is fetched
+    /// again). A batch of only such changes commits without waiting for an fsync.
+    durable: bool,
+    done: oneshot::Sender<IndexReply>,
+}
+
+/// Handle to one mountpath's index. Cheap to clone.
+#[derive(Clone)]
+pub struct ObjectIndex {
+    db: Arc<Database>,
+    commits: mpsc::Sender<Pending>,
+    /// The store's cache of hot object records: every committed change drops its key.
+    hot: Arc<MetaCache>,
+}
+
+impl std::fmt::Debug for ObjectIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ObjectIndex")
+    }
+}
+
+impl ObjectIndex {
+    /// Opens (or creates) the index file and starts its committer on the current runtime.
+    pub(crate) fn open(path: &Path, hot: Arc<MetaCache>) -> Result<Self, StoreError> {
+        let db = redb::Builder::new()
+            .set_cache_size(cache_bytes())
+            .create(path)?;
+        {
+            let tx = db.begin_write()?;
+            tx.open_table(OBJECTS)?;
+            tx.open_table(TOMBSTONES)?;
+            tx.commit()?;
+        }
+        let db = Arc::new(db);
+        let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
+        tokio::spawn(run_committer(db.clone(), rx));
+        Ok(Self {
+            db,
+            commits: tx,
+            hot,
+        })
+    }
+
+    /// Applies one change durably; returns after the batch holding it is on disk.
+    pub async fn apply(&self, op: IndexOp) -> IndexReply {
+        self.submit(op, true).await
+    }
+
+    /// Applies one change atomically but without waiting for it to reach the disk: it is
+    /// visible to every reader when this returns, but a crash (of the process or the machine)
+    /// may undo it — never partly: the next durable commit persists it along with everything
+    /// committed before, and one happens at least every [`RELAXED_MAX_COMMITS`] batches or
+    /// [`RELAXED_MAX_AGE`]. For entries whose loss is harmless, such as cache fills of remote
+    /// objects (a lost entry is fetched again; its data file is removed by the startup scan).
+    pub async fn apply_relaxed(&self, op: IndexOp) -> IndexReply {
+        self.submit(op, false).await
+    }
+
+    async fn submit(&self, op: IndexOp, durable: bool) -> IndexReply {
+        let changes = Changes::of(&op);
+        let (done, wait) = oneshot::channel();
+        self.commits
+            .send(Pending { op, durable, done })
+            .await
+            .map_err(|_| StoreError::Index("index committer stopped".into()))?;
+        let reply = wait
+            .await
+            .map_err(|_| StoreError::Index("index committer dropped a change".into()))?;
+        // After the commit (whatever its outcome): a lookup that read the old record cannot
+        // cache it any more.
+        match changes {
+            Changes::Object(bucket, name) => self.hot.forget(&bucket, &name),
+            Changes::Bucket(bucket) => self.hot.forget_bucket(&bucket),
+            Changes::AccessTimes => {}
+        }
+        reply
+    }
+
+    /// Point lookup.
+    pub fn get(&self, bucket: &str, name: &str) -> Result<Option<ObjectMeta>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(OBJECTS)?;
+        match table.get(object_key(bucket, name).as_slice())? {
+            Some(v) => Ok(Some(ObjectMeta::decode(v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The generation of the object's tombstone, if it has one.
+    pub fn tombstone(&self, bucket: &str, name: &str) -> Result<Option<u64>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(TOMBSTONES)?;
+        Ok(read_tombstone(&table, &object_key(bucket, name))?.map(|(g, _)| g))
+    }
+
+    /// Up to `limit` objects of `bucket` whose names start with `prefix` and sort strictly after
+    /// `start_after`, in name order. Blocking: call from a blocking context for large pages.
+    pub fn list(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        start_after: &str,
+        limit: usize,
+    ) -> Result<Vec<ObjectMeta>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(OBJECTS)?;
+        let start = if start_after > prefix {
+            let mut k = object_key(bucket, start_after);
+            k.push(0); // smallest key strictly after `start_after`
+            k
+        } else {
+            object_key(bucket, prefix)
+        };
+        let want_prefix = object_key(bucket, prefix);
+        let mut out = Vec::new();
+        for item in table.range(start.as_slice()..)? {
+            let (k, v) = item?;
+            if !k.value().starts_with(&want_prefix) || out.len() >= limit {
+                break;
+            }
+            out.push(ObjectMeta::decode(v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// Whether the index holds no record. Blocking.
+    pub fn is_empty(&self) -> Result<bool, StoreError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(OBJECTS)?;
+        Ok(table.is_empty()?)
+    }
+
+    /// Every record, in key order (startup scans, rebuilds). Blocking.
+    pub fn for_each(&self, mut f: impl FnMut(ObjectMeta)) -> Result<(), StoreError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(OBJECTS)?;
+        for item in table.iter()? {
+            let (_, v) = item?;
+            f(ObjectMeta::decode(v.value())?);
+        }
+        Ok(())
+    }
+}
+
+async fn run_committer(db: Arc<Database>, mut rx: mpsc::Receiver<Pending>) {
+    // Relaxed commits since the last durable one, and when the first of them happened.
+    let mut relaxed = 0u32;
+    let mut relaxed_since = std::time::Instant::now();
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        let durable = batch.iter().any(|p| p.durable)
+            || relaxed >= RELAXED_MAX_COMMITS
+            || (relaxed > 0 && relaxed_since.elapsed() >= RELAXED_MAX_AGE);
+        if durable {
+            relaxed = 0;
+        } else {
+            if relaxed == 0 {
+                relaxed_since = std::time::Instant::now();
+            }
+            relaxed += 1;
+        }
+        let db = db.clone();
+        let done = tokio::task::spawn_blocking(move || commit_batch(&db, batch, durable)).await;
+        if let Err(e) = done {
+            tracing::error!(error = %e, "index commit task panicked");
+        }
+    }
+}
+
+/// Applies a batch in one transaction and answers each change. If the transaction fails, every
+/// change in it fails (none was applied).
+fn commit_batch(db: &Database, batch: Vec<Pending>, durable: bool) {
+    let mut replies: Vec<Applied> = Vec::with_capacity(batch.len());
+    let result = (|| -> Result<(), StoreError> {
+        let mut tx = db.begin_write()?;
+        // None: visible at once, persisted by the next durable commit (redb's Eventual
+        // still fsyncs on Linux).
+        tx.set_durability(if durable {
+            Durability::Immediate
+        } else {
+            Durability::None
+        });
+        {
+            let mut table = tx.open_table(OBJECTS)?;
+            let mut tombs = tx.open_table(TOMBSTONES)?;
+            for p in &batch {
+                replies.push(apply_one(&mut table, &mut tombs, &p.op)?);
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => {
+            for (p, r) in batch.into_iter().zip(replies) {
+                let _ = p.done.send(Ok(r));
+            }
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            tracing::error!(error = %msg, "index commit failed");
+            for p in batch {
+                let _ = p.done.send(Err(StoreError::Index(msg.clone())));
+            }
+        }
+    }
+}
+
+type Table<'t> = redb::Table<'t, &'static [u8], &'static [u8]>;
+
+fn read_tombstone(
+    table: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    key: &[u8],
+) -> Result<Option<(u64, i64)>, StoreError> {
+    Ok(table.get(key)?.and_then(|v| {
+        let b = v.value();
+        let generation = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
+        let at = i64::from_le_bytes(b.get(8..16)?.try_into().ok()?);
+        Some((generation, at))
+    }))
+}
+
+fn write_tombstone(tombs: &mut Table<'_>, key: &[u8], generation: u64) -> Result<(), StoreError> {
+    let mut v = [0u8; 16];
+    v[..8].copy_from_slice(&generation.to_le_bytes());
+    v[8..].copy_from_slice(&crate::store::now_ns().to_le_bytes());
+    tombs.insert(key, v.as_slice())?;
+    Ok(())
+}
+
+fn apply_one(
+    table: &mut Table<'_>,
+    tombs: &mut Table<'_>,
+    op: &IndexOp,
+) -> Result<Applied, StoreError> {
+    match op {
+        IndexOp::Put { meta, generation } => {
+            let key = object_key(&meta.bucket, &meta.name);
+            let replaced = match table.get(key.as_slice())? {
+                Some(v) => Some(ObjectMeta::decode(v.value())?),
+                None => None,
+            };
+            let known = || -> Result<u64, StoreError> {
+                let record = replaced.as_ref().map_or(0, ObjectMeta::effective_gen);
+                let tomb = read_tombstone(tombs, &key)?.map_or(0, |(g, _)| g);
+                Ok(record.max(tomb))
+            };
+            let mut stored = meta.clone();
+            match *generation {
+                GenRule::Next { floor } => stored.generation = known()?.max(floor) + 1,
+                GenRule::IfNewer(sent) => {
+                    stored.generation = sent;
+                    if sent <= known()? {
+                        return Ok(Applied {
+                            replaced,
+                            ..Default::default()
+                        });
+                    }
+                }
+                GenRule::AsIs => {}
+            }
+            if stored.version.is_empty() {
+                // Native objects: AIStore's version, counting writes — the generation.
+                stored.version = stored.generation.to_string();
+            }
+            table.insert(key.as_slice(), stored.encode().as_slice())?;
+            Ok(Applied {
+                replaced,
+                stored: Some(stored),
+                ..Default::default()
+            })
+        }
+        IndexOp::Bury {
+            bucket,
+            name,
+            generation,
+        } => {
+            let key = object_key(bucket, name);
+            let current = match table.get(key.as_slice())? {
+                Some(v) => Some(ObjectMeta::decode(v.value())?),
+                None => None,
+            };
+            let record = current.as_ref().map_or(0, ObjectMeta::effective_gen);
+            let tomb = read_tombstone(tombs, &key)?.map_or(0, |(g, _)| g);
+            let generation = match *generation {
+                BuryGen::Next { floor } => record.max(tomb).max(floor) + 1,
+                BuryGen::Exact(g) => g,
+            };
+            if generation > tomb {
+                write_tombstone(tombs, &key, generation)?;
+            }
+            // A record newer than the tombstone (written after the delete) stays.
+            let replaced = match current {
+                Some(m) if m.effective_gen() < generation => {
+                    table.remove(key.as_slice())?;
+                    Some(m)
+                }
+                _ => None,
+            };
+            Ok(Applied {
+                replaced,
+                tombstone: generation.max(tomb),
+                ..Default::default()
+            })
+        }
+        IndexOp::PurgeTombstones { before_ns } => {
+            let mut dropped = 0;
+            for item in tombs.extract_if(|_, v| {
+                v.get(8..16)
+                    .and_then(|b| b.try_into().ok())
+                    .map(i64::from_le_bytes)
+                    .is_some_and(|at| at < *before_ns)
+            })? {
+                item?;
+                dropped += 1;
+            }
+            Ok(Applied {
+                dropped,
+                ..Default::default()
+            })
+        }
+        IndexOp::Delete { bucket, name } => {
+            let old = table.remove(object_key(bucket, name).as_slice())?;
+            let replaced = match old {
+                Some(v) => Some(ObjectMeta::decode(v.value())?),
+                None => None,
+            };
+            Ok(Applied {
+                replaced,
+                ..Default::default()
+            })
+        }
+        IndexOp::PutIf { meta, expect } => {
+            let key = object_key(&meta.bucket, &meta.name);
+            let current = match table.get(key.as_slice())? {
+                Some(v) => Some(ObjectMeta::decode(v.value())?),
+                None => None,
+            };
+            if current.as_ref().map(|m| &m.file) != expect.as_ref() {
+                return Ok(Applied {
+                    replaced: current,
+                    ..Default::default()
+                });
+            }
+            table.insert(key.as_slice(), meta.encode().as_slice())?;
+            Ok(Applied {
+                replaced: current,
+                stored: Some(meta.clone()),
+                ..Default::default()
+            })
+        }
+        IndexOp::DeleteIf { bucket, name, file } => {
+            let key = object_key(bucket, name);
+            let current = match table.get(key.as_slice())? {
+                Some(v) => ObjectMeta::decode(v.value())?,
+                None => return Ok(Applied::default()),
+            };
+            if current.file != *file {
+                return Ok(Applied::default());
+            }
+            table.remove(key.as_slice())?;
+            Ok(Applied {
+                replaced: Some(current),
+                ..Default::default()
+            })
+        }
+        IndexOp::Touch(entries) => {
+            for (bucket, name, atime) in entries {
+                let key = object_key(bucket, name);
+                let current = match table.get(key.as_slice())? {
+                    Some(v) => ObjectMeta::decode(v.value())?,
+                    None => continue,
+                };
+                if current.atime_ns < *atime {
+                    let mut updated = current;
+                    updated.atime_ns = *atime;
+                    table.insert(key.as_slice(), updated.encode().as_slice())?;
+                }
+            }
+            Ok(Applied::default())
+        }
+        IndexOp::DropBucket { bucket } => {
+            let lo = object_key(bucket, "");
+            let mut hi = bucket.as_bytes().to_vec();
+            hi.push(1); // every key of this bucket sorts below `bucket \x01`
+            let mut dropped = 0;
+            for item in table.extract_from_if(lo.as_slice()..hi.as_slice(), |_, _| true)? {
+                item?;
+                dropped += 1;
+            }
+            Ok(Applied {
+                dropped,
+                ..Default::default()
+            })
+        }
+    }
+}

@@ -1,0 +1,790 @@
+//! The object store of one target: its mountpaths, where each object's bytes live, and the
+//! PUT / GET / HEAD / DELETE / list operations on them.
+//!
+//! On-disk layout of a mountpath:
+//! ```text
+//! <mountpath>/index.redb                      metadata index (see `index`)
+//! <mountpath>/obj/<bucket-hash>/<xx>/<name-hash>.<generation>   object bytes (+ xattr metadata)
+//! <mountpath>/tmp/                            in-flight writes; emptied at startup
+//! <mountpath>/trash/                          dropped buckets awaiting removal
+//! ```
+//! File names come from hashes of the bucket and object names, never from the names themselves,
+//! so no key can escape the mountpath or exceed a name-length limit. Every write gets a fresh
+//! generation suffix and becomes visible only when the index commit that references it lands.
+pub(crate) mod error;
+pub(crate) mod hot;
+
+pub(crate) mod index;
+
+pub(crate) mod meta;
+
+pub mod multipart;
+
+pub mod space;
+
+pub(crate) mod stream;
+
+use crate::store::error::StoreError;
+use crate::store::index::{IndexOp, ObjectIndex};
+use crate::store::meta::ObjectMeta;
+use bytes::Bytes;
+use futures::Stream;
+use gristmill_core::{ApiError, Bck};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+use xxhash_rust::xxh64::Xxh64;
+mod mountset;
+pub use mountset::{Changed, Misplaced, MountSet, Moved, MpAction, MpState};
+
+mod pending;
+pub use pending::PendingWrite;
+
+mod files;
+use files::{
+    bucket_dir, create_fan_out_dir, data_file_name, open_mountpath, remove_data_file,
+    remove_orphans, set_meta_xattr,
+};
+#[cfg(test)]
+mod tests;
+
+/// Default checksum algorithm (AIStore's default too).
+pub const CKSUM_XXHASH: &str = "xxhash";
+
+/// One disk (or directory) that the target fully owns.
+#[derive(Debug)]
+pub struct Mountpath {
+    /// Absolute, cleaned path; also the mountpath's identity for placement.
+    pub path: PathBuf,
+    /// `xxhash64(path)`, the mountpath's HRW digest.
+    pub digest: u64,
+    pub index: ObjectIndex,
+}
+
+impl Mountpath {
+    fn tmp_dir(&self) -> PathBuf {
+        self.path.join("tmp")
+    }
+}
+
+/// How a PUT should be committed.
+#[derive(Debug, Clone, Default)]
+pub struct PutOptions {
+    /// fsync data and directory before acknowledging (native buckets); cache fills skip it.
+    pub durable: bool,
+    /// Version to record (remote objects keep the remote's); empty = next local version.
+    pub version: String,
+    /// Extra metadata to store with the object.
+    pub custom: std::collections::BTreeMap<String, String>,
+    /// Expected size, when the sender declared one; a mismatch fails the PUT.
+    pub expected_size: Option<u64>,
+    /// Expected xxhash checksum (hex), when the sender declared one.
+    pub expected_xxhash: Option<String>,
+    /// Expected MD5 (hex, lowercase; needs `compute_md5`): a cold GET checks a remote's plain
+    /// S3 ETag with it.
+    pub expected_md5: Option<String>,
+    /// Also compute the MD5 of the body and record it as the object's `ETag` (S3 clients
+    /// expect ETag = MD5). Off for native PUTs: MD5 runs at ~0.6 GB/s per core.
+    pub compute_md5: bool,
+    /// S3 checksum algorithms (`CRC32`, `CRC32C`, `SHA1`, `SHA256`, `CRC64NVME`) to compute and
+    /// record as `x-amz-checksum-*` metadata.
+    pub s3_checksums: Vec<String>,
+    /// Modification time to record (an object moved by rebalance keeps its own); None = now.
+    pub mtime_ns: Option<i64>,
+    /// How the object's generation is decided: a new write on the owner (the default) or a
+    /// copy sent by another node with its own.
+    pub generation: crate::store::index::GenRule,
+    /// Commit the index entry without waiting for an fsync ([`ObjectIndex::apply_relaxed`]):
+    /// for cache fills, whose loss in a crash is harmless. The data file must be on disk
+    /// before the commit (written and synced by the caller), or a power loss could leave an
+    /// entry whose bytes are not.
+    pub relaxed_index: bool,
+}
+
+/// Custom-metadata key holding an object's S3 ETag (without quotes).
+pub const ETAG_KEY: &str = "ETag";
+
+/// A copy of an object kept aside by [`Store::keep`]; the link goes when this is dropped.
+#[derive(Debug)]
+pub struct KeptCopy {
+    pub meta: ObjectMeta,
+    link: PathBuf,
+}
+
+impl Drop for KeptCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.link);
+    }
+}
+
+/// An open object ready to be streamed.
+#[derive(Debug)]
+pub struct OpenObject {
+    pub meta: ObjectMeta,
+    /// The data file. It may be a duplicate of a descriptor the metadata cache keeps open,
+    /// sharing one file offset with other readers: read it with positioned reads only.
+    pub file: std::fs::File,
+    /// The whole content, already read, for objects up to [`PREFETCH_MAX`] bytes.
+    pub data: Option<Bytes>,
+}
+
+/// Objects up to this size are read together with their lookup (one blocking-pool trip).
+pub const PREFETCH_MAX: u64 = 128 * 1024;
+
+/// The storage engine of one target.
+#[derive(Debug)]
+pub struct Store {
+    /// The current mountpath set; replaced as a whole by runtime changes (see `mountset`).
+    mountpaths: std::sync::RwLock<Arc<MountSet>>,
+    /// Persistence of the set, the resilver's state and writes in flight.
+    dynamic: Arc<mountset::Dynamic>,
+    generation: AtomicU64,
+    /// Bytes stored per bucket uname, across mountpaths; kept current by every commit, delete
+    /// and drop, so quota checks never walk the index.
+    usage: Arc<Usage>,
+    /// Access times not yet written to the index, by (bucket uname, object name). Reads only
+    /// touch this map; [`Store::flush_atimes`] writes them in one transaction per mountpath.
+    atimes: Mutex<HashMap<(String, String), i64>>,
+    /// Records of recently read objects (shared with every mountpath's index, which drops
+    /// changed keys): warm GETs skip the index and the blocking pool.
+    hot: Arc<crate::store::hot::MetaCache>,
+}
+
+/// Entries of the hot-record cache (`GRISTD_META_CACHE` overrides): each costs a few hundred
+/// bytes, so the default bounds it to about 30 MiB.
+const META_CACHE_ENTRIES: usize = 100_000;
+
+/// Data files the metadata cache keeps open: `GRISTD_OPEN_FILES` (0 = none), by default 4096
+/// but never more than a quarter of the descriptor limit (connections need the rest).
+fn kept_open_files() -> usize {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let quarter = usize::try_from(limit / 4).unwrap_or(usize::MAX);
+    std::env::var("GRISTD_OPEN_FILES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4096)
+        .min(quarter)
+}
+
+fn meta_cache_entries() -> usize {
+    std::env::var("GRISTD_META_CACHE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(META_CACHE_ENTRIES)
+}
+
+/// Bytes per bucket uname.
+#[derive(Debug, Default)]
+struct Usage(Mutex<HashMap<String, u64>>);
+
+impl Usage {
+    fn account(&self, bucket_uname: &str, added: u64, removed: u64) {
+        let mut usage = self.0.lock().expect("usage lock");
+        let v = usage.entry(bucket_uname.to_owned()).or_default();
+        *v = v.saturating_add(added).saturating_sub(removed);
+    }
+}
+
+/// Pending access times beyond which a flush is due regardless of the timer.
+pub const ATIME_FLUSH_AT: usize = 100_000;
+
+impl Store {
+    /// Opens every mountpath (creating its layout), then removes orphans left by a crash.
+    /// The set can change at runtime but is not persisted (see [`Store::open_with_state`]).
+    pub async fn open(paths: &[PathBuf]) -> Result<Arc<Self>, StoreError> {
+        Self::open_with_state(paths, None).await
+    }
+
+    /// Like [`Store::open`], with the mountpath set persisted in `state_file`: runtime
+    /// changes survive a restart, and `paths` are merged with the persisted set (see
+    /// `mountset`).
+    pub async fn open_with_state(
+        paths: &[PathBuf],
+        state_file: Option<&Path>,
+    ) -> Result<Arc<Self>, StoreError> {
+        if paths.is_empty() {
+            return Err(ApiError::bad_request("a target needs at least one mountpath").into());
+        }
+        let (plan, dynamic) = mountset::plan(paths, state_file)?;
+        let hot = Arc::new(crate::store::hot::MetaCache::new(
+            meta_cache_entries(),
+            kept_open_files(),
+        ));
+        let mut set = MountSet::default();
+        for (path, state) in plan {
+            set.push(state, Arc::new(open_mountpath(&path, hot.clone())?));
+        }
+        set.sort();
+        let store = Arc::new(Self {
+            mountpaths: std::sync::RwLock::new(Arc::new(set)),
+            dynamic: Arc::new(dynamic),
+            generation: AtomicU64::new(now_ns() as u64),
+            usage: Arc::default(),
+            atimes: Mutex::new(HashMap::new()),
+            hot,
+        });
+        for mp in store.mountpaths() {
+            let removed = tokio::task::spawn_blocking(move || remove_orphans(&mp))
+                .await
+                .map_err(|e| StoreError::Index(e.to_string()))??;
+            if removed > 0 {
+                tracing::warn!(
+                    removed,
+                    "removed orphaned files left by an interrupted write"
+                );
+            }
+        }
+        let indexes: Vec<ObjectIndex> =
+            store.mountpaths().iter().map(|m| m.index.clone()).collect();
+        let usage = tokio::task::spawn_blocking(move || -> Result<_, StoreError> {
+            let mut usage: HashMap<String, u64> = HashMap::new();
+            for index in &indexes {
+                index.for_each(|m| *usage.entry(m.bucket).or_default() += m.size)?;
+            }
+            Ok(usage)
+        })
+        .await
+        .map_err(|e| StoreError::Index(e.to_string()))??;
+        *store.usage.0.lock().expect("usage lock") = usage;
+        Ok(store)
+    }
+
+    /// Bytes stored for one bucket (by uname) on this target.
+    pub fn bucket_usage(&self, bucket_uname: &str) -> u64 {
+        let usage = self.usage.0.lock().expect("usage lock");
+        usage.get(bucket_uname).copied().unwrap_or(0)
+    }
+
+    /// Bytes stored per bucket uname on this target.
+    pub fn usage(&self) -> HashMap<String, u64> {
+        self.usage.0.lock().expect("usage lock").clone()
+    }
+
+    /// Records a read of an object (for LRU); written to the index by [`Self::flush_atimes`].
+    /// Returns true when enough times are pending that a flush is due.
+    pub fn touch(&self, bucket_uname: &str, name: &str) -> bool {
+        let mut atimes = self.atimes.lock().expect("atimes lock");
+        atimes.insert((bucket_uname.to_owned(), name.to_owned()), now_ns());
+        atimes.len() >= ATIME_FLUSH_AT
+    }
+
+    /// The latest access time of an object: a pending read, else the stored atime.
+    pub fn atime(&self, meta: &ObjectMeta) -> i64 {
+        let atimes = self.atimes.lock().expect("atimes lock");
+        atimes
+            .get(&(meta.bucket.clone(), meta.name.clone()))
+            .copied()
+            .unwrap_or(0)
+            .max(meta.atime_ns)
+    }
+
+    /// Writes pending access times to the indexes (one transaction per mountpath).
+    pub async fn flush_atimes(&self) -> Result<usize, StoreError> {
+        let pending: Vec<((String, String), i64)> = {
+            let mut atimes = self.atimes.lock().expect("atimes lock");
+            atimes.drain().collect()
+        };
+        let n = pending.len();
+        let set = self.set();
+        let mut by_mp: HashMap<usize, Vec<(String, String, i64)>> = HashMap::new();
+        for ((bucket, name), t) in pending {
+            let i = set.pick(&bucket, &name);
+            by_mp.entry(i).or_default().push((bucket, name, t));
+        }
+        for (i, entries) in by_mp {
+            set.available[i]
+                .index
+                .apply(IndexOp::Touch(entries))
+                .await?;
+        }
+        Ok(n)
+    }
+
+    /// Every open mountpath: the enabled ones (in placement order) first, then disabled and
+    /// detaching ones (see [`MountSet`]).
+    pub fn mountpaths(&self) -> Vec<Arc<Mountpath>> {
+        self.set().all().cloned().collect()
+    }
+
+    /// The mountpath that owns an object, by HRW over the enabled mountpaths' digests.
+    pub fn mountpath_for(&self, bck: &Bck, name: &str) -> Arc<Mountpath> {
+        self.set().owner(&bck.uname(), name).clone()
+    }
+
+    /// Position of the mountpath that owns an object (by bucket uname and name) among the
+    /// enabled ones (which come first in [`Store::mountpaths`]).
+    pub fn mountpath_index(&self, bucket_uname: &str, name: &str) -> usize {
+        self.set().pick(bucket_uname, name)
+    }
+
+    /// Every object record of every mountpath, with the mountpath's position in
+    /// [`Store::mountpaths`] (blocking; for LRU scans and rebuilds).
+    pub fn for_each_object(&self, mut f: impl FnMut(usize, ObjectMeta)) -> Result<(), StoreError> {
+        for (i, mp) in self.mountpaths().iter().enumerate() {
+            mp.index.for_each(|m| f(i, m))?;
+        }
+        Ok(())
+    }
+
+    /// Starts writing an object: a temp file on the owning mountpath that fills chunk by chunk
+    /// and becomes the object only on [`PendingWrite::commit`]. Dropping it without a commit
+    /// removes the temp file.
+    pub async fn begin_write(
+        &self,
+        bck: &Bck,
+        name: &str,
+        opts: PutOptions,
+    ) -> Result<PendingWrite, StoreError> {
+        let ticket = self.write_ticket();
+        let mp = self.mountpath_for(bck, name);
+        let others = self.other_copies(&mp);
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+        let tmp = mp.tmp_dir().join(format!("{:016x}", generation));
+        let file = tokio::fs::File::create(&tmp).await?;
+        Ok(PendingWrite {
+            mp,
+            others,
+            _ticket: ticket,
+            usage: self.usage.clone(),
+            bucket: bck.uname(),
+            name: name.to_owned(),
+            generation,
+            out: Some(tokio::io::BufWriter::with_capacity(1 << 20, file)),
+            xxhash: Xxh64::new(0),
+            md5: opts.compute_md5.then(<md5::Md5 as md5::Digest>::new),
+            s3: gristmill_node::s3::checksum_hasher(&opts.s3_checksums),
+            size: 0,
+            opts,
+            tmp: Some(tmp),
+        })
+    }
+
+    /// Stores an object from a stream of chunks. The object becomes visible atomically when the
+    /// metadata commit lands; on any error nothing of it remains.
+    pub async fn put<S, E>(
+        &self,
+        bck: &Bck,
+        name: &str,
+        body: S,
+        opts: PutOptions,
+    ) -> Result<ObjectMeta, StoreError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send,
+        E: std::fmt::Display,
+    {
+        let mut pending = self.begin_write(bck, name, opts).await?;
+        pending.write_stream(body).await?;
+        pending.commit().await
+    }
+
+    /// Metadata of one object.
+    pub fn head(&self, bck: &Bck, name: &str) -> Result<ObjectMeta, StoreError> {
+        self.locate(bck, name)?
+            .map(|(_, meta)| meta)
+            .ok_or_else(|| StoreError::not_found(format!("object {bck}/{name}")))
+    }
+
+    /// Opens an object's data file: index lookup, open and — for objects up to
+    /// [`PREFETCH_MAX`] bytes — the whole read, in one trip to the blocking pool. Retries if a
+    /// concurrent overwrite replaced the file between the lookup and the open. A recently read
+    /// object whose bytes are in the page cache is served without the trip (see `hot`).
+    pub async fn open_object(&self, bck: &Bck, name: &str) -> Result<OpenObject, StoreError> {
+        use std::os::unix::fs::FileExt;
+        let bucket = bck.uname();
+        if let Some(open) = self.open_hot(&bucket, name) {
+            return Ok(open);
+        }
+        let mps = self.lookup_order(bck, name);
+        let key = name.to_owned();
+        let missing = format!("object {bck}/{name}");
+        let hot = self.hot.clone();
+        tokio::task::spawn_blocking(move || {
+            for _ in 0..3 {
+                let generation = hot.generation(&bucket, &key);
+                // The file vanishes when an overwrite or a resilver move replaced it: look again.
+                let (mp, meta) = mountset::find_in(&mps, &bucket, &key)?
+                    .ok_or_else(|| StoreError::not_found(&missing))?;
+                let file = match std::fs::File::open(mp.path.join(&meta.file)) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                hot.insert_if(
+                    generation,
+                    Arc::new(crate::store::hot::Cached::new(
+                        mp.path.clone(),
+                        meta.clone(),
+                    )),
+                );
+                let data = if meta.size <= PREFETCH_MAX {
+                    let mut buf = vec![0u8; meta.size as usize];
+                    file.read_exact_at(&mut buf, 0)?;
+                    Some(Bytes::from(buf))
+                } else {
+                    None
+                };
+                return Ok(OpenObject { meta, file, data });
+            }
+            Err(StoreError::not_found(&missing))
+        })
+        .await
+        .map_err(|e| StoreError::Index(e.to_string()))?
+    }
+
+    /// The warm path of [`Store::open_object`], on the calling (async) thread: only for a cached
+    /// record whose small content is entirely in the page cache (or a large object, whose
+    /// body streams through the blocking pool anyway). `None`: take the blocking path.
+    fn open_hot(&self, bucket: &str, name: &str) -> Option<OpenObject> {
+        let hit = self.hot.get(bucket, name)?;
+        // Opening a file whose directory entries were just used is a cached lookup; a file
+        // gone (overwritten, moved) sends us to the slow path, which looks again.
+        let file = self.hot.open_file(&hit).ok()?;
+        let data = if hit.meta.size <= PREFETCH_MAX {
+            let mut buf = vec![0u8; hit.meta.size as usize];
+            if !crate::store::hot::read_if_cached(&file, &mut buf, 0).ok()? {
+                return None;
+            }
+            Some(Bytes::from(buf))
+        } else {
+            None
+        };
+        Some(OpenObject {
+            meta: hit.meta.clone(),
+            file,
+            data,
+        })
+    }
+
+    /// Deletes an object for good: removes it (unless a newer generation is here) and leaves a
+    /// tombstone on its HRW mountpath, so no copy of it that arrives later — a rebalance
+    /// transfer, a replica — re-creates it. Answers the removed record (if any) and the
+    /// tombstone's generation.
+    pub async fn bury(
+        &self,
+        bck: &Bck,
+        name: &str,
+        generation: crate::store::index::BuryGen,
+    ) -> Result<(Option<ObjectMeta>, u64), StoreError> {
+        let bucket = bck.uname();
+        let mut removed = None;
+        let mut tombstone = 0;
+        for (i, mp) in self.lookup_order(bck, name).into_iter().enumerate() {
+            let applied = if i == 0 {
+                let a = mp
+                    .index
+                    .apply(IndexOp::Bury {
+                        bucket: bucket.clone(),
+                        name: name.to_owned(),
+                        generation,
+                    })
+                    .await?;
+                tombstone = a.tombstone;
+                a
+            } else {
+                // Other mountpaths (a resilver in progress): a read first, so a settled store
+                // commits only once.
+                match mp.index.get(&bucket, name)? {
+                    Some(m) if m.effective_gen() < tombstone => {
+                        mp.index
+                            .apply(IndexOp::DeleteIf {
+                                bucket: bucket.clone(),
+                                name: name.to_owned(),
+                                file: m.file,
+                            })
+                            .await?
+                    }
+                    _ => continue,
+                }
+            };
+            if let Some(old) = applied.replaced {
+                remove_data_file(&mp, &old.file).await;
+                self.usage.account(&old.bucket, 0, old.size);
+                removed.get_or_insert(old);
+            }
+        }
+        Ok((removed, tombstone))
+    }
+
+    /// Removes one particular record of an object — the one whose data file is `file` — from
+    /// whichever mountpath holds it; a record rewritten since (another file) stays. Answers
+    /// whether it was removed. No tombstone: for dropping a copy that moved elsewhere.
+    pub async fn delete_if_file(
+        &self,
+        bck: &Bck,
+        name: &str,
+        file: &str,
+    ) -> Result<bool, StoreError> {
+        let bucket = bck.uname();
+        for mp in self.lookup_order(bck, name) {
+            // A read first: only the mountpath holding that record commits.
+            if mp.index.get(&bucket, name)?.is_none_or(|m| m.file != file) {
+                continue;
+            }
+            let applied = mp
+                .index
+                .apply(IndexOp::DeleteIf {
+                    bucket: bucket.clone(),
+                    name: name.to_owned(),
+                    file: file.to_owned(),
+                })
+                .await?;
+            if let Some(old) = applied.replaced {
+                remove_data_file(&mp, &old.file).await;
+                self.usage.account(&old.bucket, 0, old.size);
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Keeps the current copy of an object (if any) reachable after an overwrite: a hard link
+    /// to its data file in `tmp/`, so a write that must be undone can put it back
+    /// ([`Store::restore`]). Dropping the [`KeptCopy`] removes the link.
+    pub fn keep(&self, bck: &Bck, name: &str) -> Result<Option<KeptCopy>, StoreError> {
+        let Some((mp, meta)) = self.locate(bck, name)? else {
+            return Ok(None);
+        };
+        let link = mp.tmp_dir().join(format!(
+            "kept-{:016x}",
+            self.generation.fetch_add(1, Ordering::Relaxed)
+        ));
+        match std::fs::hard_link(mp.path.join(&meta.file), &link) {
+            Ok(()) => Ok(Some(KeptCopy { meta, link })),
+            // Overwritten or deleted a moment ago: nothing to keep.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Puts a kept copy back as the object, as a new write ordered after `after` (the
+    /// generation of the write being undone).
+    pub async fn restore(
+        &self,
+        bck: &Bck,
+        kept: &KeptCopy,
+        after: u64,
+    ) -> Result<ObjectMeta, StoreError> {
+        let file = std::fs::File::open(&kept.link)?;
+        let m = &kept.meta;
+        let opts = PutOptions {
+            durable: !bck.is_remote(),
+            version: if bck.is_remote() {
+                m.version.clone()
+            } else {
+                String::new()
+            },
+            custom: m.custom.clone(),
+            expected_size: Some(m.size),
+            expected_xxhash: Some(m.cksum_value.clone()),
+            mtime_ns: Some(m.mtime_ns),
+            generation: crate::store::index::GenRule::Next { floor: after },
+            ..Default::default()
+        };
+        self.put(
+            bck,
+            &m.name,
+            crate::store::stream::file_stream(file, 0, m.size),
+            opts,
+        )
+        .await
+    }
+
+    /// The generation of an object's tombstone here (0: none).
+    pub fn tombstone(&self, bck: &Bck, name: &str) -> Result<u64, StoreError> {
+        let bucket = bck.uname();
+        let mut generation = 0;
+        for mp in self.lookup_order(bck, name) {
+            generation = generation.max(mp.index.tombstone(&bucket, name)?.unwrap_or(0));
+        }
+        Ok(generation)
+    }
+
+    /// Forgets tombstones older than `keep` (their deletes have long reached every holder).
+    pub async fn purge_tombstones(&self, keep: std::time::Duration) -> Result<u64, StoreError> {
+        let before_ns = now_ns() - keep.as_nanos().min(i64::MAX as u128) as i64;
+        let mut purged = 0;
+        for mp in self.mountpaths().iter() {
+            purged += mp
+                .index
+                .apply_relaxed(IndexOp::PurgeTombstones { before_ns })
+                .await?
+                .dropped;
+        }
+        Ok(purged)
+    }
+
+    /// Removes an object — from its HRW mountpath and from any other that still holds a
+    /// copy (a resilver in progress); `NotFound` if it was nowhere.
+    pub async fn delete(&self, bck: &Bck, name: &str) -> Result<ObjectMeta, StoreError> {
+        let bucket = bck.uname();
+        let mut removed = None;
+        for (i, mp) in self.lookup_order(bck, name).into_iter().enumerate() {
+            // Other mountpaths: a read first, so a settled store commits only once.
+            if i > 0 && mp.index.get(&bucket, name)?.is_none() {
+                continue;
+            }
+            let applied = mp
+                .index
+                .apply(IndexOp::Delete {
+                    bucket: bucket.clone(),
+                    name: name.to_owned(),
+                })
+                .await?;
+            if let Some(old) = applied.replaced {
+                remove_data_file(&mp, &old.file).await;
+                self.usage.account(&old.bucket, 0, old.size);
+                removed.get_or_insert(old);
+            }
+        }
+        removed.ok_or_else(|| StoreError::not_found(format!("object {bck}/{name}")))
+    }
+
+    /// Up to `limit` objects of a bucket after `start_after`, in name order, merged across
+    /// mountpaths.
+    pub async fn list(
+        &self,
+        bck: &Bck,
+        prefix: &str,
+        start_after: &str,
+        limit: usize,
+    ) -> Result<Vec<ObjectMeta>, StoreError> {
+        let bucket = bck.uname();
+        let prefix = prefix.to_owned();
+        let start_after = start_after.to_owned();
+        let indexes: Vec<ObjectIndex> = self.mountpaths().iter().map(|m| m.index.clone()).collect();
+        tokio::task::spawn_blocking(move || {
+            let mut all = Vec::new();
+            for index in &indexes {
+                all.extend(index.list(&bucket, &prefix, &start_after, limit)?);
+            }
+            // Newest first among copies of one name (a resilver moving it), then one each.
+            all.sort_by(|a, b| a.name.cmp(&b.name).then(b.mtime_ns.cmp(&a.mtime_ns)));
+            all.dedup_by(|later, first| later.name == first.name);
+            all.truncate(limit);
+            Ok(all)
+        })
+        .await
+        .map_err(|e| StoreError::Index(e.to_string()))?
+    }
+
+    /// Removes every object of a bucket: one index transaction, then the bucket's directories
+    /// move to the trash and are deleted in the background.
+    pub async fn drop_bucket(&self, bck: &Bck) -> Result<u64, StoreError> {
+        let bucket = bck.uname();
+        self.usage.0.lock().expect("usage lock").remove(&bucket);
+        let mut dropped = 0;
+        for mp in self.mountpaths() {
+            dropped += mp
+                .index
+                .apply(IndexOp::DropBucket {
+                    bucket: bucket.clone(),
+                })
+                .await?
+                .dropped;
+            let dir = mp.path.join("obj").join(bucket_dir(&bucket));
+            let trash = mp.path.join("trash").join(uuid::Uuid::new_v4().to_string());
+            if tokio::fs::rename(&dir, &trash).await.is_ok() {
+                tokio::spawn(async move {
+                    let _ = tokio::fs::remove_dir_all(&trash).await;
+                });
+            }
+        }
+        Ok(dropped)
+    }
+
+    /// Takes a corrupt copy out of service: moves its data file (the very generation `meta`
+    /// names) into `<mountpath>/quarantine/` and drops its index record, so it is never served
+    /// again. False when the record no longer names that file (overwritten or quarantined
+    /// meanwhile): nothing changes then. A newer record that landed between the move and the
+    /// drop is put back.
+    /// Deletes quarantined files last modified (moved there) more than `keep` ago, on every
+    /// mountpath; returns how many files and bytes went. Blocking (call off the runtime).
+    pub fn purge_quarantine(&self, keep: std::time::Duration) -> std::io::Result<(u64, u64)> {
+        let (mut files, mut bytes) = (0, 0);
+        for mp in self.mountpaths() {
+            let entries = match std::fs::read_dir(mp.path.join("quarantine")) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            for entry in entries {
+                let entry = entry?;
+                let md = entry.metadata()?;
+                let age = md.modified()?.elapsed().unwrap_or_default();
+                if md.is_file() && age > keep {
+                    std::fs::remove_file(entry.path())?;
+                    files += 1;
+                    bytes += md.len();
+                }
+            }
+        }
+        Ok((files, bytes))
+    }
+
+    pub async fn quarantine(&self, bck: &Bck, meta: &ObjectMeta) -> Result<bool, StoreError> {
+        // The mountpath whose record names this file (not necessarily the HRW one while a
+        // resilver runs).
+        let Some(mp) = self.holder_of(bck, meta)? else {
+            return Ok(false);
+        };
+        let from = mp.path.join(&meta.file);
+        let dir = mp.path.join("quarantine");
+        let to = dir.join(format!(
+            "{}.{}",
+            bucket_dir(&meta.bucket),
+            Path::new(&meta.file)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ));
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            std::fs::create_dir_all(&dir)?;
+            match std::fs::rename(&from, &to) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                // Its age in quarantine counts from now (see `purge_quarantine`).
+                Ok(()) => std::fs::File::options()
+                    .write(true)
+                    .open(&to)
+                    .and_then(|f| f.set_modified(std::time::SystemTime::now())),
+                Err(_) => Ok(()),
+            }
+        })
+        .await
+        .map_err(|e| StoreError::Index(e.to_string()))??;
+        let applied = mp
+            .index
+            .apply(IndexOp::Delete {
+                bucket: meta.bucket.clone(),
+                name: meta.name.clone(),
+            })
+            .await?;
+        match applied.replaced {
+            Some(old) if old.file == meta.file => {
+                self.usage.account(&old.bucket, 0, old.size);
+                Ok(true)
+            }
+            // Overwritten between the check and the drop: the new record goes back.
+            Some(newer) => {
+                mp.index
+                    .apply(IndexOp::Put {
+                        meta: newer,
+                        generation: crate::store::index::GenRule::AsIs,
+                    })
+                    .await?;
+                Ok(false)
+            }
+            None => Ok(false),
+        }
+    }
+}
+
+pub fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,315 @@
+//! Multipart uploads (the S3 protocol's, exposed to proxies through `/v1/mpu/`): parts are
+//! staged on the mountpath that will own the final object, then concatenated into it by one
+//! ordinary crash-safe PUT. Staging lives in `<mountpath>/mpu/<upload-id>/` and survives
+//! restarts; an aborted or completed upload removes its directory.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use gristmill_core::{ApiError, Bck, ErrorKind};
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+
+use crate::store::error::StoreError;
+use crate::store::meta::ObjectMeta;
+use crate::store::{ETAG_KEY, PutOptions, Store, now_ns};
+
+/// Highest part number S3 allows.
+pub const MAX_PART_NUMBER: u32 = 10_000;
+/// Smallest size of any part but the last.
+pub const MIN_PART_SIZE: u64 = 5 << 20;
+
+/// What is known about an upload in progress.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UploadInfo {
+    pub upload_id: String,
+    pub key: String,
+    pub bucket: String,
+    pub initiated_ns: i64,
+    /// Metadata the final object will carry (content type, user metadata...).
+    #[serde(default)]
+    pub custom: BTreeMap<String, String>,
+}
+
+/// One stored part.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PartInfo {
+    pub part: u32,
+    /// MD5 of the part, hex (no quotes).
+    pub etag: String,
+    pub size: u64,
+    pub mtime_ns: i64,
+}
+
+fn no_such_upload(id: &str) -> StoreError {
+    ApiError::new(
+        ErrorKind::NoSuchUpload,
+        format!("upload {id:?} does not exist (completed, aborted, or never created)"),
+    )
+    .into()
+}
+
+fn valid_upload_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+impl Store {
+    fn upload_dir(&self, bck: &Bck, key: &str, upload_id: &str) -> Result<PathBuf, StoreError> {
+        if !valid_upload_id(upload_id) {
+            return Err(no_such_upload(upload_id));
+        }
+        // Where the upload began: its HRW mountpath then, which a mountpath change may
+        // have moved since.
+        let dirs: Vec<PathBuf> = self
+            .lookup_order(bck, key)
+            .iter()
+            .map(|m| m.path.join("mpu").join(upload_id))
+            .collect();
+        Ok(dirs.iter().find(|d| d.exists()).unwrap_or(&dirs[0]).clone())
+    }
+
+    async fn load_upload(
+        &self,
+        bck: &Bck,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(PathBuf, UploadInfo), StoreError> {
+        let dir = self.upload_dir(bck, key, upload_id)?;
+        let bytes = tokio::fs::read(dir.join("upload.json"))
+            .await
+            .map_err(|_| no_such_upload(upload_id))?;
+        let info: UploadInfo = serde_json::from_slice(&bytes)
+            .map_err(|e| StoreError::Corrupt(format!("upload {upload_id}: {e}")))?;
+        if info.key != key || info.bucket != bck.uname() {
+            return Err(no_such_upload(upload_id));
+        }
+        Ok((dir, info))
+    }
+
+    /// Starts an upload; returns its id.
+    pub async fn mpu_create(
+        &self,
+        bck: &Bck,
+        key: &str,
+        custom: BTreeMap<String, String>,
+    ) -> Result<UploadInfo, StoreError> {
+        let upload_id = uuid::Uuid::new_v4().simple().to_string();
+        let dir = self.upload_dir(bck, key, &upload_id)?;
+        tokio::fs::create_dir_all(&dir).await?;
+        let info = UploadInfo {
+            upload_id,
+            key: key.to_owned(),
+            bucket: bck.uname(),
+            initiated_ns: now_ns(),
+            custom,
+        };
+        let json = serde_json::to_vec(&info).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        tokio::fs::write(dir.join("upload.json"), json).await?;
+        Ok(info)
+    }
+
+    /// Stores one part (replacing an earlier upload of the same number).
+    pub async fn mpu_put_part<S, E>(
+        &self,
+        bck: &Bck,
+        key: &str,
+        upload_id: &str,
+        part: u32,
+        body: S,
+        expected_size: Option<u64>,
+    ) -> Result<PartInfo, StoreError>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send,
+        E: std::fmt::Display,
+    {
+        if part == 0 || part > MAX_PART_NUMBER {
+            return Err(ApiError::bad_request(format!(
+                "part number {part} out of range 1..={MAX_PART_NUMBER}"
+            ))
+            .into());
+        }
+        let (dir, _) = self.load_upload(bck, key, upload_id).await?;
+        let tmp = dir.join(format!(
+            "part-{part:05}.{}.tmp",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let result = async {
+            let mut f =
+                tokio::io::BufWriter::with_capacity(1 << 20, tokio::fs::File::create(&tmp).await?);
+            let mut md5 = <md5::Md5 as md5::Digest>::new();
+            let mut size = 0u64;
+            let mut body = std::pin::pin!(body);
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk.map_err(|e| {
+                    StoreError::Api(ApiError::bad_request(format!("reading part body: {e}")))
+                })?;
+                md5::Digest::update(&mut md5, &chunk);
+                size += chunk.len() as u64;
+                f.write_all(&chunk).await?;
+            }
+            f.flush().await?;
+            if let Some(want) = expected_size
+                && want != size
+            {
+                return Err(StoreError::Api(ApiError::bad_request(format!(
+                    "part body has {size} bytes, expected {want}"
+                ))));
+            }
+            let info = PartInfo {
+                part,
+                etag: hex::encode(md5::Digest::finalize(md5)),
+                size,
+                mtime_ns: now_ns(),
+            };
+            tokio::fs::rename(&tmp, dir.join(format!("part-{part:05}"))).await?;
+            let json = serde_json::to_vec(&info).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            tokio::fs::write(dir.join(format!("part-{part:05}.json")), json).await?;
+            Ok(info)
+        }
+        .await;
+        if result.is_err() {
+            let _ = tokio::fs::remove_file(&tmp).await;
+        }
+        result
+    }
+
+    /// The parts uploaded so far, by part number.
+    pub async fn mpu_list_parts(
+        &self,
+        bck: &Bck,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<Vec<PartInfo>, StoreError> {
+        let (dir, _) = self.load_upload(bck, key, upload_id).await?;
+        let mut parts = Vec::new();
+        let mut rd = tokio::fs::read_dir(&dir).await?;
+        while let Some(e) = rd.next_entry().await? {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("part-") && name.ends_with(".json") {
+                let bytes = tokio::fs::read(e.path()).await?;
+                if let Ok(p) = serde_json::from_slice::<PartInfo>(&bytes) {
+                    parts.push(p);
+                }
+            }
+        }
+        parts.sort_by_key(|p| p.part);
+        Ok(parts)
+    }
+
+    /// Concatenates the listed parts into the object. Parts must be in ascending order, each
+    /// uploaded with the given ETag, and all but the last at least 5 MiB.
+    pub async fn mpu_complete(
+        &self,
+        bck: &Bck,
+        key: &str,
+        upload_id: &str,
+        parts: &[(u32, String)],
+        durable: bool,
+        floor: u64,
+    ) -> Result<ObjectMeta, StoreError> {
+        let (dir, info) = self.load_upload(bck, key, upload_id).await?;
+        if parts.is_empty() {
+            return Err(ApiError::new(ErrorKind::InvalidPart, "no parts listed").into());
+        }
+        if parts.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err(ApiError::new(
+                ErrorKind::InvalidPartOrder,
+                "parts must be listed in ascending order of part number",
+            )
+            .into());
+        }
+        let stored: BTreeMap<u32, PartInfo> = self
+            .mpu_list_parts(bck, key, upload_id)
+            .await?
+            .into_iter()
+            .map(|p| (p.part, p))
+            .collect();
+        let mut md5s = Vec::with_capacity(parts.len() * 16);
+        let mut files = Vec::with_capacity(parts.len());
+        for (i, (n, etag)) in parts.iter().enumerate() {
+            let want = etag.trim_matches('"');
+            let p = stored
+                .get(n)
+                .filter(|p| p.etag.eq_ignore_ascii_case(want))
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ErrorKind::InvalidPart,
+                        format!("part {n} was not uploaded with ETag {etag}"),
+                    )
+                })?;
+            if i + 1 < parts.len() && p.size < MIN_PART_SIZE {
+                return Err(ApiError::new(
+                    ErrorKind::EntityTooSmall,
+                    format!(
+                        "part {n} is {} bytes; all parts but the last need 5 MiB",
+                        p.size
+                    ),
+                )
+                .into());
+            }
+            md5s.extend(hex::decode(&p.etag).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+            files.push(dir.join(format!("part-{n:05}")));
+        }
+        let etag = format!(
+            "{}-{}",
+            hex::encode(<md5::Md5 as md5::Digest>::digest(&md5s)),
+            parts.len()
+        );
+        let body = futures::stream::iter(files)
+            .then(|path| async move {
+                match tokio::fs::File::open(&path).await {
+                    Ok(f) => tokio_util::io::ReaderStream::with_capacity(f, 1 << 20).left_stream(),
+                    Err(e) => futures::stream::once(async move { Err(e) }).right_stream(),
+                }
+            })
+            .flatten();
+        let mut custom = info.custom.clone();
+        custom.insert(ETAG_KEY.into(), etag);
+        let meta = self
+            .put(
+                bck,
+                key,
+                body,
+                PutOptions {
+                    durable,
+                    custom,
+                    generation: crate::store::index::GenRule::Next { floor },
+                    ..Default::default()
+                },
+            )
+            .await?;
+        let _ = tokio::fs::remove_dir_all(&dir).await;
+        Ok(meta)
+    }
+
+    pub async fn mpu_abort(&self, bck: &Bck, key: &str, upload_id: &str) -> Result<(), StoreError> {
+        let (dir, _) = self.load_upload(bck, key, upload_id).await?;
+        tokio::fs::remove_dir_all(&dir).await?;
+        Ok(())
+    }
+
+    /// Uploads in progress for a bucket on this target, by key then upload id.
+    pub async fn mpu_list_uploads(&self, bck: &Bck) -> Result<Vec<UploadInfo>, StoreError> {
+        let bucket = bck.uname();
+        let mut out = Vec::new();
+        for mp in self.mountpaths() {
+            let Ok(mut rd) = tokio::fs::read_dir(mp.path.join("mpu")).await else {
+                continue;
+            };
+            while let Some(e) = rd.next_entry().await? {
+                let Ok(bytes) = tokio::fs::read(e.path().join("upload.json")).await else {
+                    continue;
+                };
+                if let Ok(info) = serde_json::from_slice::<UploadInfo>(&bytes)
+                    && info.bucket == bucket
+                {
+                    out.push(info);
+                }
+            }
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key).then(a.upload_id.cmp(&b.upload_id)));
+        Ok(out)
+    }
+}

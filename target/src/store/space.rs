@@ -1,0 +1,479 @@
+//! Space management of a target: out-of-space refusals and LRU eviction of cached remote
+//! objects.
+//!
+//! Three limits, each with a high mark that starts eviction and a low mark it evicts down to:
+//! - each mountpath's filesystem usage (percent of its capacity), as AIStore's watermarks;
+//! - the node's total cached bytes of remote buckets (`max_cache_bytes`), absolute;
+//! - each remote bucket's cached bytes on this node (bucket property `lru.quota`), absolute.
+//!
+//! For the absolute limits, the marks are the same percentages of the limit: with the default
+//! 90/75 and a 10 GiB quota, eviction starts above 9 GiB and stops at 7.5 GiB. A cold GET that
+//! would cross a quota first makes room synchronously, so a bucket never holds more than its
+//! quota even while a dataset twice its size streams through.
+//!
+//! Eviction takes the least-recently-read objects first (atime: the latest GET, tracked in
+//! memory and flushed to the index), skips objects read within `dont_evict_time`, and never
+//! touches native `ais://` buckets, which hold the only copy of their data.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gristmill_core::{ApiError, Bck, BucketMetadata, ErrorKind};
+
+use crate::store::{Store, now_ns};
+
+/// Space settings of a target (environment: see `docs/operations.md`).
+#[derive(Debug, Clone)]
+pub struct SpaceConfig {
+    /// Start evicting above this percentage (of a filesystem, or of an absolute limit).
+    pub high_wm: u8,
+    /// Evict down to this percentage.
+    pub low_wm: u8,
+    /// Refuse PUTs and cold GETs on a mountpath this full (percent): 507.
+    pub out_of_space: u8,
+    /// Objects read more recently than this are not evicted (a bucket may set its own).
+    pub dont_evict_time: Duration,
+    /// How often usage is checked (and pending atimes flushed).
+    pub check_interval: Duration,
+    /// Most bytes of cached remote objects on this node; 0 = no limit.
+    pub max_cache_bytes: u64,
+}
+
+impl Default for SpaceConfig {
+    fn default() -> Self {
+        Self {
+            high_wm: 90,
+            low_wm: 75,
+            out_of_space: 95,
+            dont_evict_time: Duration::from_secs(2 * 3600),
+            check_interval: Duration::from_secs(30),
+            max_cache_bytes: 0,
+        }
+    }
+}
+
+impl SpaceConfig {
+    /// Reads `GRISTD_LRU_HIGH_WM`, `GRISTD_LRU_LOW_WM`, `GRISTD_OUT_OF_SPACE_WM`,
+    /// `GRISTD_LRU_DONT_EVICT_TIME`, `GRISTD_SPACE_CHECK_INTERVAL` and
+    /// `GRISTD_MAX_CACHE_BYTES`; unset ones keep their defaults.
+    pub fn from_env() -> anyhow::Result<Self> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let mut c = Self::default();
+        let pct = |k: &str, d: u8| -> anyhow::Result<u8> {
+            match var(k) {
+                None => Ok(d),
+                Some(v) => match v.parse::<u8>() {
+                    Ok(p) if p <= 100 => Ok(p),
+                    _ => anyhow::bail!("{k}={v}: expected a percentage 0..100"),
+                },
+            }
+        };
+        c.high_wm = pct("GRISTD_LRU_HIGH_WM", c.high_wm)?;
+        c.low_wm = pct("GRISTD_LRU_LOW_WM", c.low_wm)?;
+        c.out_of_space = pct("GRISTD_OUT_OF_SPACE_WM", c.out_of_space)?;
+        if let Some(v) = var("GRISTD_LRU_DONT_EVICT_TIME") {
+            c.dont_evict_time = gristmill_core::time::parse_duration(&v)
+                .map_err(|e| anyhow::anyhow!("GRISTD_LRU_DONT_EVICT_TIME: {}", e.message))?;
+        }
+        if let Some(v) = var("GRISTD_SPACE_CHECK_INTERVAL") {
+            c.check_interval = gristmill_core::time::parse_duration(&v)
+                .map_err(|e| anyhow::anyhow!("GRISTD_SPACE_CHECK_INTERVAL: {}", e.message))?
+                .max(Duration::from_millis(100));
+        }
+        if let Some(v) = var("GRISTD_MAX_CACHE_BYTES") {
+            c.max_cache_bytes = gristmill_core::time::parse_size(&v)
+                .map_err(|e| anyhow::anyhow!("GRISTD_MAX_CACHE_BYTES: {}", e.message))?;
+        }
+        if c.low_wm > c.high_wm || c.high_wm > c.out_of_space {
+            anyhow::bail!(
+                "space marks must satisfy low ({}) <= high ({}) <= out-of-space ({})",
+                c.low_wm,
+                c.high_wm,
+                c.out_of_space
+            );
+        }
+        Ok(c)
+    }
+
+    fn mark(&self, limit: u64, pct: u8) -> u64 {
+        (limit as u128 * pct as u128 / 100) as u64
+    }
+}
+
+/// Filesystem capacity of a mountpath: (total, available) bytes.
+fn capacity(path: &std::path::Path) -> Option<(u64, u64)> {
+    Some((
+        fs4::total_space(path).ok()?,
+        fs4::available_space(path).ok()?,
+    ))
+}
+
+/// Whether a bucket's objects are a cache that LRU may evict.
+fn evictable(bmd: &BucketMetadata, bucket_uname: &str) -> Option<(Bck, Duration, u64)> {
+    let rec = bmd.buckets.get(bucket_uname)?;
+    if !rec.bck.is_remote() || !rec.props.lru.enabled {
+        return None;
+    }
+    let dont_evict = rec.props.lru.dont_evict().ok().flatten();
+    Some((
+        rec.bck.clone(),
+        dont_evict.unwrap_or(Duration::MAX),
+        rec.props.lru.quota,
+    ))
+}
+
+/// An object about to be cached, whose room an eviction pass should make too.
+#[derive(Debug, Clone, Copy)]
+pub struct Incoming<'a> {
+    pub bucket: &'a str,
+    pub mountpath: usize,
+    pub size: u64,
+}
+
+/// What one eviction pass did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Evicted {
+    pub objects: u64,
+    pub bytes: u64,
+}
+
+/// Space checks and eviction of one target.
+pub struct Space {
+    pub config: SpaceConfig,
+    store: Arc<Store>,
+    /// One eviction at a time (the worker, a manual job, or a cold GET making room).
+    evicting: tokio::sync::Mutex<()>,
+    /// Wakes the worker early (a cold GET crossed a high mark).
+    wake: tokio::sync::Notify,
+}
+
+impl Space {
+    pub fn new(config: SpaceConfig, store: Arc<Store>) -> Self {
+        Self {
+            config,
+            store,
+            evicting: tokio::sync::Mutex::new(()),
+            wake: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Refuses a write of `size` bytes to the mountpath that owns `bck/name` when that
+    /// filesystem is past the out-of-space mark or lacks the room: 507, nothing written.
+    pub fn check_room(&self, bck: &Bck, name: &str, size: u64) -> Result<(), ApiError> {
+        let mp = self.store.mountpath_for(bck, name);
+        let Some((total, avail)) = capacity(&mp.path) else {
+            return Ok(());
+        };
+        let used = total.saturating_sub(avail);
+        let oos = self.config.mark(total, self.config.out_of_space);
+        if used.saturating_add(size) > oos || size > avail {
+            return Err(ApiError::new(
+                ErrorKind::InsufficientStorage,
+                format!(
+                    "out of space: mountpath {} is {}% full ({} of {} bytes used; refusing writes above {}%), cannot store {size} more bytes",
+                    mp.path.display(),
+                    used * 100 / total.max(1),
+                    used,
+                    total,
+                    self.config.out_of_space
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Before caching `size` bytes of remote `bck`: makes room under the bucket's quota and the
+    /// node's cache limit by evicting (synchronously) if needed, and refuses with 507 when the
+    /// object cannot fit at all or the disk is out of space.
+    pub async fn admit_cached(
+        &self,
+        bmd: &BucketMetadata,
+        bck: &Bck,
+        name: &str,
+        size: u64,
+    ) -> Result<(), ApiError> {
+        let uname = bck.uname();
+        let quota = bmd.get(bck).map_or(0, |r| r.props.lru.quota);
+        let too_big = |limit: u64, what: &str| {
+            ApiError::new(
+                ErrorKind::InsufficientStorage,
+                format!("{bck}/{name} ({size} bytes) is larger than the {what} of {limit} bytes"),
+            )
+        };
+        if quota > 0 && size > quota {
+            return Err(too_big(quota, "bucket's cache quota (lru.quota)"));
+        }
+        let max_cache = self.config.max_cache_bytes;
+        if max_cache > 0 && size > max_cache {
+            return Err(too_big(max_cache, "node's cache limit"));
+        }
+        let c = &self.config;
+        let mp = self.store.mountpath_index(&uname, name);
+        let over_quota =
+            quota > 0 && self.store.bucket_usage(&uname) + size > c.mark(quota, c.high_wm);
+        let over_cache =
+            max_cache > 0 && self.cached_bytes(bmd) + size > c.mark(max_cache, c.high_wm);
+        let over_fs =
+            capacity(&self.store.mountpath_for(bck, name).path).is_some_and(|(total, avail)| {
+                total.saturating_sub(avail) + size > c.mark(total, c.high_wm)
+            });
+        if over_quota || over_cache || over_fs {
+            let incoming = Incoming {
+                bucket: &uname,
+                mountpath: mp,
+                size,
+            };
+            self.evict(bmd, false, Some(incoming)).await;
+        }
+        self.check_room(bck, name, size)?;
+        if self.over_high_mark(bmd) {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Bytes of cached remote objects on this node.
+    fn cached_bytes(&self, bmd: &BucketMetadata) -> u64 {
+        self.store
+            .usage()
+            .iter()
+            .filter(|(b, _)| evictable(bmd, b).is_some())
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn over_high_mark(&self, bmd: &BucketMetadata) -> bool {
+        let c = &self.config;
+        let fs = self.store.mountpaths().iter().any(|mp| {
+            capacity(&mp.path).is_some_and(|(total, avail)| {
+                total.saturating_sub(avail) > c.mark(total, c.high_wm)
+            })
+        });
+        let cache =
+            c.max_cache_bytes > 0 && self.cached_bytes(bmd) > c.mark(c.max_cache_bytes, c.high_wm);
+        let quota = self.store.usage().iter().any(|(b, used)| {
+            evictable(bmd, b).is_some_and(|(_, _, q)| q > 0 && *used > c.mark(q, c.high_wm))
+        });
+        fs || cache || quota
+    }
+
+    /// One eviction pass: frees what is above each high mark down to its low mark (with
+    /// `force`, evicts down to the low marks even when under the high ones). `incoming`
+    /// (bucket uname, bytes) reserves room for an object about to be cached.
+    pub async fn evict(
+        &self,
+        bmd: &BucketMetadata,
+        force: bool,
+        incoming: Option<Incoming<'_>>,
+    ) -> Evicted {
+        let _one = self.evicting.lock().await;
+        if let Err(e) = self.store.flush_atimes().await {
+            tracing::warn!(error = %e, "could not flush access times before eviction");
+        }
+        let c = self.config.clone();
+        let (in_bucket, in_mp, in_size) =
+            incoming.map_or(("", usize::MAX, 0), |i| (i.bucket, i.mountpath, i.size));
+        let needed = |used: u64, limit: u64| -> i128 {
+            let high = c.mark(limit, c.high_wm);
+            if force || used > high {
+                used as i128 - c.mark(limit, c.low_wm) as i128
+            } else {
+                0
+            }
+        };
+
+        // How many bytes each limit needs freed.
+        let mut mp_need: Vec<i128> = self
+            .store
+            .mountpaths()
+            .iter()
+            .enumerate()
+            .map(|(i, mp)| match capacity(&mp.path) {
+                Some((total, avail)) => {
+                    let extra = if i == in_mp { in_size } else { 0 };
+                    needed(total.saturating_sub(avail) + extra, total)
+                }
+                None => 0,
+            })
+            .collect();
+        let usage = self.store.usage();
+        let mut cache_need = if c.max_cache_bytes > 0 {
+            let cached: u64 = usage
+                .iter()
+                .filter(|(b, _)| evictable(bmd, b).is_some())
+                .map(|(_, n)| n)
+                .sum();
+            needed(cached + in_size, c.max_cache_bytes)
+        } else {
+            0
+        };
+        let mut bucket_need: HashMap<String, i128> = usage
+            .iter()
+            .filter_map(|(b, used)| {
+                let (_, _, quota) = evictable(bmd, b)?;
+                if quota == 0 {
+                    return None;
+                }
+                let extra = if b == in_bucket { in_size } else { 0 };
+                Some((b.clone(), needed(used + extra, quota)))
+            })
+            .collect();
+        let nothing_to_do = mp_need.iter().all(|n| *n <= 0)
+            && cache_need <= 0
+            && bucket_need.values().all(|n| *n <= 0);
+        if nothing_to_do {
+            return Evicted::default();
+        }
+
+        // Candidates: cached objects not read recently, oldest access first.
+        let now = now_ns();
+        let default_keep = c.dont_evict_time;
+        let store = self.store.clone();
+        let bmd_owned = bmd.clone();
+        let candidates = tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            let mut rules: HashMap<String, Option<(Bck, i64)>> = HashMap::new();
+            let walked =
+                store.for_each_object(|mp, meta| {
+                    let rule =
+                        rules.entry(meta.bucket.clone()).or_insert_with(|| {
+                            evictable(&bmd_owned, &meta.bucket).map(|(bck, keep, _)| {
+                        let keep = if keep == Duration::MAX {
+                            default_keep
+                        } else {
+                            keep
+                        };
+                        (bck, now.saturating_sub(keep.as_nanos().min(i64::MAX as u128) as i64))
+                    })
+                        });
+                    if let Some((bck, cutoff)) = rule {
+                        let atime = store.atime(&meta);
+                        if atime <= *cutoff {
+                            out.push((atime, mp, bck.clone(), meta.name, meta.size));
+                        }
+                    }
+                });
+            if let Err(e) = walked {
+                tracing::warn!(error = %e, "LRU scan failed");
+            }
+            out.sort_by_key(|c| c.0);
+            out
+        })
+        .await
+        .unwrap_or_default();
+
+        let mut done = Evicted::default();
+        for (_, mp, bck, name, size) in candidates {
+            let uname = bck.uname();
+            let helps = mp_need.get(mp).is_some_and(|n| *n > 0)
+                || cache_need > 0
+                || bucket_need.get(&uname).is_some_and(|n| *n > 0);
+            if !helps {
+                if mp_need.iter().all(|n| *n <= 0)
+                    && cache_need <= 0
+                    && bucket_need.values().all(|n| *n <= 0)
+                {
+                    break;
+                }
+                continue;
+            }
+            match self.store.delete(&bck, &name).await {
+                Ok(meta) => {
+                    let freed = meta.size as i128;
+                    if let Some(n) = mp_need.get_mut(mp) {
+                        *n -= freed;
+                    }
+                    cache_need -= freed;
+                    if let Some(n) = bucket_need.get_mut(&uname) {
+                        *n -= freed;
+                    }
+                    done.objects += 1;
+                    done.bytes += meta.size;
+                }
+                Err(e) => {
+                    tracing::debug!(object = %name, size, error = %e, "LRU: not evicted");
+                }
+            }
+        }
+        if done.objects > 0 {
+            tracing::info!(
+                objects = done.objects,
+                bytes = done.bytes,
+                "LRU evicted cached objects"
+            );
+            metrics::counter!("grist_lru_evicted_objects_total").increment(done.objects);
+            metrics::counter!("grist_lru_evicted_bytes_total").increment(done.bytes);
+        }
+        done
+    }
+
+    /// Usage report (`GET /v1/daemon?what=space`): per mountpath and per bucket.
+    pub fn report(&self, bmd: &BucketMetadata) -> serde_json::Value {
+        let mountpaths: Vec<serde_json::Value> = self
+            .store
+            .mountpaths()
+            .iter()
+            .map(|mp| {
+                let (total, avail) = capacity(&mp.path).unwrap_or((0, 0));
+                serde_json::json!({"path": mp.path, "total": total, "available": avail,
+                    "used": total.saturating_sub(avail)})
+            })
+            .collect();
+        let c = &self.config;
+        serde_json::json!({
+            "mountpaths": mountpaths,
+            "buckets": self.store.usage(),
+            "cached_bytes": self.cached_bytes(bmd),
+            "config": {"high_wm": c.high_wm, "low_wm": c.low_wm, "out_of_space": c.out_of_space,
+                "max_cache_bytes": c.max_cache_bytes,
+                "dont_evict_time_secs": c.dont_evict_time.as_secs()},
+        })
+    }
+
+    /// Wakes the worker (e.g. many pending access times to flush).
+    pub fn nudge(&self) {
+        self.wake.notify_one();
+    }
+}
+
+/// The LRU loop of a target: every `check_interval` (or when a write finds the disk filling),
+/// flushes access times and evicts down to the low watermark when over the high one; at
+/// shutdown, flushes access times once more.
+pub struct LruWorker<F> {
+    pub space: Arc<Space>,
+    /// The current bucket metadata (quotas, which buckets are caches).
+    pub bmd: F,
+}
+
+impl<F> gristmill_node::worker::Worker for LruWorker<F>
+where
+    F: Fn() -> Arc<BucketMetadata> + Send + Sync + 'static,
+{
+    fn name(&self) -> &'static str {
+        "lru"
+    }
+
+    fn period(&self) -> std::time::Duration {
+        self.space.config.check_interval
+    }
+
+    fn wake(&self) -> Option<&tokio::sync::Notify> {
+        Some(&self.space.wake)
+    }
+
+    async fn round(&self) {
+        if let Err(e) = self.space.store.flush_atimes().await {
+            tracing::warn!(error = %e, "could not flush access times");
+        }
+        let bmd = (self.bmd)();
+        metrics::gauge!("grist_cache_bytes").set(self.space.cached_bytes(&bmd) as f64);
+        if self.space.over_high_mark(&bmd) {
+            self.space.evict(&bmd, false, None).await;
+        }
+    }
+
+    async fn finish(&self) {
+        let _ = self.space.store.flush_atimes().await;
+    }
+}

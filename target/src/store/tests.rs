@@ -1,0 +1,125 @@
+use super::*;
+use crate::store::index::{BuryGen, GenRule};
+use gristmill_core::Provider;
+
+fn body(s: &str) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + use<> {
+    futures::stream::iter([Ok(Bytes::from(s.to_owned()))])
+}
+
+async fn read(store: &Store, bck: &Bck, name: &str) -> String {
+    let open = store.open_object(bck, name).await.unwrap();
+    String::from_utf8(open.data.unwrap().to_vec()).unwrap()
+}
+
+fn transfer(generation: u64) -> PutOptions {
+    PutOptions {
+        generation: GenRule::IfNewer(generation),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn generations_order_copies_and_tombstones_stop_late_transfers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&[dir.path().join("mp0")]).await.unwrap();
+    let bck = Bck::new("b", Provider::Ais).unwrap();
+
+    // Writes on the owner count up; the native version follows the generation.
+    let first = store.put(&bck, "x", body("one"), Default::default()).await;
+    assert_eq!(first.unwrap().generation, 1);
+    let floor = PutOptions {
+        generation: GenRule::Next { floor: 41 },
+        ..Default::default()
+    };
+    let second = store.put(&bck, "x", body("two"), floor).await.unwrap();
+    assert_eq!((second.generation, second.version.as_str()), (42, "42"));
+
+    // A transfer of an older (or the same) generation changes nothing...
+    for g in [1, 42] {
+        let late = store.put(&bck, "x", body("old"), transfer(g)).await;
+        assert!(
+            matches!(late, Err(StoreError::Stale { current: 42 })),
+            "{g}"
+        );
+        assert_eq!(read(&store, &bck, "x").await, "two");
+    }
+    // ...a newer one replaces the copy and keeps its generation.
+    let newer = store.put(&bck, "x", body("three"), transfer(50)).await;
+    assert_eq!(newer.unwrap().generation, 50);
+    assert_eq!(read(&store, &bck, "x").await, "three");
+
+    // A delete leaves a tombstone one past the copy; a late transfer of any older
+    // generation does not bring the object back.
+    let (removed, tomb) = store
+        .bury(&bck, "x", BuryGen::Next { floor: 0 })
+        .await
+        .unwrap();
+    assert_eq!((removed.unwrap().generation, tomb), (50, 51));
+    assert_eq!(store.tombstone(&bck, "x").unwrap(), 51);
+    let late = store.put(&bck, "x", body("old"), transfer(50)).await;
+    assert!(matches!(late, Err(StoreError::Stale { current: 51 })));
+    assert!(store.head(&bck, "x").is_err(), "a deleted object came back");
+    // No data file of the refused copies is left behind.
+    let files = walk_files(&dir.path().join("mp0").join("obj"));
+    assert!(files.is_empty(), "{files:?}");
+    // A write after the delete orders after its tombstone.
+    let again = store.put(&bck, "x", body("four"), Default::default()).await;
+    assert_eq!(again.unwrap().generation, 52);
+
+    // A delete sent with an older tombstone than the copy here keeps the copy.
+    let (removed, tomb) = store.bury(&bck, "x", BuryGen::Exact(10)).await.unwrap();
+    assert!(removed.is_none());
+    assert_eq!(tomb, 51);
+    assert_eq!(read(&store, &bck, "x").await, "four");
+    let (removed, _) = store.bury(&bck, "x", BuryGen::Exact(60)).await.unwrap();
+    assert!(removed.is_some());
+
+    // Records from before generations existed order by their native version.
+    let legacy = ObjectMeta {
+        generation: 0,
+        version: "7".into(),
+        ..second.clone()
+    };
+    assert_eq!(legacy.effective_gen(), 7);
+
+    // Old tombstones are purged; fresh ones stay.
+    assert_eq!(
+        store
+            .purge_tombstones(std::time::Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .purge_tombstones(std::time::Duration::ZERO)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(store.tombstone(&bck, "x").unwrap(), 0);
+}
+
+fn walk_files(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn fan_out_directories_are_created_with_their_parents() {
+    let dir = tempfile::tempdir().unwrap();
+    let deep = dir.path().join("obj").join("aa").join("bb");
+    create_fan_out_dir(&deep, true).unwrap();
+    assert!(deep.is_dir());
+    create_fan_out_dir(&deep, true).unwrap();
+}

@@ -1,0 +1,166 @@
+//! Writes on the owner: PUT (ordered after every copy a rebalance has not moved yet, staged on
+//! replicas before it is visible) and DELETE (a tombstone everywhere a copy may be).
+
+use crate::ApiResult;
+use crate::Target;
+use crate::read::local::object_headers;
+use crate::store::PutOptions;
+use crate::store::meta::ObjectMeta;
+use axum::extract::Request;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use gristmill_core::api::{self, header as h};
+use gristmill_core::{ApiError, Bck};
+
+/// DELETE on the owner: buries the object here (a tombstone one generation past every copy
+/// known, here and on past owners), then deletes it on every other possible holder with that
+/// tombstone's generation. `NotFound` only if no node held it.
+pub(crate) async fn delete_object(t: &Target, bck: &Bck, name: &str) -> Result<(), ApiError> {
+    let floor = crate::cluster::placement::gen_floor(t, bck, name).await?;
+    let (removed, tombstone) = t
+        .store
+        .bury(bck, name, crate::store::index::BuryGen::Next { floor })
+        .await?;
+    let elsewhere = crate::cluster::placement::delete_everywhere(t, bck, name, tombstone).await?;
+    if removed.is_none() && !elsewhere {
+        return Err(ApiError::not_found(format!(
+            "object {bck}/{name} does not exist"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) -> ApiResult {
+    let headers = req.headers();
+    let expected_size = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let expected_xxhash = match (
+        headers.get(h::CHECKSUM_TYPE).and_then(|v| v.to_str().ok()),
+        headers.get(h::CHECKSUM_VALUE).and_then(|v| v.to_str().ok()),
+    ) {
+        (Some("xxhash"), Some(v)) => Some(v.to_owned()),
+        _ => None,
+    };
+    let custom = match headers.get(h::CUSTOM_MD_JSON).and_then(|v| v.to_str().ok()) {
+        Some(v) => api::decode_custom_md(v)?,
+        None => Default::default(),
+    };
+    t.space.check_room(bck, name, expected_size.unwrap_or(0))?;
+    // Ordered after every copy a past owner may still hold (a rebalance not yet finished).
+    let floor = crate::cluster::placement::gen_floor(t, bck, name).await?;
+    let opts = PutOptions {
+        generation: crate::store::index::GenRule::Next { floor },
+        durable: !bck.is_remote(),
+        expected_size,
+        expected_xxhash,
+        compute_md5: headers
+            .get(h::COMPUTE_MD5)
+            .is_some_and(|v| v.as_bytes() == b"true"),
+        s3_checksums: headers
+            .get(h::S3_CHECKSUMS)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.split(',').map(|a| a.trim().to_owned()).collect())
+            .unwrap_or_default(),
+        custom,
+        ..Default::default()
+    };
+    let mut pending = t.store.begin_write(bck, name, opts).await?;
+    pending
+        .write_stream(req.into_body().into_data_stream())
+        .await?;
+    let meta = commit_with_replicas(t, bck, name, pending).await?;
+    let mut resp = StatusCode::OK.into_response();
+    object_headers(t, bck, &meta, resp.headers_mut());
+    Ok(resp)
+}
+
+/// Commits an owner's PUT with `mirror.copies = N`: the bytes, written and verified here,
+/// are first staged — durable but invisible — on the N-1 replica targets; only when every
+/// stage succeeded is the object committed here and then on the replicas (with the
+/// generation this commit assigned). A PUT that cannot reach N copies fails before anything
+/// becomes visible: readers keep the previous version (or none) on every node.
+pub(crate) async fn commit_with_replicas(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    mut pending: crate::store::PendingWrite,
+) -> Result<ObjectMeta, ApiError> {
+    let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
+    if copies <= 1 {
+        return Ok(pending.commit().await?);
+    }
+    pending.verify().await?;
+    let smap = t.smap();
+    let targets: Vec<gristmill_core::Node> = smap
+        .owners(&bck.object_uname(name), copies)
+        .into_iter()
+        .filter(|n| n.daemon_id != t.id)
+        .cloned()
+        .collect();
+    if targets.len() + 1 < copies {
+        return Err(ApiError::unavailable(format!(
+            "{bck} keeps {copies} copies but only {} targets are active",
+            targets.len() + 1
+        )));
+    }
+    let stage = uuid::Uuid::new_v4().to_string();
+    let size = pending.size();
+    let cksum = pending.xxhash_hex();
+    let path = pending.path().to_owned();
+    let staged =
+        futures::future::join_all(targets.iter().map(|n| {
+            crate::cluster::replicas::stage_on(t, n, bck, name, &stage, &path, size, &cksum)
+        }))
+        .await;
+    if let Some(Err(e)) = staged.iter().find(|r| r.is_err()) {
+        let e = e.clone();
+        crate::cluster::replicas::abort_stages(t, &targets, bck, name, &stage);
+        pending.abort().await;
+        return Err(e);
+    }
+    // The copy this PUT replaces, kept aside until every replica has committed: if one
+    // cannot, the PUT is undone and readers see this copy again.
+    let kept = t.store.keep(bck, name)?;
+    let meta = match pending.commit().await {
+        Ok(m) => m,
+        Err(e) => {
+            crate::cluster::replicas::abort_stages(t, &targets, bck, name, &stage);
+            return Err(e.into());
+        }
+    };
+    let commits = futures::future::join_all(
+        targets
+            .iter()
+            .map(|n| crate::cluster::replicas::commit_stage(t, n, bck, name, &stage, &meta)),
+    )
+    .await;
+    let failed: Vec<String> = targets
+        .iter()
+        .zip(commits)
+        .filter_map(|(n, r)| r.err().map(|e| format!("{}: {}", n.daemon_id, e.message)))
+        .collect();
+    if failed.is_empty() {
+        return Ok(meta);
+    }
+    // A replica had the bytes durably a moment ago and cannot commit them now (it died or
+    // restarted): the PUT cannot have its copies, so it is undone — the replaced copy is
+    // put back (or the new object deleted), ordered after this write, and the replicas that
+    // did commit follow it.
+    tracing::warn!(object = %name, bucket = %bck, replicas = ?failed, "a replica did not commit: undoing the PUT");
+    let undone = match &kept {
+        Some(kept) => match t.store.restore(bck, kept, meta.generation).await {
+            Ok(back) => crate::cluster::replicas::replicate(t, bck, &back).await,
+            Err(e) => Err(e.into()),
+        },
+        None => delete_object(t, bck, name).await,
+    };
+    if let Err(e) = undone {
+        tracing::error!(object = %name, bucket = %bck, error = %e.message, "could not undo a PUT whose replica did not commit");
+    }
+    Err(ApiError::unavailable(format!(
+        "{bck}/{name}: the replica(s) {} did not commit, so the PUT was undone; retry",
+        failed.join(", ")
+    )))
+}
