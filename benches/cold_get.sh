@@ -116,11 +116,11 @@ elif [ "$smoke" = 1 ]; then
   bindir=$root/build/debug
   if ! have_bins "$bindir"; then
     log "building debug binaries"
-    cargo build -q -p gristmill-cli -p gristmill-bench
+    cargo build -q -p gristmill-daemon -p gristmill-cli -p gristmill-bench
   fi
 else
-  log "building release binaries (cargo build --release -p gristmill-cli -p gristmill-bench)"
-  cargo build --release -p gristmill-cli -p gristmill-bench
+  log "building release binaries (cargo build --release -p gristmill-daemon -p gristmill-cli -p gristmill-bench)"
+  cargo build --release -p gristmill-daemon -p gristmill-cli -p gristmill-bench
   bindir=$root/build/release
 fi
 have_bins "$bindir" || die "no gristd/grist/grist-bench in $bindir"

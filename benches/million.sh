@@ -34,7 +34,7 @@
 #   --keep           keep the work directory (with the data: N files of ~8 KiB on disk each).
 #   --out FILE       also write the report (markdown) to FILE.
 #   --bin-dir D      use gristd, grist and grist-bench from D (default: build/release, built
-#                    with `cargo build --release -p gristmill-cli -p gristmill-bench` if absent).
+#                    with `cargo build --release -p gristmill-daemon -p gristmill-cli -p gristmill-bench` if absent).
 # Needs: python3, curl; ~8.5 GiB of free disk and ~1 M free inodes for the default count.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,7 +70,7 @@ if [ -z "$bindir" ]; then
   bindir=$root/build/release
   if [ ! -x "$bindir/gristd" ] || [ ! -x "$bindir/grist" ] || [ ! -x "$bindir/grist-bench" ]; then
     log "building release binaries"
-    cargo build --release -p gristmill-cli -p gristmill-bench
+    cargo build --release -p gristmill-daemon -p gristmill-cli -p gristmill-bench
   fi
 fi
 bindir=$(cd "$bindir" && pwd)

@@ -2,14 +2,16 @@
 //! proxy), the URL of every object for the chosen mode, and the GET / PUT operations.
 //!
 //! URLs are computed once per object before the run, so the timed loop does no placement or
-//! formatting: in direct mode the owner comes from the cluster map by HRW
-//! ([`gristmill_core::ClusterMap::owner`]), exactly as the target itself computes it.
+//! formatting. Object URLs, the cluster map and HRW direct mode come from the SDK
+//! (`gristmill_client`: [`gristmill_client::object_url`], [`gristmill_client::direct_url`],
+//! the owner computed exactly as the target itself computes it); the timed GETs and PUTs use
+//! a bare, tuned `reqwest::Client` of their own.
 
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use gristmill_core::{Bck, ClusterMap};
+use gristmill_client::HttpError;
 use reqwest::{StatusCode, Url};
 
 use crate::config::{Config, Mode};
@@ -71,93 +73,51 @@ pub fn build_client(cfg: &Config) -> anyhow::Result<reqwest::Client> {
 }
 
 /// Where each object of the set is read from and written to.
-pub async fn object_urls(
-    client: &reqwest::Client,
-    cfg: &Config,
-    set: &ObjectSet,
-) -> anyhow::Result<Vec<Url>> {
+pub async fn object_urls(cfg: &Config, set: &ObjectSet) -> anyhow::Result<Vec<Url>> {
     let bck = &cfg.bucket;
-    let urls: Vec<String> = match cfg.mode {
+    match cfg.mode {
         Mode::Http => (0..set.len())
-            .map(|i| format!("{}/{}", cfg.endpoint, set.name(i)))
+            .map(|i| {
+                let u = format!("{}/{}", cfg.endpoint, set.name(i));
+                Url::parse(&u).with_context(|| format!("invalid URL {u}"))
+            })
             .collect(),
         Mode::Proxy => (0..set.len())
-            .map(|i| object_url(&cfg.endpoint, bck, set.name(i)))
+            .map(|i| gristmill_client::object_url(&cfg.endpoint, bck, set.name(i)))
             .collect(),
         Mode::Direct => {
-            let smap = cluster_map(client, &cfg.endpoint).await?;
+            let smap = gristmill_client::Client::new(&cfg.endpoint)?
+                .cluster_map()
+                .await
+                .with_context(|| format!("the cluster map from {}", cfg.endpoint))?;
             if smap.active_targets().next().is_none() {
                 bail!("the cluster map at {} has no active targets", cfg.endpoint);
             }
             (0..set.len())
                 .map(|i| {
-                    let owner = smap
-                        .owner(&bck.object_uname(set.name(i)))
-                        .expect("a map with active targets has an owner for every name");
-                    object_url(owner.url(), bck, set.name(i))
+                    gristmill_client::direct_url(&smap, bck, set.name(i)).with_context(|| {
+                        format!("no owner URL for {} in the cluster map", set.name(i))
+                    })
                 })
                 .collect()
         }
         Mode::S3 => bail!("S3 mode is not supported"),
-    };
-    urls.iter()
-        .map(|u| Url::parse(u).with_context(|| format!("invalid URL {u}")))
-        .collect()
-}
-
-/// `<base>/v1/objects/<bucket>/<name>[?provider=..&namespace=..]` (names are validated
-/// URL-safe; see `config`).
-fn object_url(base: &str, bck: &Bck, name: &str) -> String {
-    let mut url = format!("{base}/v1/objects/{}/{name}", bck.name);
-    let mut sep = '?';
-    if bck.provider.is_remote() {
-        url.push(sep);
-        url.push_str("provider=");
-        url.push_str(bck.provider.as_str());
-        sep = '&';
     }
-    if !bck.namespace.is_global() {
-        url.push(sep);
-        url.push_str("namespace=");
-        url.push_str(&bck.namespace.uname().replace('#', "%23"));
-    }
-    url
-}
-
-async fn cluster_map(client: &reqwest::Client, endpoint: &str) -> anyhow::Result<ClusterMap> {
-    let url = format!("{endpoint}/v1/cluster?what=smap");
-    let resp = client
-        .get(&url)
-        .send()
-        .await
-        .with_context(|| format!("GET {url}"))?;
-    if !resp.status().is_success() {
-        bail!("GET {url}: HTTP {}", resp.status());
-    }
-    resp.json::<ClusterMap>()
-        .await
-        .with_context(|| format!("decoding the cluster map from {url}"))
 }
 
 /// Creates the bucket through the proxy; an existing bucket is fine.
-pub async fn create_bucket(
-    client: &reqwest::Client,
-    endpoint: &str,
-    bck: &Bck,
-) -> anyhow::Result<()> {
-    let url = format!("{endpoint}/v1/buckets/{}", bck.name);
-    let resp = client
-        .post(&url)
-        .json(&serde_json::json!({ "action": "create-bck" }))
-        .send()
+pub async fn create_bucket(endpoint: &str, bck: &gristmill_core::Bck) -> anyhow::Result<()> {
+    match gristmill_client::Client::new(endpoint)?
+        .create_bucket(bck)
         .await
-        .with_context(|| format!("POST {url}"))?;
-    match resp.status() {
-        s if s.is_success() || s == StatusCode::CONFLICT => Ok(()),
-        s => {
-            let body = resp.text().await.unwrap_or_default();
-            bail!("creating bucket {bck}: HTTP {s}: {body}")
+    {
+        Err(e)
+            if e.downcast_ref::<HttpError>()
+                .is_some_and(|h| h.status == StatusCode::CONFLICT) =>
+        {
+            Ok(())
         }
+        r => r.with_context(|| format!("creating bucket {bck}")),
     }
 }
 
@@ -231,25 +191,5 @@ fn truncate(s: &str, max: usize) -> &str {
     match s.char_indices().nth(max) {
         Some((i, _)) => &s[..i],
         None => s,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use gristmill_core::Provider;
-
-    #[test]
-    fn native_urls() {
-        let bck = Bck::new("b", Provider::Ais).unwrap();
-        assert_eq!(
-            object_url("http://h:1", &bck, "p/00000001"),
-            "http://h:1/v1/objects/b/p/00000001"
-        );
-        let remote = Bck::new("r", Provider::Aws).unwrap();
-        assert_eq!(
-            object_url("http://h:1", &remote, "x"),
-            "http://h:1/v1/objects/r/x?provider=aws"
-        );
     }
 }

@@ -35,9 +35,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<bool> {
         return Ok(true);
     }
     let client = client::build_client(&cfg)?;
-    let urls = Arc::new(client::object_urls(&client, &cfg, &set).await?);
+    let urls = Arc::new(client::object_urls(&cfg, &set).await?);
     if cfg.create_bucket {
-        client::create_bucket(&client, &cfg.endpoint, &cfg.bucket).await?;
+        client::create_bucket(&cfg.endpoint, &cfg.bucket).await?;
     }
     eprintln!(
         "grist-bench: mode {:?}, {} objects of {}, {} workers, {} threads, put {}%, order {:?}, seed {}",

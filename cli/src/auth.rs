@@ -1,9 +1,9 @@
 //! `grist auth ...`: log in, tokens, users; and the connection flags every `grist` command
 //! takes (`--token`, `--ca-bundle`, `--insecure`).
 //!
-//! `grist auth login` stores the token in `$GRIST_TOKEN_FILE`, else
-//! `$XDG_CONFIG_HOME/grist/token`, else `~/.config/grist/token` (mode 0600); every later
-//! command sends it unless `--token` / `$GRIST_TOKEN` says otherwise.
+//! `grist auth login` stores the token in the credential file of `gristmill_client::credentials`
+//! (`$GRIST_TOKEN_FILE`, else `$XDG_CONFIG_HOME/grist/token`, else `~/.config/grist/token`,
+//! mode 0600); every later command sends it unless `--token` / `$GRIST_TOKEN` says otherwise.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -11,11 +11,11 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use comfy_table::{Table, presets::NOTHING};
+use gristmill_client::credentials::{save_token, saved_token, token_path};
+use gristmill_client::{Client, ClientOptions, Method};
 use gristmill_core::users::{
     LoginRequest, NewCredentials, TokenRequest, TokenResponse, UserInfo, UserSpec,
 };
-
-use crate::client::{Client, ClientOptions, Method};
 
 /// Connection flags of every `grist` command.
 #[derive(Args, Debug, Clone, Default)]
@@ -31,27 +31,14 @@ pub struct ConnArgs {
     pub insecure: bool,
 }
 
-/// Where `grist auth login` keeps the token.
-pub fn token_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("GRIST_TOKEN_FILE") {
-        return PathBuf::from(p);
-    }
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
-        .unwrap_or_else(|| PathBuf::from("."));
-    base.join("grist").join("token")
-}
-
 impl ConnArgs {
     /// Client options: the token from the flag, the environment or the saved file.
     pub fn client_options(&self) -> ClientOptions {
-        let token = self.token.clone().filter(|t| !t.is_empty()).or_else(|| {
-            std::fs::read_to_string(token_path())
-                .ok()
-                .map(|t| t.trim().to_owned())
-                .filter(|t| !t.is_empty())
-        });
+        let token = self
+            .token
+            .clone()
+            .filter(|t| !t.is_empty())
+            .or_else(saved_token);
         ClientOptions {
             token,
             ca_bundle: self.ca_bundle.clone(),
@@ -116,27 +103,6 @@ fn read_password() -> anyhow::Result<String> {
     let mut line = String::new();
     std::io::stdin().read_line(&mut line)?;
     Ok(line.trim_end_matches(['\r', '\n']).to_owned())
-}
-
-fn save_token(token: &str) -> anyhow::Result<PathBuf> {
-    let path = token_path();
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let tmp = path.with_extension("tmp");
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        writeln!(f, "{token}")?;
-    }
-    std::fs::rename(&tmp, &path)?;
-    Ok(path)
 }
 
 fn expiry(secs: u64) -> String {

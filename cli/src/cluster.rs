@@ -1,9 +1,9 @@
 //! `grist cluster ...`: membership (add, remove, maintenance, decommission) and rebalance.
 
 use clap::Subcommand;
+use gristmill_client::Client;
 use serde_json::json;
 
-use crate::client::Client;
 use crate::jobs::{self, FollowArgs};
 
 #[derive(Debug, Subcommand)]

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
+use gristmill_client::{Client, Method};
 use gristmill_core::Bck;
 use gristmill_core::etl::{EtlSpec, Runtime};
 
-use crate::client::{Client, Method};
 use crate::jobs::{self, FollowArgs, SelectionArgs};
 
 #[derive(Debug, Subcommand)]

@@ -6,11 +6,10 @@ use std::time::Duration;
 
 use anyhow::bail;
 use comfy_table::{Table, presets::NOTHING};
+use gristmill_client::Client;
 use gristmill_core::job::{JobState, JobStatus};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
-
-use crate::client::Client;
 
 /// Which objects a job works on (one of them; none = the whole bucket).
 #[derive(Debug, Clone, Default, clap::Args)]

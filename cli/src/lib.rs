@@ -1,20 +1,17 @@
-//! `gristmill-cli`: the executables. `gristd` runs a node (proxy or target) or a whole local
-//! playground cluster; `grist` is the client command line. The library part holds what both
-//! binaries and the tests share: node configuration, the playground supervisor and a small
-//! native-API client.
+//! `gristmill-cli`: `grist`, the client command line. The library part holds its
+//! subcommands (one module per command group); every one talks to the cluster through
+//! `gristmill_client` (the SDK: endpoints, tokens, HRW direct PUTs, typed calls). The node
+//! daemon `gristd` is another package (`gristmill-daemon`, `gristd/`), so nothing here pulls
+//! in proxy or target code.
 
 pub mod auth;
-pub mod client;
 pub mod cluster;
-pub mod config;
 pub mod etl;
 pub mod jobs;
-pub mod playground;
-pub mod security;
 pub mod shards;
 pub mod storage;
 
-/// Sets up `tracing` from `RUST_LOG` (default `info`), logging to stderr.
+/// Sets up `tracing` from `RUST_LOG` (else the `default` filter), logging to stderr.
 pub fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));

@@ -14,6 +14,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use futures::StreamExt;
+use gristmill_client::{Client, Method, bucket_query, object_path};
 use gristmill_core::Bck;
 use gristmill_core::api::ListObjectsMsg;
 use gristmill_core::shards::{LS_ARCH_DIR, MossIn, MossReq, Series};
@@ -21,7 +22,6 @@ use gristmill_shard::{Format, ShardWriter};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-use crate::client::{Client, Method};
 use crate::jobs::{self, FollowArgs, SelectionArgs, human};
 
 #[derive(Debug, Subcommand)]
@@ -192,28 +192,8 @@ fn bucket(uri: &str) -> anyhow::Result<Bck> {
     Ok(bck)
 }
 
-fn provider_query(bck: &Bck) -> Vec<(&'static str, String)> {
-    let mut q = vec![("provider", bck.provider.as_str().to_owned())];
-    if !bck.namespace.is_global() {
-        q.push(("namespace", bck.namespace.uname()));
-    }
-    q
-}
-
 fn http() -> anyhow::Result<reqwest::Client> {
     Ok(reqwest::Client::builder().tcp_nodelay(true).build()?)
-}
-
-async fn check(resp: reqwest::Response) -> anyhow::Result<reqwest::Response> {
-    let status = resp.status();
-    if status.is_success() {
-        return Ok(resp);
-    }
-    let body = resp.bytes().await.unwrap_or_default();
-    let message = serde_json::from_slice::<gristmill_core::ErrorBody>(&body)
-        .map(|b| b.message)
-        .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
-    bail!("{message} ({status})")
 }
 
 /// Streams a response body into a file (via a temp name, renamed at the end) or stdout.
@@ -309,17 +289,12 @@ pub async fn archive(client: &Client, cmd: ArchiveCmd, json_out: bool) -> anyhow
             }
             if members.is_empty() {
                 // Not an error to list an empty shard, but a missing one is.
-                let resp = http()?
-                    .head(format!(
-                        "{}/v1/objects/{}/{}",
-                        client.endpoint(),
-                        bck.name,
-                        gristmill_core::name::encode_path(&name)
-                    ))
-                    .query(&provider_query(&bck))
-                    .send()
-                    .await?;
-                check(resp).await?;
+                Client::send(
+                    http()?
+                        .head(format!("{}{}", client.endpoint(), object_path(&bck, &name)))
+                        .query(&bucket_query(&bck)),
+                )
+                .await?;
             }
             if json_out {
                 let v: Vec<Value> = members
@@ -343,7 +318,7 @@ pub async fn archive(client: &Client, cmd: ArchiveCmd, json_out: bool) -> anyhow
             mode,
         } => {
             let (bck, name) = object(&shard)?;
-            let mut q = provider_query(&bck);
+            let mut q = bucket_query(&bck);
             let default_out = match (&regex, &member) {
                 (Some(_), _) => "-".to_owned(),
                 (None, Some(m)) => Path::new(m)
@@ -361,17 +336,13 @@ pub async fn archive(client: &Client, cmd: ArchiveCmd, json_out: bool) -> anyhow
                 (None, None) => unreachable!("checked above"),
             }
             let out = out.unwrap_or(default_out);
-            let resp = http()?
-                .get(format!(
-                    "{}/v1/objects/{}/{}",
-                    client.endpoint(),
-                    bck.name,
-                    gristmill_core::name::encode_path(&name)
-                ))
-                .query(&q)
-                .send()
-                .await?;
-            let n = save(check(resp).await?, &out).await?;
+            let resp = Client::send(
+                http()?
+                    .get(format!("{}{}", client.endpoint(), object_path(&bck, &name)))
+                    .query(&q),
+            )
+            .await?;
+            let n = save(resp, &out).await?;
             if out != "-" {
                 eprintln!("GET {shard} => {out} ({})", human(n));
             }
@@ -385,20 +356,15 @@ pub async fn archive(client: &Client, cmd: ArchiveCmd, json_out: bool) -> anyhow
             let data = tokio::fs::read(&file)
                 .await
                 .with_context(|| file.display().to_string())?;
-            let mut q = provider_query(&bck);
+            let mut q = bucket_query(&bck);
             q.push(("archpath", member.clone()));
-            let resp = http()?
-                .put(format!(
-                    "{}/v1/objects/{}/{}",
-                    client.endpoint(),
-                    bck.name,
-                    gristmill_core::name::encode_path(&name)
-                ))
-                .query(&q)
-                .body(data)
-                .send()
-                .await?;
-            check(resp).await?;
+            Client::send(
+                http()?
+                    .put(format!("{}{}", client.endpoint(), object_path(&bck, &name)))
+                    .query(&q)
+                    .body(data),
+            )
+            .await?;
             println!("appended {} => {shard}/{member}", file.display());
         }
         ArchiveCmd::Bucket {
@@ -667,13 +633,13 @@ pub async fn batch(client: &Client, args: BatchArgs) -> anyhow::Result<()> {
         .get(format!("{}{path}", client.endpoint()))
         .json(&req);
     if let Some(b) = &default {
-        r = r.query(&provider_query(b));
+        r = r.query(&bucket_query(b));
     }
     if let Some(etl) = &args.etl {
         r = r.query(&[("etl_name", etl), ("etl_args", &args.etl_args)]);
     }
     let started = Instant::now();
-    let resp = check(r.send().await?).await?;
+    let resp = Client::send(r).await?;
     let n = save(resp, &args.output).await?;
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
@@ -742,12 +708,13 @@ pub async fn reshard(client: &Client, args: ReshardArgs, json_out: bool) -> anyh
     if spec.get("input_bck").is_none() {
         bail!("name the input bucket (argument or input_bck in the spec)");
     }
-    let resp = http()?
-        .post(format!("{}/v1/sort", client.endpoint()))
-        .json(&spec)
-        .send()
-        .await?;
-    let id = check(resp).await?.text().await?;
+    let resp = Client::send(
+        http()?
+            .post(format!("{}/v1/sort", client.endpoint()))
+            .json(&spec),
+    )
+    .await?;
+    let id = resp.text().await?;
     jobs::started(client, id.trim(), "reshard", &args.follow, json_out).await
 }
 

@@ -6,9 +6,9 @@
 use anyhow::Context;
 use clap::Subcommand;
 use comfy_table::{Table, presets::NOTHING};
+use gristmill_client::{Client, Method};
 use serde_json::{Value, json};
 
-use crate::client::{Client, Method};
 use crate::jobs::{self, FollowArgs};
 
 #[derive(Debug, Subcommand)]

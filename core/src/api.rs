@@ -70,6 +70,17 @@ pub mod query {
     pub const TRANSFER: &str = "transfer";
 }
 
+/// The S3 front's built-in credentials: the access key and secret a proxy accepts when no S3
+/// users are configured and auth is off, so clients that always sign (aws cli, s3cmd,
+/// rclone...) work against a playground out of the box. Public on purpose: `grist show s3`
+/// and the playground banner print them.
+pub mod s3_default {
+    /// Access key of the built-in anonymous S3 identity.
+    pub const ACCESS_KEY: &str = "gristmill";
+    /// Its secret.
+    pub const SECRET_KEY: &str = "gristmill-secret";
+}
+
 /// Query parameters that once selected node-to-node behaviour on the user object route. Those
 /// operations now live under [`internal::OBJECTS`]; a user request carrying one of these is
 /// refused with a 400, so an old node or a curious client gets a clear answer instead of an

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use comfy_table::{Table, presets::NOTHING};
-use gristmill_cli::client::{Client, Method};
 use gristmill_cli::jobs::{self, FollowArgs, SelectionArgs};
+use gristmill_client::{Client, Method};
 use gristmill_core::Bck;
 use gristmill_core::api::{ListObjectsMsg, action};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -550,8 +550,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .is_ok_and(|r| r.status().is_success());
             let (key, secret) = if anonymous {
                 (
-                    gristmill_proxy::DEFAULT_ACCESS_KEY,
-                    gristmill_proxy::DEFAULT_SECRET_KEY,
+                    gristmill_core::api::s3_default::ACCESS_KEY,
+                    gristmill_core::api::s3_default::SECRET_KEY,
                 )
             } else {
                 ("<your access key>", "<your secret key>")

@@ -27,9 +27,11 @@ use crate::meta::Proxy;
 pub const RESERVED_BUCKETS: &[&str] = &["v1", "metrics"];
 
 /// Access key and secret accepted when no users are configured (auth off), so clients that
-/// always sign (aws cli, s3cmd, rclone...) work against a playground out of the box.
-pub const DEFAULT_ACCESS_KEY: &str = "gristmill";
-pub const DEFAULT_SECRET_KEY: &str = "gristmill-secret";
+/// always sign (aws cli, s3cmd, rclone...) work against a playground out of the box. Defined
+/// in `gristmill_core::api::s3_default` so clients can print them without this crate.
+pub use gristmill_core::api::s3_default::{
+    ACCESS_KEY as DEFAULT_ACCESS_KEY, SECRET_KEY as DEFAULT_SECRET_KEY,
+};
 
 /// Builds the S3 service. With no `users` and auth off, unsigned requests and requests
 /// signed with the default key are served; otherwise every request must be signed by one of

@@ -1,11 +1,38 @@
 //! The crate graph keeps its promises (checked over `cargo metadata`, as resolved for this
-//! workspace, so features other packages enable count too): `gristmill-core` has no server
-//! plumbing in its normal dependency tree.
+//! workspace, so features other packages enable count too):
+//! - `gristmill-core` has no server plumbing in its normal dependency tree;
+//! - the client side — the package of `grist`, the SDK (`gristmill-client`) and the load
+//!   generator (`gristmill-bench`, dev-dependencies included) — needs no server crate:
+//!   neither `gristmill-target` (Linux-only: the warm-GET path uses preadv2), nor
+//!   `gristmill-proxy`, nor `gristmill-node`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-/// The resolved workspace: package id → (name, normal dependency ids).
-fn resolved() -> (serde_json::Value, BTreeMap<String, (String, Vec<String>)>) {
+/// One dependency edge: the dependency's id and the kinds it is needed as (`None` = normal,
+/// `Some("build")`, `Some("dev")`).
+type Edge = (String, Vec<Option<String>>);
+
+/// The resolved workspace.
+struct Graph {
+    /// Package id → name.
+    names: BTreeMap<String, String>,
+    /// Package id → its dependency edges.
+    deps: BTreeMap<String, Vec<Edge>>,
+    /// Binary name → id of the package that builds it.
+    bins: BTreeMap<String, String>,
+}
+
+/// Which edges a walk follows.
+#[derive(Clone, Copy)]
+enum Edges {
+    /// Normal dependencies only.
+    Normal,
+    /// Normal and build dependencies, and the root's own dev-dependencies (a dependency's
+    /// dev-dependencies are never built for it).
+    AllOfRoot,
+}
+
+fn resolved() -> Graph {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
     let out = std::process::Command::new(env!("CARGO"))
         .args(["metadata", "--format-version", "1", "--locked"])
@@ -18,58 +45,80 @@ fn resolved() -> (serde_json::Value, BTreeMap<String, (String, Vec<String>)>) {
         String::from_utf8_lossy(&out.stderr)
     );
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let names: BTreeMap<String, String> = meta["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p["id"].as_str().unwrap().to_owned(),
-                p["name"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
-    let mut graph = BTreeMap::new();
+    let mut names = BTreeMap::new();
+    let mut bins = BTreeMap::new();
+    for p in meta["packages"].as_array().unwrap() {
+        let id = p["id"].as_str().unwrap().to_owned();
+        names.insert(id.clone(), p["name"].as_str().unwrap().to_owned());
+        for t in p["targets"].as_array().unwrap() {
+            if t["kind"].as_array().unwrap().iter().any(|k| k == "bin") {
+                let bin = t["name"].as_str().unwrap().to_owned();
+                if let Some(other) = bins.insert(bin.clone(), id.clone()) {
+                    panic!("binary {bin} built by {other} and {id}");
+                }
+            }
+        }
+    }
+    let mut deps = BTreeMap::new();
     for node in meta["resolve"]["nodes"].as_array().unwrap() {
-        let id = node["id"].as_str().unwrap().to_owned();
-        let normal: Vec<String> = node["deps"]
+        let edges = node["deps"]
             .as_array()
             .unwrap()
             .iter()
-            .filter(|d| {
-                d["dep_kinds"]
+            .map(|d| {
+                let kinds = d["dep_kinds"]
                     .as_array()
                     .unwrap()
                     .iter()
-                    .any(|k| k["kind"].is_null())
+                    .map(|k| k["kind"].as_str().map(str::to_owned))
+                    .collect();
+                (d["pkg"].as_str().unwrap().to_owned(), kinds)
             })
-            .map(|d| d["pkg"].as_str().unwrap().to_owned())
             .collect();
-        graph.insert(id.clone(), (names[&id].clone(), normal));
+        deps.insert(node["id"].as_str().unwrap().to_owned(), edges);
     }
-    (meta, graph)
+    Graph { names, deps, bins }
+}
+
+impl Graph {
+    fn id(&self, package: &str) -> String {
+        self.names
+            .iter()
+            .find(|(_, name)| *name == package)
+            .map(|(id, _)| id.clone())
+            .unwrap_or_else(|| panic!("no package {package} in the workspace"))
+    }
+
+    /// Every package in `root`'s tree (itself included), by name, each with a shortest path
+    /// of package names from `root`.
+    fn tree(&self, root: &str, edges: Edges) -> BTreeMap<String, Vec<String>> {
+        let mut paths: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut queue = VecDeque::from([(root.to_owned(), vec![self.names[root].clone()])]);
+        let mut seen = BTreeSet::from([root.to_owned()]);
+        while let Some((id, path)) = queue.pop_front() {
+            for (dep, kinds) in self.deps.get(&id).into_iter().flatten() {
+                let followed = kinds.iter().any(|k| match (edges, k.as_deref()) {
+                    (_, None) => true,
+                    (Edges::Normal, _) => false,
+                    (Edges::AllOfRoot, Some("dev")) => id == root,
+                    (Edges::AllOfRoot, _) => true,
+                });
+                if followed && seen.insert(dep.clone()) {
+                    let mut p = path.clone();
+                    p.push(self.names[dep].clone());
+                    queue.push_back((dep.clone(), p));
+                }
+            }
+            paths.entry(self.names[&id].clone()).or_insert(path);
+        }
+        paths
+    }
 }
 
 /// Every package name in `package`'s normal dependency tree (itself included).
 pub(crate) fn normal_tree(package: &str) -> BTreeSet<String> {
-    let (_, graph) = resolved();
-    let start = graph
-        .iter()
-        .find(|(_, (name, _))| name == package)
-        .map(|(id, _)| id.clone())
-        .unwrap_or_else(|| panic!("no package {package} in the workspace"));
-    let mut seen = BTreeSet::new();
-    let mut todo = vec![start];
-    let mut names = BTreeSet::new();
-    while let Some(id) = todo.pop() {
-        if !seen.insert(id.clone()) {
-            continue;
-        }
-        let (name, deps) = &graph[&id];
-        names.insert(name.clone());
-        todo.extend(deps.iter().cloned());
-    }
-    names
+    let g = resolved();
+    g.tree(&g.id(package), Edges::Normal).into_keys().collect()
 }
 
 #[test]
@@ -93,4 +142,36 @@ fn core_has_no_server_plumbing() {
     for needed in ["axum", "hyper", "reqwest", "rustls", "gristmill-core"] {
         assert!(node.contains(needed), "gristmill-node lacks {needed}");
     }
+}
+
+/// The crates the client side must not need.
+const SERVER_CRATES: &[&str] = &["gristmill-target", "gristmill-proxy", "gristmill-node"];
+
+#[test]
+fn client_side_needs_no_server_crate() {
+    let g = resolved();
+    let checked = [
+        ("`grist`", g.bins["grist"].clone(), Edges::Normal),
+        ("gristmill-client", g.id("gristmill-client"), Edges::Normal),
+        ("gristmill-bench", g.id("gristmill-bench"), Edges::AllOfRoot),
+    ];
+    let mut wrong = Vec::new();
+    for (what, id, edges) in &checked {
+        let tree = g.tree(id, *edges);
+        for banned in SERVER_CRATES {
+            if let Some(path) = tree.get(*banned) {
+                wrong.push(format!("{what} needs {banned}: {}", path.join(" -> ")));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+
+    // The walk finds what is there: `gristd` needs all three (else the check is vacuous),
+    // and it is transitive (`grist` reaches hyper only through reqwest).
+    let daemon = g.tree(&g.bins["gristd"], Edges::Normal);
+    for banned in SERVER_CRATES {
+        assert!(daemon.contains_key(*banned), "gristd without {banned}?");
+    }
+    let grist = g.tree(&g.bins["grist"], Edges::Normal);
+    assert!(grist["hyper"].len() > 2, "{:?}", grist["hyper"]);
 }

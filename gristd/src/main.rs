@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use gristmill_cli::config::FileConfig;
-use gristmill_cli::playground::{self, PlaygroundOptions};
+use gristmill_daemon::config::FileConfig;
+use gristmill_daemon::playground::{self, PlaygroundOptions};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
@@ -65,7 +65,7 @@ struct NodeArgs {
     #[arg(long, env = "GRISTD_KEEPALIVE_INTERVAL_MS")]
     keepalive_interval_ms: Option<u64>,
     #[command(flatten)]
-    security: gristmill_cli::security::SecurityArgs,
+    security: gristmill_daemon::security::SecurityArgs,
 }
 
 #[derive(Args)]
@@ -134,7 +134,7 @@ async fn bind(addr: &str) -> anyhow::Result<tokio::net::TcpListener> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    gristmill_cli::init_tracing("info");
+    gristmill_daemon::init_tracing("info");
     let cli = Cli::parse();
     let file = FileConfig::load(cli.config.as_deref())?;
     match cli.command {
@@ -149,7 +149,7 @@ async fn main() -> anyhow::Result<()> {
                 Some(json) => serde_json::from_str(&json).context("parsing --s3-users")?,
                 None => c.s3.users.clone(),
             };
-            let serve = gristmill_cli::security::serve_options(
+            let serve = gristmill_daemon::security::serve_options(
                 &c,
                 &args.security,
                 &c.node.state_dir,
@@ -181,7 +181,7 @@ async fn main() -> anyhow::Result<()> {
             if c.node.join.is_empty() {
                 anyhow::bail!("a target needs --join <proxy-url> (or node.join in the config)");
             }
-            let serve = gristmill_cli::security::serve_options(
+            let serve = gristmill_daemon::security::serve_options(
                 &c,
                 &node.security,
                 &c.node.state_dir,

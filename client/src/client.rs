@@ -1,6 +1,7 @@
-//! A small client of the native API, used by `grist` (and handy in tests). Object PUTs go
-//! straight to the owning target (HRW over the cached cluster map) so a streamed body is sent
-//! exactly once; a 307 (the map moved on) is followed by re-sending to the new owner.
+//! [`Client`]: typed calls of the native API over one proxy endpoint. Object PUTs go straight
+//! to the owning target (HRW over the cached cluster map, [`crate::direct_url`]) so a streamed
+//! body is sent exactly once; a 307 (the map moved on) is followed by re-sending to the new
+//! owner.
 
 use std::path::Path;
 
@@ -9,50 +10,36 @@ use bytes::Bytes;
 use futures::StreamExt;
 use gristmill_core::api::{ActionMsg, ListObjectsMsg, ListObjectsPage, action};
 use gristmill_core::job::JobStatus;
-use gristmill_core::{Bck, ClusterMap, ErrorBody};
-pub use reqwest::Method;
-use reqwest::{RequestBuilder, Response, StatusCode};
+use gristmill_core::{Bck, ClusterMap};
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::OnceCell;
+
+use crate::endpoint::pick_endpoint;
+use crate::error::check;
+use crate::urls::{bucket_query as query, direct_url, object_path, object_url};
 
 /// A bucket as listed by `GET /v1/buckets`.
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
 pub struct BucketInfo {
+    /// The bucket's name.
     pub name: String,
+    /// Its provider (`ais`, `aws`, ...).
     pub provider: String,
 }
 
+/// A client of one cluster: one proxy endpoint (picked among several), the token and TLS
+/// settings, and the cluster map fetched once for direct PUTs.
 #[derive(Debug)]
 pub struct Client {
+    /// The proxy every control request goes to (`http[s]://host:port`, no trailing `/`).
     endpoint: String,
+    /// Client that follows redirects (a proxy answers object requests with a 307).
     http: reqwest::Client,
     /// Client that does not follow redirects (PUTs handle them by re-sending the body).
     no_redirect: reqwest::Client,
+    /// The cluster map, fetched on the first PUT: where HRW sends each object.
     smap: OnceCell<ClusterMap>,
-}
-
-fn query(bck: &Bck) -> Vec<(&'static str, String)> {
-    let mut q = vec![("provider", bck.provider.as_str().to_owned())];
-    if !bck.namespace.is_global() {
-        q.push(("namespace", bck.namespace.uname()));
-    }
-    q
-}
-
-/// Turns a non-success response into an error carrying the server's message.
-async fn check(resp: Response) -> anyhow::Result<Response> {
-    let status = resp.status();
-    if status.is_success() {
-        return Ok(resp);
-    }
-    let body = resp.bytes().await.unwrap_or_default();
-    let message = serde_json::from_slice::<ErrorBody>(&body)
-        .map(|b| b.message)
-        .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
-    if message.is_empty() {
-        bail!("{status}");
-    }
-    bail!("{message} ({status})")
 }
 
 /// How a client authenticates and verifies the cluster's TLS certificate.
@@ -66,38 +53,10 @@ pub struct ClientOptions {
     pub insecure: bool,
 }
 
-/// `endpoints` may list several proxies, comma-separated (any proxy serves any request): the
-/// first that accepts a TCP connection within a second is used, else the first listed.
-fn pick_endpoint(endpoints: &str) -> String {
-    let list: Vec<&str> = endpoints
-        .split(',')
-        .map(|e| e.trim().trim_end_matches('/'))
-        .filter(|e| !e.is_empty())
-        .collect();
-    if list.len() <= 1 {
-        return list.first().copied().unwrap_or("").to_owned();
-    }
-    for e in &list {
-        let Ok(url) = reqwest::Url::parse(e) else {
-            continue;
-        };
-        let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
-            continue;
-        };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let Ok(addrs) = std::net::ToSocketAddrs::to_socket_addrs(&(host, port)) else {
-            continue;
-        };
-        for a in addrs {
-            if std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_secs(1)).is_ok() {
-                return (*e).to_owned();
-            }
-        }
-    }
-    list[0].to_owned()
-}
-
 impl Client {
+    /// A client without a token, trusting the system's CAs. `endpoint` may list several
+    /// proxies, comma-separated (any proxy serves any request): the first that accepts a TCP
+    /// connection within a second is used, else the first listed.
     pub fn new(endpoint: &str) -> anyhow::Result<Self> {
         Self::with_options(endpoint, &ClientOptions::default())
     }
@@ -143,6 +102,7 @@ impl Client {
         })
     }
 
+    /// The proxy this client talks to.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
     }
@@ -159,7 +119,8 @@ impl Client {
         self.http.request(method, url)
     }
 
-    /// Sends `req`; a non-success status becomes an error with the server's message.
+    /// Sends `req`; a non-success status becomes an error whose root cause is an
+    /// [`crate::HttpError`] with the server's message.
     pub async fn send(req: RequestBuilder) -> anyhow::Result<Response> {
         check(req.send().await?).await
     }
@@ -168,18 +129,11 @@ impl Client {
         format!("{}{path}", self.endpoint)
     }
 
-    fn object_path(bck: &Bck, name: &str) -> String {
-        format!(
-            "/v1/objects/{}/{}",
-            bck.name,
-            gristmill_core::name::encode_path(name)
-        )
-    }
-
     fn action(&self, method: Method, path: &str, msg: &ActionMsg) -> RequestBuilder {
         self.http.request(method, self.url(path)).json(msg)
     }
 
+    /// The cluster map as the proxy has it now (`GET /v1/cluster?what=smap`).
     pub async fn cluster_map(&self) -> anyhow::Result<ClusterMap> {
         let resp = self
             .http
@@ -195,6 +149,7 @@ impl Client {
         self.smap.get_or_try_init(|| self.cluster_map()).await
     }
 
+    /// Creates a bucket (one that exists already fails with an [`crate::HttpError`], 409).
     pub async fn create_bucket(&self, bck: &Bck) -> anyhow::Result<()> {
         let resp = self
             .action(
@@ -209,6 +164,7 @@ impl Client {
         Ok(())
     }
 
+    /// Destroys a bucket and its objects.
     pub async fn destroy_bucket(&self, bck: &Bck) -> anyhow::Result<()> {
         let resp = self
             .action(
@@ -223,6 +179,7 @@ impl Client {
         Ok(())
     }
 
+    /// Every bucket the cluster knows.
     pub async fn list_buckets(&self) -> anyhow::Result<Vec<BucketInfo>> {
         let resp = self
             .action(Method::GET, "/v1/buckets", &ActionMsg::new(action::LIST))
@@ -231,6 +188,7 @@ impl Client {
         Ok(check(resp).await?.json().await?)
     }
 
+    /// One page of a bucket listing; pass the page's continuation token back for the next.
     pub async fn list_page(
         &self,
         bck: &Bck,
@@ -255,26 +213,26 @@ impl Client {
         F: AsyncFnMut() -> anyhow::Result<reqwest::Body>,
     {
         let smap = self.cached_map().await?;
-        let path = Self::object_path(bck, name);
-        let mut url = match smap.owner(&bck.object_uname(name)) {
-            Some(t) => format!("{}{path}", t.url()),
-            None => self.url(&path),
+        let mut url = match direct_url(smap, bck, name) {
+            Some(url) => url,
+            None => object_url(&self.endpoint, bck, name)?,
         };
-        let mut with_query = true;
         for _ in 0..3 {
-            let mut req = self.no_redirect.put(&url).body(body().await?);
-            if with_query {
-                req = req.query(&query(bck));
-            }
-            let resp = req.send().await?;
+            let resp = self
+                .no_redirect
+                .put(url.clone())
+                .body(body().await?)
+                .send()
+                .await?;
             if resp.status() == StatusCode::TEMPORARY_REDIRECT {
-                url = resp
+                // The location carries the query.
+                let location = resp
                     .headers()
                     .get(reqwest::header::LOCATION)
                     .and_then(|v| v.to_str().ok())
-                    .context("redirect without a location")?
-                    .to_owned();
-                with_query = false; // the location carries the query
+                    .context("redirect without a location")?;
+                url = reqwest::Url::parse(location)
+                    .with_context(|| format!("invalid redirect location {location}"))?;
                 continue;
             }
             check(resp).await?;
@@ -283,12 +241,14 @@ impl Client {
         bail!("too many redirects storing {bck}/{name}")
     }
 
+    /// Stores `data` as `bck/name`, sent straight to the owning target.
     pub async fn put_bytes(&self, bck: &Bck, name: &str, data: Bytes) -> anyhow::Result<()> {
         self.put_with(bck, name, async || Ok(reqwest::Body::from(data.clone())))
             .await
     }
 
-    /// Streams a file (never read whole into memory).
+    /// Stores a file as `bck/name`, streamed (never read whole into memory) straight to the
+    /// owning target.
     pub async fn put_file(&self, bck: &Bck, name: &str, path: &Path) -> anyhow::Result<()> {
         self.put_with(bck, name, async || {
             let f = tokio::fs::File::open(path)
@@ -310,7 +270,7 @@ impl Client {
     ) -> anyhow::Result<u64> {
         let resp = self
             .http
-            .get(self.url(&Self::object_path(bck, name)))
+            .get(self.url(&object_path(bck, name)))
             .query(&query(bck))
             .send()
             .await?;
@@ -389,6 +349,7 @@ impl Client {
         Ok(check(resp).await?.json().await?)
     }
 
+    /// Stops (aborts) a running job.
     pub async fn stop_job(&self, id: &str) -> anyhow::Result<()> {
         let resp = self
             .http
@@ -442,6 +403,7 @@ impl Client {
         Ok(check(resp).await?.json().await?)
     }
 
+    /// `op` (`start`, `stop`) on an ETL.
     pub async fn etl_control(&self, name: &str, op: &str) -> anyhow::Result<()> {
         let resp = self
             .http
@@ -452,6 +414,7 @@ impl Client {
         Ok(())
     }
 
+    /// Removes an ETL definition.
     pub async fn etl_remove(&self, name: &str) -> anyhow::Result<()> {
         let resp = self
             .http
@@ -462,6 +425,7 @@ impl Client {
         Ok(())
     }
 
+    /// The ETL's worker logs, per target.
     pub async fn etl_logs(&self, name: &str) -> anyhow::Result<serde_json::Value> {
         let resp = self
             .http
@@ -486,17 +450,18 @@ impl Client {
         }
         let resp = self
             .http
-            .get(self.url(&Self::object_path(bck, name)))
+            .get(self.url(&object_path(bck, name)))
             .query(&q)
             .send()
             .await?;
         Ok(check(resp).await?.bytes().await?)
     }
 
+    /// Deletes one object.
     pub async fn delete_object(&self, bck: &Bck, name: &str) -> anyhow::Result<()> {
         let resp = self
             .http
-            .delete(self.url(&Self::object_path(bck, name)))
+            .delete(self.url(&object_path(bck, name)))
             .query(&query(bck))
             .send()
             .await?;

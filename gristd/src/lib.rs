@@ -1,0 +1,27 @@
+//! `gristmill-daemon`: `gristd`, the node daemon. `gristd proxy` and `gristd target` run one
+//! node (`gristmill_proxy::run`, `gristmill_target::run`); `gristd playground` runs a whole
+//! local cluster, each node a child `gristd` process. The library part holds what the binary
+//! is made of:
+//!
+//! ```text
+//!  flags / GRISTD_* ──┐
+//!  --config TOML ─────┴─▶ config::FileConfig ─▶ security::serve_options (auth, TLS, limits)
+//!                                              └─▶ ProxyConfig / TargetConfig ─▶ run(listener)
+//!  gristd playground ─▶ playground::run: spawns `gristd proxy|target` children, restarts
+//!                       the ones that die, stops all on SIGINT / SIGTERM
+//! ```
+
+pub mod config;
+pub mod playground;
+pub mod security;
+
+/// Sets up `tracing` from `RUST_LOG` (else the `default` filter), logging to stderr.
+pub fn init_tracing(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
