@@ -166,9 +166,9 @@ pub(crate) async fn multipart(
                 .map_err(|e| ApiError::bad_request(format!("invalid parts list: {e}")))?;
             // Ordered after any copy a rebalance has not moved yet, like a PUT.
             let floor = crate::cluster::placement::gen_floor(&t, &bck, &name).await?;
-            let meta = t
+            let assembled = t
                 .store
-                .mpu_complete(
+                .mpu_assemble(
                     &bck,
                     &name,
                     &upload_id,
@@ -177,8 +177,12 @@ pub(crate) async fn multipart(
                     floor,
                 )
                 .await?;
-            // Like a PUT: acknowledged only once every copy is stored.
-            crate::cluster::replicas::replicate(&t, &bck, &meta).await?;
+            // Like a PUT: staged on the replicas first, visible only once every copy is
+            // stored; a failure leaves the previous version (and the parts, for a retry).
+            let meta =
+                crate::write::local::commit_with_replicas(&t, &bck, &name, assembled.pending)
+                    .await?;
+            t.store.mpu_finish(&assembled.dir).await;
             let mut resp = StatusCode::OK.into_response();
             object_headers(&t, &bck, &meta, resp.headers_mut());
             Ok(resp)

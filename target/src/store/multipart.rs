@@ -4,7 +4,7 @@
 //! restarts; an aborted or completed upload removes its directory.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
@@ -13,7 +13,6 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
 use crate::store::error::StoreError;
-use crate::store::meta::ObjectMeta;
 use crate::store::{ETAG_KEY, PutOptions, Store, now_ns};
 
 /// Highest part number S3 allows.
@@ -53,6 +52,12 @@ fn no_such_upload(id: &str) -> StoreError {
 
 fn valid_upload_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// A completed upload's object, written but not committed, and its parts' directory.
+pub struct Assembled {
+    pub pending: crate::store::PendingWrite,
+    pub dir: PathBuf,
 }
 
 impl Store {
@@ -198,9 +203,11 @@ impl Store {
         Ok(parts)
     }
 
-    /// Concatenates the listed parts into the object. Parts must be in ascending order, each
-    /// uploaded with the given ETag, and all but the last at least 5 MiB.
-    pub async fn mpu_complete(
+    /// Concatenates the listed parts into the object's pending write — written and verified,
+    /// not yet visible: the caller commits it (with its replicas) and then calls
+    /// [`Store::mpu_finish`]. Parts must be in ascending order, each uploaded with the given
+    /// ETag, and all but the last at least 5 MiB.
+    pub async fn mpu_assemble(
         &self,
         bck: &Bck,
         key: &str,
@@ -208,7 +215,7 @@ impl Store {
         parts: &[(u32, String)],
         durable: bool,
         floor: u64,
-    ) -> Result<ObjectMeta, StoreError> {
+    ) -> Result<Assembled, StoreError> {
         let (dir, info) = self.load_upload(bck, key, upload_id).await?;
         if parts.is_empty() {
             return Err(ApiError::new(ErrorKind::InvalidPart, "no parts listed").into());
@@ -267,11 +274,10 @@ impl Store {
             .flatten();
         let mut custom = info.custom.clone();
         custom.insert(ETAG_KEY.into(), etag);
-        let meta = self
-            .put(
+        let mut pending = self
+            .begin_write(
                 bck,
                 key,
-                body,
                 PutOptions {
                     durable,
                     custom,
@@ -280,8 +286,14 @@ impl Store {
                 },
             )
             .await?;
-        let _ = tokio::fs::remove_dir_all(&dir).await;
-        Ok(meta)
+        pending.write_stream(body).await?;
+        Ok(Assembled { pending, dir })
+    }
+
+    /// The upload's directory goes once its object is committed (a retry of a failed commit
+    /// finds the parts still there).
+    pub async fn mpu_finish(&self, assembled_dir: &Path) {
+        let _ = tokio::fs::remove_dir_all(assembled_dir).await;
     }
 
     pub async fn mpu_abort(&self, bck: &Bck, key: &str, upload_id: &str) -> Result<(), StoreError> {

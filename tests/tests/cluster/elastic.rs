@@ -797,6 +797,55 @@ async fn a_mirrored_put_that_cannot_reach_every_copy_changes_nothing() {
                 "{how}: {n}: PUT answered {status}"
             );
         }
+        if round == 0 {
+            // An S3 multipart upload over one of them, completed while the replica is
+            // paused: the completion fails and the previous bytes stay (checked below).
+            let s3 = anonymous_s3(&c);
+            let key = &names[0];
+            let up = s3
+                .create_multipart_upload()
+                .bucket("mir")
+                .key(key)
+                .send()
+                .await
+                .unwrap();
+            let id = up.upload_id().unwrap();
+            let part = s3
+                .upload_part()
+                .bucket("mir")
+                .key(key)
+                .upload_id(id)
+                .part_number(1)
+                .body(aws_sdk_s3::primitives::ByteStream::from(
+                    b"multipart bytes that must not show".to_vec(),
+                ))
+                .send()
+                .await
+                .unwrap();
+            let done = s3
+                .complete_multipart_upload()
+                .bucket("mir")
+                .key(key)
+                .upload_id(id)
+                .multipart_upload(
+                    aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                        .parts(
+                            aws_sdk_s3::types::CompletedPart::builder()
+                                .part_number(1)
+                                .e_tag(part.e_tag().unwrap())
+                                .build(),
+                        )
+                        .build(),
+                )
+                .send()
+                .await;
+            let err = done.expect_err("a multipart upload without its replica completed");
+            let status = err.raw_response().map(|r| r.status().as_u16());
+            assert!(
+                status.is_some_and(|s| s >= 500),
+                "{how}: CompleteMultipartUpload answered {status:?}: {err:?}"
+            );
+        }
         let smap_now = c.smap().await.unwrap();
         let mut checked = 0;
         for base in std::iter::once(c.endpoint.clone()).chain(
@@ -998,4 +1047,24 @@ async fn a_delete_while_unsettled_waits_for_every_target_to_answer() {
         }
     }
     assert_eq!(paused, smap.tmap[&paused].daemon_id);
+}
+
+/// An S3 client for a cluster without S3 users (anonymous access), that does not retry.
+fn anonymous_s3(c: &Cluster) -> aws_sdk_s3::Client {
+    use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(&c.endpoint)
+        .force_path_style(true)
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(
+            "gristmill",
+            "gristmill-secret",
+            None,
+            None,
+            "test",
+        ))
+        .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
 }
