@@ -1,0 +1,494 @@
+//! Raft's persistent state in one redb file per proxy (`<state_dir>/raft.redb`): the log
+//! ([`LogStore`]: entries, vote, committed id, purge point) and the state machine
+//! ([`StateMachine`]: the applied cluster map and bucket metadata, the last applied id and
+//! membership, and the current snapshot). Every change is one redb transaction, durable when it
+//! returns (redb fsyncs on commit); the transactions run on the blocking pool.
+
+use std::fmt::Debug;
+use std::io::Cursor;
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
+use openraft::{
+    AnyError, Entry, EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftLogReader,
+    RaftSnapshotBuilder, SnapshotMeta, StorageError, StorageIOError, StoredMembership, Vote,
+};
+use redb::{Database, ReadableTable, TableDefinition};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::{MetaCmd, MetaReply, RaftPeer, TypeConfig};
+
+type NodeId = u64;
+type StoreResult<T> = Result<T, StorageError<NodeId>>;
+
+/// Log entries by index (JSON).
+const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
+/// Small records by name (JSON): `vote`, `committed`, `last_purged`, `state`, `snapshot`.
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
+
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// Opens (or creates) the database with both tables.
+pub(crate) fn open(path: &Path) -> StoreResult<(LogStore, StateMachine)> {
+    let db =
+        Database::create(path).map_err(|e| io_err(ErrorSubject::Store, ErrorVerb::Read, &e))?;
+    let tx = db
+        .begin_write()
+        .map_err(|e| io_err(ErrorSubject::Store, ErrorVerb::Write, &e))?;
+    {
+        tx.open_table(LOG)
+            .map_err(|e| io_err(ErrorSubject::Store, ErrorVerb::Write, &e))?;
+        tx.open_table(META)
+            .map_err(|e| io_err(ErrorSubject::Store, ErrorVerb::Write, &e))?;
+    }
+    tx.commit()
+        .map_err(|e| io_err(ErrorSubject::Store, ErrorVerb::Write, &e))?;
+    let db = Arc::new(db);
+    let state: MetaState = read_meta(&db, "state", ErrorSubject::StateMachine)?.unwrap_or_default();
+    Ok((LogStore { db: db.clone() }, StateMachine { db, state }))
+}
+
+fn io_err(
+    subject: ErrorSubject<NodeId>,
+    verb: ErrorVerb,
+    e: &(dyn std::error::Error + 'static),
+) -> StorageError<NodeId> {
+    StorageIOError::new(subject, verb, AnyError::error(e.to_string())).into()
+}
+
+fn json_err(
+    subject: ErrorSubject<NodeId>,
+    verb: ErrorVerb,
+    e: serde_json::Error,
+) -> StorageError<NodeId> {
+    io_err(subject, verb, &e)
+}
+
+fn read_meta<T: DeserializeOwned>(
+    db: &Database,
+    key: &str,
+    subject: ErrorSubject<NodeId>,
+) -> StoreResult<Option<T>> {
+    let tx = db
+        .begin_read()
+        .map_err(|e| io_err(subject.clone(), ErrorVerb::Read, &e))?;
+    let table = tx
+        .open_table(META)
+        .map_err(|e| io_err(subject.clone(), ErrorVerb::Read, &e))?;
+    let Some(v) = table
+        .get(key)
+        .map_err(|e| io_err(subject.clone(), ErrorVerb::Read, &e))?
+    else {
+        return Ok(None);
+    };
+    serde_json::from_slice(v.value())
+        .map(Some)
+        .map_err(|e| json_err(subject, ErrorVerb::Read, e))
+}
+
+/// Runs a write transaction on the blocking pool and commits it (durably).
+async fn write<F>(db: &Arc<Database>, subject: ErrorSubject<NodeId>, f: F) -> StoreResult<()>
+where
+    F: FnOnce(&redb::WriteTransaction) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+        + Send
+        + 'static,
+{
+    let db = db.clone();
+    let s2 = subject.clone();
+    tokio::task::spawn_blocking(move || {
+        let tx = db
+            .begin_write()
+            .map_err(|e| io_err(s2.clone(), ErrorVerb::Write, &e))?;
+        f(&tx).map_err(|e| io_err(s2.clone(), ErrorVerb::Write, e.as_ref()))?;
+        tx.commit().map_err(|e| io_err(s2, ErrorVerb::Write, &e))
+    })
+    .await
+    .map_err(|e| io_err(subject, ErrorVerb::Write, &e))?
+}
+
+fn put_meta_in<T: Serialize>(
+    tx: &redb::WriteTransaction,
+    key: &str,
+    value: &T,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let bytes = serde_json::to_vec(value)?;
+    tx.open_table(META)?.insert(key, bytes.as_slice())?;
+    Ok(())
+}
+
+/// The Raft log, vote and commit point.
+#[derive(Clone)]
+pub(crate) struct LogStore {
+    db: Arc<Database>,
+}
+
+impl LogStore {
+    async fn put_meta<T: Serialize + Send + 'static>(
+        &self,
+        key: &'static str,
+        value: T,
+        subject: ErrorSubject<NodeId>,
+    ) -> StoreResult<()> {
+        write(&self.db, subject, move |tx| put_meta_in(tx, key, &value)).await
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> StoreResult<Vec<Entry<TypeConfig>>> {
+        let db = self.db.clone();
+        let start = match range.start_bound() {
+            Bound::Included(i) => *i,
+            Bound::Excluded(i) => i + 1,
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(i) => Some(i + 1),
+            Bound::Excluded(i) => Some(*i),
+            Bound::Unbounded => None,
+        };
+        tokio::task::spawn_blocking(move || {
+            let read = |e: &dyn std::error::Error| {
+                StorageError::from(StorageIOError::read_logs(AnyError::error(e.to_string())))
+            };
+            let tx = db.begin_read().map_err(|e| read(&e))?;
+            let table = tx.open_table(LOG).map_err(|e| read(&e))?;
+            let iter = match end {
+                Some(end) if end <= start => return Ok(Vec::new()),
+                Some(end) => table.range(start..end),
+                None => table.range(start..),
+            }
+            .map_err(|e| read(&e))?;
+            let mut out = Vec::new();
+            for item in iter {
+                let (_, v) = item.map_err(|e| read(&e))?;
+                out.push(serde_json::from_slice(v.value()).map_err(|e| read(&e))?);
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, &e))?
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> StoreResult<LogState<TypeConfig>> {
+        let last_purged: Option<LogId<NodeId>> =
+            read_meta(&self.db, "last_purged", ErrorSubject::Logs)?;
+        let last = {
+            let tx = self
+                .db
+                .begin_read()
+                .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, &e))?;
+            let table = tx
+                .open_table(LOG)
+                .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, &e))?;
+            match table
+                .last()
+                .map_err(|e| io_err(ErrorSubject::Logs, ErrorVerb::Read, &e))?
+            {
+                Some((_, v)) => {
+                    let e: Entry<TypeConfig> = serde_json::from_slice(v.value())
+                        .map_err(|e| json_err(ErrorSubject::Logs, ErrorVerb::Read, e))?;
+                    Some(e.log_id)
+                }
+                None => None,
+            }
+        };
+        Ok(LogState {
+            last_purged_log_id: last_purged,
+            last_log_id: last.or(last_purged),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StoreResult<()> {
+        self.put_meta("vote", *vote, ErrorSubject::Vote).await
+    }
+
+    async fn read_vote(&mut self) -> StoreResult<Option<Vote<NodeId>>> {
+        read_meta(&self.db, "vote", ErrorSubject::Vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StoreResult<()> {
+        self.put_meta("committed", committed, ErrorSubject::Store)
+            .await
+    }
+
+    async fn read_committed(&mut self) -> StoreResult<Option<LogId<NodeId>>> {
+        Ok(
+            read_meta::<Option<LogId<NodeId>>>(&self.db, "committed", ErrorSubject::Store)?
+                .flatten(),
+        )
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StoreResult<()>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut rows = Vec::new();
+        for e in entries {
+            let bytes = serde_json::to_vec(&e)
+                .map_err(|err| json_err(ErrorSubject::Logs, ErrorVerb::Write, err))?;
+            rows.push((e.log_id.index, bytes));
+        }
+        let done = write(&self.db, ErrorSubject::Logs, move |tx| {
+            let mut table = tx.open_table(LOG)?;
+            for (index, bytes) in &rows {
+                table.insert(*index, bytes.as_slice())?;
+            }
+            Ok(())
+        })
+        .await;
+        // Durable (or failed) before openraft hears of it.
+        callback.log_io_completed(
+            done.as_ref()
+                .map(|_| ())
+                .map_err(|e| std::io::Error::other(e.to_string())),
+        );
+        done
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> StoreResult<()> {
+        write(&self.db, ErrorSubject::Logs, move |tx| {
+            let mut table = tx.open_table(LOG)?;
+            let doomed: Vec<u64> = table
+                .range(log_id.index..)?
+                .map(|r| r.map(|(k, _)| k.value()))
+                .collect::<Result<_, _>>()?;
+            for k in doomed {
+                table.remove(k)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> StoreResult<()> {
+        write(&self.db, ErrorSubject::Logs, move |tx| {
+            put_meta_in(tx, "last_purged", &log_id)?;
+            let mut table = tx.open_table(LOG)?;
+            let doomed: Vec<u64> = table
+                .range(..=log_id.index)?
+                .map(|r| r.map(|(k, _)| k.value()))
+                .collect::<Result<_, _>>()?;
+            for k in doomed {
+                table.remove(k)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// What the state machine holds: the applied metadata and where it stands in the log.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct MetaState {
+    pub(crate) last_applied: Option<LogId<NodeId>>,
+    pub(crate) last_membership: StoredMembership<NodeId, RaftPeer>,
+    pub(crate) cmd: MetaCmd,
+}
+
+impl MetaState {
+    fn apply(&mut self, cmd: MetaCmd) -> MetaReply {
+        if let Some(smap) = cmd.smap
+            && self
+                .cmd
+                .smap
+                .as_ref()
+                .is_none_or(|old| smap.supersedes(old))
+        {
+            self.cmd.smap = Some(smap);
+        }
+        if let Some(bmd) = cmd.bmd
+            && self.cmd.bmd.as_ref().is_none_or(|old| bmd.supersedes(old))
+        {
+            self.cmd.bmd = Some(bmd);
+        }
+        self.reply()
+    }
+
+    fn reply(&self) -> MetaReply {
+        MetaReply {
+            smap_version: self.cmd.smap.as_ref().map_or(0, |m| m.version),
+            bmd_version: self.cmd.bmd.as_ref().map_or(0, |b| b.version),
+        }
+    }
+}
+
+/// A snapshot as stored: its meta and the state's JSON.
+#[derive(Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<NodeId, RaftPeer>,
+    data: Vec<u8>,
+}
+
+/// The applied metadata (a copy in memory, persisted after every batch).
+pub(crate) struct StateMachine {
+    db: Arc<Database>,
+    pub(crate) state: MetaState,
+}
+
+impl StateMachine {
+    async fn persist_state(&self) -> StoreResult<()> {
+        let state = self.state.clone();
+        write(&self.db, ErrorSubject::StateMachine, move |tx| {
+            put_meta_in(tx, "state", &state)
+        })
+        .await
+    }
+}
+
+/// Builds snapshots from a copy of the state.
+pub(crate) struct SnapshotBuilder {
+    db: Arc<Database>,
+    state: MetaState,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> StoreResult<Snapshot<TypeConfig>> {
+        let data = serde_json::to_vec(&self.state)
+            .map_err(|e| json_err(ErrorSubject::StateMachine, ErrorVerb::Read, e))?;
+        let id = match &self.state.last_applied {
+            Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, now_ms()),
+            None => format!("0-0-{}", now_ms()),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: self.state.last_applied,
+            last_membership: self.state.last_membership.clone(),
+            snapshot_id: id,
+        };
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data: data.clone(),
+        };
+        write(&self.db, ErrorSubject::StateMachine, move |tx| {
+            put_meta_in(tx, "snapshot", &stored)
+        })
+        .await?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> StoreResult<(Option<LogId<NodeId>>, StoredMembership<NodeId, RaftPeer>)> {
+        Ok((self.state.last_applied, self.state.last_membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> StoreResult<Vec<MetaReply>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut replies = Vec::new();
+        for entry in entries {
+            self.state.last_applied = Some(entry.log_id);
+            replies.push(match entry.payload {
+                EntryPayload::Blank => self.state.reply(),
+                EntryPayload::Normal(cmd) => self.state.apply(cmd),
+                EntryPayload::Membership(m) => {
+                    self.state.last_membership = StoredMembership::new(Some(entry.log_id), m);
+                    self.state.reply()
+                }
+            });
+        }
+        self.persist_state().await?;
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            db: self.db.clone(),
+            state: self.state.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> StoreResult<Box<Cursor<Vec<u8>>>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, RaftPeer>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> StoreResult<()> {
+        let data = snapshot.into_inner();
+        let mut state: MetaState = serde_json::from_slice(&data).map_err(|e| {
+            json_err(
+                ErrorSubject::Snapshot(Some(meta.signature())),
+                ErrorVerb::Read,
+                e,
+            )
+        })?;
+        state.last_applied = meta.last_log_id;
+        state.last_membership = meta.last_membership.clone();
+        self.state = state;
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data,
+        };
+        let st = self.state.clone();
+        write(&self.db, ErrorSubject::StateMachine, move |tx| {
+            put_meta_in(tx, "snapshot", &stored)?;
+            put_meta_in(tx, "state", &st)
+        })
+        .await
+    }
+
+    async fn get_current_snapshot(&mut self) -> StoreResult<Option<Snapshot<TypeConfig>>> {
+        let stored: Option<StoredSnapshot> =
+            read_meta(&self.db, "snapshot", ErrorSubject::StateMachine)?;
+        Ok(stored.map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: Box::new(Cursor::new(s.data)),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::StorageError;
+    use openraft::testing::{StoreBuilder, Suite};
+
+    use super::{LogStore, StateMachine, TypeConfig};
+
+    struct Fresh;
+
+    impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Fresh {
+        async fn build(
+            &self,
+        ) -> Result<(tempfile::TempDir, LogStore, StateMachine), StorageError<u64>> {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let (log, sm) = super::open(&dir.path().join("raft.redb"))?;
+            Ok((dir, log, sm))
+        }
+    }
+
+    /// openraft's own storage test suite against the redb log and state machine.
+    #[test]
+    fn openraft_storage_suite() -> Result<(), StorageError<u64>> {
+        Suite::test_all(Fresh)
+    }
+}
