@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use comfy_table::{Table, presets::NOTHING};
-use gristmill_client::credentials::{save_token, saved_token, token_path};
+use gristmill_client::credentials::{save_token, saved_token};
 use gristmill_client::{Client, ClientOptions, Method};
 use gristmill_core::users::{
     LoginRequest, NewCredentials, TokenRequest, TokenResponse, UserInfo, UserSpec,
@@ -31,6 +31,17 @@ pub struct ConnArgs {
     pub insecure: bool,
 }
 
+/// Where `grist auth login` saves the token: `$GRIST_TOKEN_FILE`, else
+/// `$XDG_CONFIG_HOME/grist/token`, else `~/.config/grist/token`.
+pub fn token_path() -> std::path::PathBuf {
+    let var = |k| std::env::var_os(k).map(std::path::PathBuf::from);
+    gristmill_client::credentials::token_path(
+        var("GRIST_TOKEN_FILE"),
+        var("XDG_CONFIG_HOME"),
+        var("HOME"),
+    )
+}
+
 impl ConnArgs {
     /// Client options: the token from the flag, the environment or the saved file.
     pub fn client_options(&self) -> ClientOptions {
@@ -38,7 +49,7 @@ impl ConnArgs {
             .token
             .clone()
             .filter(|t| !t.is_empty())
-            .or_else(saved_token);
+            .or_else(|| saved_token(&token_path()));
         ClientOptions {
             token,
             ca_bundle: self.ca_bundle.clone(),
@@ -129,7 +140,7 @@ pub async fn run(client: &Client, cmd: AuthCmd, json: bool) -> anyhow::Result<()
                 .await
                 .context("login failed")?;
             let t: TokenResponse = resp.json().await?;
-            let path = save_token(&t.token)?;
+            let path = save_token(&token_path(), &t.token)?;
             if json {
                 println!(
                     "{}",

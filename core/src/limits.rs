@@ -3,7 +3,7 @@
 //! Each limit has a default that serves ordinary clients (the AWS SDKs, boto3, s5cmd, the
 //! Python SDK, PyTorch loaders) with room to spare, answers with a clear status when it is
 //! crossed, and can be changed per node (`[limits]` in the config file, or `GRISTD_*`
-//! variables). `docs/security.md` lists them all with their statuses.
+//! variables, read by `gristd`). `docs/security.md` lists them all with their statuses.
 //!
 //! | limit                   | default  | when crossed                                      |
 //! |-------------------------|----------|---------------------------------------------------|
@@ -72,6 +72,7 @@ impl Default for Limits {
 /// One tunable limit: its config key (also `GRISTD_<KEY>` upper-cased) and how to set it.
 struct Knob {
     key: &'static str,
+    help: &'static str,
     set: fn(&mut Limits, &str) -> Result<(), String>,
 }
 
@@ -101,6 +102,7 @@ fn duration(v: &str) -> Result<Duration, String> {
 const KNOBS: &[Knob] = &[
     Knob {
         key: "max_headers",
+        help: "most header fields in one request (431 above it); default 128",
         set: |l, v| {
             l.max_headers = count(v)?;
             Ok(())
@@ -108,6 +110,7 @@ const KNOBS: &[Knob] = &[
     },
     Knob {
         key: "max_header_bytes",
+        help: "most bytes of all header names and values (431); default 64KiB",
         set: |l, v| {
             l.max_header_bytes = bytes(v)?;
             Ok(())
@@ -115,6 +118,7 @@ const KNOBS: &[Knob] = &[
     },
     Knob {
         key: "max_url_bytes",
+        help: "longest request target, path and query (414); default 16KiB",
         set: |l, v| {
             l.max_url_bytes = bytes(v)?;
             Ok(())
@@ -122,6 +126,7 @@ const KNOBS: &[Knob] = &[
     },
     Knob {
         key: "header_read_timeout",
+        help: "time to send a complete request head; also closes idle keep-alive connections; default 30s",
         set: |l, v| {
             l.header_read_timeout = duration(v)?;
             Ok(())
@@ -129,6 +134,7 @@ const KNOBS: &[Knob] = &[
     },
     Knob {
         key: "body_read_timeout",
+        help: "longest wait for the next piece of a request body (408); default 120s",
         set: |l, v| {
             l.body_read_timeout = duration(v)?;
             Ok(())
@@ -136,6 +142,7 @@ const KNOBS: &[Knob] = &[
     },
     Knob {
         key: "idle_timeout",
+        help: "a connection with no request running and no I/O this long is closed; default 120s",
         set: |l, v| {
             l.idle_timeout = duration(v)?;
             Ok(())
@@ -143,6 +150,7 @@ const KNOBS: &[Knob] = &[
     },
     Knob {
         key: "max_conns_per_client",
+        help: "most open connections from one client address (429); default 1024",
         set: |l, v| {
             l.max_conns_per_client = count(v)?;
             Ok(())
@@ -150,6 +158,7 @@ const KNOBS: &[Knob] = &[
     },
     Knob {
         key: "max_conns",
+        help: "most open connections in all (503); default 16384",
         set: |l, v| {
             l.max_conns = count(v)?;
             Ok(())
@@ -163,6 +172,11 @@ impl Limits {
         KNOBS.iter().map(|k| k.key)
     }
 
+    /// The config keys with a line saying what each limits (for the settings table).
+    pub fn described() -> impl Iterator<Item = (&'static str, &'static str)> {
+        KNOBS.iter().map(|k| (k.key, k.help))
+    }
+
     /// Sets one limit by its config key; sizes take units (`64KiB`), durations too (`30s`).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
         let knob = KNOBS
@@ -170,17 +184,6 @@ impl Limits {
             .find(|k| k.key == key)
             .ok_or_else(|| format!("unknown limit {key:?}"))?;
         (knob.set)(self, value).map_err(|e| format!("limits.{key}: {e}"))
-    }
-
-    /// Applies `GRISTD_<KEY>` environment variables (e.g. `GRISTD_HEADER_READ_TIMEOUT=5s`).
-    pub fn apply_env(&mut self) -> Result<(), String> {
-        for k in KNOBS {
-            let var = format!("GRISTD_{}", k.key.to_ascii_uppercase());
-            if let Ok(v) = std::env::var(&var) {
-                (k.set)(self, &v).map_err(|e| format!("{var}: {e}"))?;
-            }
-        }
-        Ok(())
     }
 }
 

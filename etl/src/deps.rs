@@ -35,25 +35,21 @@ pub(crate) struct Installer {
     /// The interpreter environments are made from.
     python: String,
     sandbox: Sandbox,
-    /// Longest one `pip install` may take (`GRISTD_ETL_INSTALL_TIMEOUT`, seconds; default 600).
+    /// Longest one `pip install` may take.
     pip_timeout: Duration,
 }
 
 impl Installer {
-    pub(crate) fn new(python: String, sandbox: Sandbox) -> Self {
-        let root = std::env::var_os("GRISTD_ETL_ENV_DIR")
-            .filter(|d| !d.is_empty())
-            .map(PathBuf::from)
-            .unwrap_or_else(|| default_root(&sandbox));
-        let pip_timeout = std::env::var("GRISTD_ETL_INSTALL_TIMEOUT")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .map_or(Duration::from_secs(600), Duration::from_secs);
+    pub(crate) fn new(config: &crate::EtlConfig, python: String, sandbox: Sandbox) -> Self {
+        let root = config
+            .env_dir
+            .clone()
+            .unwrap_or_else(|| default_root(&sandbox, &config.user_cache_dir));
         Self {
             root,
             python,
             sandbox,
-            pip_timeout,
+            pip_timeout: config.install_timeout,
         }
     }
 
@@ -163,17 +159,11 @@ impl Installer {
     }
 }
 
-fn default_root(sandbox: &Sandbox) -> PathBuf {
+fn default_root(sandbox: &Sandbox, user_cache_dir: &std::path::Path) -> PathBuf {
     if sandbox.user.is_some() {
         return PathBuf::from("/var/lib/gristmill/etl-envs");
     }
-    std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir)
-        .join("gristmill")
-        .join("etl-envs")
+    user_cache_dir.join("gristmill").join("etl-envs")
 }
 
 /// Runs a command with its output lines going to the ETL log; an error carries the last line.

@@ -22,6 +22,7 @@ mod tests;
 mod worker;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -163,18 +164,44 @@ pub struct Etls {
     runs: Mutex<HashMap<String, Arc<EtlRun>>>,
 }
 
-impl Default for Etls {
+/// How a target runs ETL workers (`[etl]` in gristd's config).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtlConfig {
+    /// Interpreter of python ETLs and of their dependency environments; it must be usable by
+    /// the sandbox's user. `None`: `/usr/bin/python3` when present, else `python3`.
+    pub python: Option<String>,
+    /// User the workers run as when the target runs as root (empty = the target's user).
+    pub user: String,
+    /// Confine workers (network namespace, user switch, memory limit).
+    pub sandbox: bool,
+    /// Where python `dependencies` are installed; `None`: `/var/lib/gristmill/etl-envs` when
+    /// workers switch user, else `<user_cache_dir>/gristmill/etl-envs`.
+    pub env_dir: Option<PathBuf>,
+    /// The user's cache directory (`$XDG_CACHE_HOME`, `~/.cache`), resolved by the caller.
+    pub user_cache_dir: PathBuf,
+    /// Longest one `pip install` may take.
+    pub install_timeout: Duration,
+}
+
+impl Default for EtlConfig {
     fn default() -> Self {
-        Self::new()
+        Self {
+            python: None,
+            user: "nobody".into(),
+            sandbox: true,
+            env_dir: None,
+            user_cache_dir: std::env::temp_dir(),
+            install_timeout: Duration::from_secs(600),
+        }
     }
 }
 
 impl Etls {
-    /// Probes the sandbox; `GRISTD_ETL_PYTHON` picks the interpreter of python ETLs (default
-    /// `/usr/bin/python3` when present: it must be usable by the sandbox's user).
-    pub fn new() -> Self {
-        let python = std::env::var("GRISTD_ETL_PYTHON")
-            .ok()
+    /// Probes the sandbox and picks the interpreter of python ETLs.
+    pub fn new(config: EtlConfig) -> Self {
+        let python = config
+            .python
+            .clone()
             .filter(|p| !p.is_empty())
             .unwrap_or_else(|| {
                 if std::path::Path::new("/usr/bin/python3").exists() {
@@ -183,9 +210,9 @@ impl Etls {
                     "python3".into()
                 }
             });
-        let sandbox = Sandbox::probe();
+        let sandbox = Sandbox::probe(&config);
         Self {
-            installer: deps::Installer::new(python.clone(), sandbox.clone()),
+            installer: deps::Installer::new(&config, python.clone(), sandbox.clone()),
             sandbox,
             python,
             runs: Mutex::new(HashMap::new()),

@@ -39,16 +39,16 @@ fn running_as_root() -> bool {
 }
 
 impl Sandbox {
-    /// Probes the tools. `GRISTD_ETL_USER` names the user to drop to (default `nobody`; empty
-    /// = keep the target's user); `GRISTD_ETL_SANDBOX=off` turns confinement off (tests of
-    /// the sandbox itself should not).
-    pub fn probe() -> Self {
-        if std::env::var("GRISTD_ETL_SANDBOX").is_ok_and(|v| v == "off") {
-            tracing::warn!("ETL sandbox turned off (GRISTD_ETL_SANDBOX=off)");
+    /// Probes the tools. `config.user` names the user to drop to (empty = keep the target's
+    /// user); `config.sandbox = false` turns confinement off (tests of the sandbox itself
+    /// should not).
+    pub fn probe(config: &crate::EtlConfig) -> Self {
+        if !config.sandbox {
+            tracing::warn!("ETL sandbox turned off (etl.sandbox = off)");
             return Self::default();
         }
         let no_network = works("unshare", &["--net", "--", "true"]);
-        let wanted = std::env::var("GRISTD_ETL_USER").unwrap_or_else(|_| "nobody".into());
+        let wanted = config.user.clone();
         let user = if wanted.is_empty() || !running_as_root() {
             None
         } else {

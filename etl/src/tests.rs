@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use gristmill_core::etl::{EtlSpec, Runtime};
 
-use super::{EtlError, Etls};
+use super::{EtlConfig, EtlError, Etls};
 
 fn command(name: &str, argv: &[&str]) -> EtlSpec {
     EtlSpec {
@@ -35,7 +35,7 @@ fn python(name: &str, code: &str) -> EtlSpec {
 }
 
 fn etls(specs: Vec<EtlSpec>) -> Etls {
-    let e = Etls::new();
+    let e = Etls::new(EtlConfig::default());
     e.apply(&specs.into_iter().map(|s| (s.name.clone(), s)).collect());
     e
 }

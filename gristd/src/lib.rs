@@ -4,13 +4,15 @@
 //! is made of:
 //!
 //! ```text
-//!  flags / GRISTD_* ──┐
-//!  --config TOML ─────┴─▶ config::FileConfig ─▶ security::serve_options (auth, TLS, limits)
-//!                                              └─▶ ProxyConfig / TargetConfig ─▶ run(listener)
+//!  cli::Cli (flags / GRISTD_*) ──┐  one section struct = flags + file table (config)
+//!  --config TOML ────────────────┴─▶ FileConfig::for_proxy|for_target (layered)
+//!        ─▶ config::resolve (checked) + security::serve_options (auth, TLS, limits)
+//!        ─▶ ProxyConfig / TargetConfig ─▶ run(listener)
 //!  gristd playground ─▶ playground::run: spawns `gristd proxy|target` children, restarts
 //!                       the ones that die, stops all on SIGINT / SIGTERM
 //! ```
 
+pub mod cli;
 pub mod config;
 pub mod playground;
 pub mod security;

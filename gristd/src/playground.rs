@@ -166,7 +166,7 @@ pub async fn run(opts: PlaygroundOptions, shutdown: CancellationToken) -> anyhow
     let mut children = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
         let env = match &first_admin {
-            Some(pw) if i == 0 => vec![(gristmill_proxy::ADMIN_PASSWORD_ENV, pw.as_str())],
+            Some(pw) if i == 0 => vec![(crate::config::ADMIN_PASSWORD_ENV, pw.as_str())],
             _ => Vec::new(),
         };
         children.push(Some(spawn_with(spec, &opts.data_dir, &env)?));

@@ -23,9 +23,6 @@ use crate::meta::{Changed, Proxy};
 
 type ApiResult = Result<Response, ApiError>;
 
-/// Environment variable that sets the first admin's password (else one is generated).
-pub const ADMIN_PASSWORD_ENV: &str = "GRISTD_ADMIN_PASSWORD";
-
 /// The proxy API with the auth endpoints added and, when auth is on, behind the gate.
 pub(crate) fn secure(proxy: &Arc<Proxy>, app: Router) -> Router {
     // Forwarding to the primary runs inside the gate: this proxy checks the client first.
@@ -296,15 +293,15 @@ async fn remove_user(State(p): State<Arc<Proxy>>, Path(name): Path<String>) -> A
 }
 
 /// On the primary of a cluster with auth on and no users yet: creates `admin` and prints its
-/// password once (from `GRISTD_ADMIN_PASSWORD` when set, else generated).
-pub(crate) async fn bootstrap(p: &Arc<Proxy>) -> anyhow::Result<()> {
+/// password once (`chosen` when set, else generated).
+pub(crate) async fn bootstrap(p: &Arc<Proxy>, chosen: Option<&str>) -> anyhow::Result<()> {
     let Some(keys) = p.auth.clone() else {
         return Ok(());
     };
     if !p.is_primary() || !p.bmd().users.is_empty() {
         return Ok(());
     }
-    let chosen = std::env::var(ADMIN_PASSWORD_ENV).unwrap_or_default();
+    let chosen = chosen.unwrap_or_default().to_owned();
     let spec = UserSpec {
         roles: vec![Role::Admin],
         password: chosen.clone(),

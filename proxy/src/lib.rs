@@ -24,7 +24,6 @@ mod router_tests;
 mod s3;
 mod shards;
 
-pub use auth_api::ADMIN_PASSWORD_ENV;
 pub use s3::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY, S3User};
 
 use std::path::PathBuf;
@@ -55,6 +54,8 @@ pub struct ProxyConfig {
     pub s3_listen: Option<String>,
     /// Limits, TLS and access control (auth off by default).
     pub serve: gristmill_node::conn::ServeOptions,
+    /// Password of the first admin a new cluster with auth creates (else one is generated).
+    pub admin_password: Option<String>,
 }
 
 /// Runs a proxy on `listener` until `shutdown` fires.
@@ -91,7 +92,7 @@ pub async fn run(
         .store(proxy.smap().version, std::sync::atomic::Ordering::SeqCst);
     election::startup(&proxy).await;
     tracing::info!(node = %proxy.id, url = %proxy.url, primary = proxy.is_primary(), "proxy starting");
-    auth_api::bootstrap(&proxy).await?;
+    auth_api::bootstrap(&proxy, config.admin_password.as_deref()).await?;
     if let Some(tls) = &config.serve.tls {
         tls.reload_on_sighup(shutdown.clone());
     }

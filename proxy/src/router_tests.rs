@@ -20,6 +20,7 @@ fn proxy() -> (tempfile::TempDir, Arc<Proxy>, axum::Router) {
         keepalive_retries: 3,
         s3_listen: None,
         serve: Default::default(),
+        admin_password: None,
     };
     let p = Arc::new(Proxy::load(&config, "http://127.0.0.1:1".into()).unwrap());
     let s3 = crate::s3::service(p.clone(), &[]);

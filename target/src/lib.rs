@@ -39,12 +39,15 @@ use gristmill_core::{BucketMetadata, MetaSync, persist};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+pub use backend::AwsFiles;
 pub use backend::BackendConfig;
 pub use store::error::StoreError;
 
 /// What a handler or a read/write path answers.
 pub(crate) type ApiResult = Result<axum::response::Response, gristmill_core::ApiError>;
+pub use gristmill_etl::EtlConfig;
 pub use store::Store;
+pub use store::StoreTuning;
 pub use store::meta::ObjectMeta;
 pub use store::space::SpaceConfig;
 
@@ -66,6 +69,12 @@ pub struct TargetConfig {
     pub backend: BackendConfig,
     /// Watermarks, quotas and out-of-space limits.
     pub space: SpaceConfig,
+    /// Cache sizes of the store.
+    pub store: StoreTuning,
+    /// How long scrub keeps quarantined copies for inspection.
+    pub quarantine_keep: Duration,
+    /// ETL workers: interpreter, sandbox, dependency environments.
+    pub etl: gristmill_etl::EtlConfig,
     /// Limits, TLS and access control (auth off by default).
     pub serve: gristmill_node::conn::ServeOptions,
 }
@@ -96,6 +105,8 @@ pub(crate) struct Target {
     jobs: jobs::Jobs,
     /// ETL runtimes (started from the ETL definitions in the bucket metadata).
     etls: gristmill_etl::Etls,
+    /// Age at which scrub deletes quarantined copies.
+    quarantine_keep: Duration,
     /// Shard indexes, appends in progress and reshard sessions.
     shards: Arc<shards::State>,
     /// Recent earlier cluster maps (objects may still sit where they placed them).
@@ -296,6 +307,7 @@ impl Target {
         let store = Store::open_with_state(
             &config.mountpaths,
             Some(&config.state_dir.join("mountpaths.json")),
+            config.store.clone(),
         )
         .await?;
         let space = Arc::new(store::space::Space::new(
@@ -333,7 +345,8 @@ impl Target {
             fills: read::cold::Fills::default(),
             space: space.clone(),
             jobs: jobs::Jobs::default(),
-            etls: gristmill_etl::Etls::new(),
+            etls: gristmill_etl::Etls::new(config.etl.clone()),
+            quarantine_keep: config.quarantine_keep,
             shards: Arc::default(),
             // Persisted: a target restarted mid-rebalance still knows where objects may sit (a
             // DELETE must reach them, a GET may be served from them).

@@ -256,6 +256,13 @@ impl Cluster {
         Ok(cluster)
     }
 
+    /// `GET url` answered with JSON (any node's URL); panics on a transport error or a body
+    /// that is not JSON.
+    pub async fn get_json(&self, url: &str) -> serde_json::Value {
+        let resp = self.http.get(url).send().await.expect("GET");
+        resp.json().await.expect("a JSON body")
+    }
+
     pub async fn smap(&self) -> anyhow::Result<ClusterMap> {
         Ok(self
             .http

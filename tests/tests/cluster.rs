@@ -886,3 +886,75 @@ async fn grist_cli_end_to_end() {
         .unwrap();
     assert!(left.is_empty());
 }
+
+/// Settings reach a real node through the layers (file, then variables over it), and a wrong
+/// value stops `gristd` at start with an error naming the setting instead of being ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_layer_and_a_wrong_value_stops_the_node_at_start() {
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("gristd.toml");
+    std::fs::write(
+        &file,
+        "[space]\nhigh_wm = 80\nlow_wm = 70\nmax_cache_bytes = \"3GiB\"\n",
+    )
+    .unwrap();
+    let env = vec![
+        ("GRISTD_CONFIG".to_string(), file.display().to_string()),
+        ("GRISTD_LRU_LOW_WM".to_string(), "60".to_string()),
+    ];
+    let c = Cluster::start_full(1, 1, &[], &env).await.unwrap();
+    let smap = c.smap().await.unwrap();
+    let t = smap.tmap.values().next().unwrap();
+    let space = c
+        .get_json(&format!("{}/v1/daemon?what=space", t.url()))
+        .await;
+    let config = &space["config"];
+    assert_eq!(config["high_wm"], 80, "from the file: {space}");
+    assert_eq!(
+        config["low_wm"], 60,
+        "the variable wins over the file: {space}"
+    );
+    assert_eq!(config["max_cache_bytes"], 3u64 << 30, "{space}");
+
+    // Each of these must make `gristd target` exit at once, saying which setting is wrong.
+    let bad_file = scratch.path().join("bad.toml");
+    std::fs::write(&bad_file, "[target]\nopen_files = \"many\"\n").unwrap();
+    let cases: Vec<(Vec<(&str, String)>, &str)> = vec![
+        (
+            vec![("GRISTD_OUT_OF_SPACE_WM", "50".into())],
+            "out-of-space (50)",
+        ),
+        (
+            vec![("GRISTD_COLD_GET_WORKERS", "0".into())],
+            "backend.cold_get_workers",
+        ),
+        (vec![("GRISTD_OPEN_FILES", "lots".into())], "--open-files"),
+        (
+            vec![("GRISTD_REMOTE_AIS", "no-url".into())],
+            "backend.remote_ais",
+        ),
+        (
+            vec![("GRISTD_CONFIG", bad_file.display().to_string())],
+            "open_files",
+        ),
+    ];
+    for (env, needle) in cases {
+        let state = scratch.path().join(format!("t-{}", env[0].0));
+        let out = tokio::process::Command::new(gristmill_tests::gristd_bin())
+            .args(["target", "--listen", "127.0.0.1:0", "--join", &c.endpoint])
+            .arg("--state-dir")
+            .arg(&state)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(30), out)
+            .await
+            .expect("gristd started serving despite a wrong setting")
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{env:?}: exited {:?}", out.status);
+        assert!(stderr.contains(needle), "{env:?}: {stderr}");
+    }
+    // The running target never saw any of it.
+    assert_eq!(c.smap().await.unwrap().tmap.len(), 1);
+}

@@ -22,6 +22,9 @@ async fn target() -> (tempfile::TempDir, Arc<Target>, axum::Router) {
         keepalive_interval: std::time::Duration::from_secs(2),
         backend: Default::default(),
         space: Default::default(),
+        store: Default::default(),
+        quarantine_keep: std::time::Duration::from_secs(7 * 86_400),
+        etl: Default::default(),
         serve: Default::default(),
     };
     std::fs::create_dir_all(&config.state_dir).unwrap();

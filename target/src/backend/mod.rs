@@ -9,6 +9,7 @@ mod ais;
 mod aws;
 mod ht;
 mod profile;
+pub use profile::AwsFiles;
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -216,6 +217,8 @@ pub struct BackendConfig {
     pub timeout: Duration,
     /// Cold GETs of objects above a size are fetched with parallel range requests.
     pub parallel: ParallelDownload,
+    /// The AWS shared credentials and config files (named profiles).
+    pub aws_files: profile::AwsFiles,
     /// Attached clusters for `ais://@alias/...` buckets: (alias, proxy URL)
     /// (`GRISTD_REMOTE_AIS=alias=http://host:port,...`).
     pub remote_ais: Vec<(String, String)>,
@@ -234,52 +237,7 @@ impl Default for BackendConfig {
             timeout: Duration::from_secs(30),
             parallel: ParallelDownload::default(),
             remote_ais: Vec::new(),
-        }
-    }
-}
-
-impl BackendConfig {
-    /// Reads the settings from the environment; unset variables keep their defaults.
-    pub fn from_env() -> Self {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let flag = |k: &str| var(k).map(|v| matches!(v.as_str(), "1" | "true" | "yes" | "on"));
-        let d = Self::default();
-        let endpoint = var("GRISTD_S3_ENDPOINT").unwrap_or_default();
-        Self {
-            s3_path_style: flag("GRISTD_S3_PATH_STYLE").unwrap_or(!endpoint.is_empty()),
-            s3_endpoint: endpoint,
-            s3_region: var("AWS_REGION")
-                .or_else(|| var("AWS_DEFAULT_REGION"))
-                .unwrap_or(d.s3_region),
-            s3_access_key: var("AWS_ACCESS_KEY_ID").unwrap_or_default(),
-            s3_secret_key: var("AWS_SECRET_ACCESS_KEY").unwrap_or_default(),
-            s3_session_token: var("AWS_SESSION_TOKEN"),
-            ht_allow_private: flag("GRISTD_HT_ALLOW_PRIVATE").unwrap_or(false),
-            timeout: var("GRISTD_BACKEND_TIMEOUT_SECS")
-                .and_then(|v| v.parse::<u64>().ok())
-                .map(Duration::from_secs)
-                .unwrap_or(d.timeout),
-            parallel: ParallelDownload {
-                threshold: var("GRISTD_COLD_GET_PARALLEL_ABOVE")
-                    .and_then(|v| gristmill_core::time::parse_size(&v).ok())
-                    .unwrap_or(d.parallel.threshold),
-                chunk: var("GRISTD_COLD_GET_CHUNK")
-                    .and_then(|v| gristmill_core::time::parse_size(&v).ok())
-                    .filter(|c| *c > 0)
-                    .unwrap_or(d.parallel.chunk),
-                workers: var("GRISTD_COLD_GET_WORKERS")
-                    .and_then(|v| v.parse().ok())
-                    .filter(|w| *w > 0)
-                    .unwrap_or(d.parallel.workers),
-            },
-            remote_ais: var("GRISTD_REMOTE_AIS")
-                .map(|v| {
-                    v.split(',')
-                        .filter_map(|kv| kv.split_once('='))
-                        .map(|(a, u)| (a.trim().to_owned(), u.trim().to_owned()))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            aws_files: Default::default(),
         }
     }
 }
@@ -366,7 +324,7 @@ impl Backends {
         }
         let mut c = self.config.clone();
         if !profile.is_empty() {
-            let p = profile::load(&profile).ok_or_else(|| {
+            let p = profile::load(&profile, &self.config.aws_files).ok_or_else(|| {
                 ApiError::new(
                     ErrorKind::Forbidden,
                     format!(

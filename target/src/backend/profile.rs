@@ -6,6 +6,14 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+/// Where the shared files are (`AWS_SHARED_CREDENTIALS_FILE`, `AWS_CONFIG_FILE`, else
+/// `~/.aws/...`, resolved by the caller); `None` = no such file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AwsFiles {
+    pub credentials: Option<PathBuf>,
+    pub config: Option<PathBuf>,
+}
+
 /// What a profile sets (empty = not set).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Profile {
@@ -14,13 +22,6 @@ pub struct Profile {
     pub session_token: Option<String>,
     pub region: String,
     pub endpoint: String,
-}
-
-fn home_file(env: &str, rel: &str) -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(p));
-    }
-    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rel))
 }
 
 /// Sections of an INI file: `[name]` → key → value (keys lowercased, values trimmed).
@@ -45,15 +46,16 @@ fn parse_ini(text: &str) -> HashMap<String, HashMap<String, String>> {
     out
 }
 
-/// Loads profile `name`; `None` if neither file mentions it.
-pub fn load(name: &str) -> Option<Profile> {
+/// Loads profile `name` from the shared credentials and config files; `None` if neither
+/// mentions it.
+pub fn load(name: &str, files: &AwsFiles) -> Option<Profile> {
     let read = |p: Option<PathBuf>| {
         p.and_then(|p| std::fs::read_to_string(p).ok())
             .map(|t| parse_ini(&t))
             .unwrap_or_default()
     };
-    let creds = read(home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials"));
-    let config = read(home_file("AWS_CONFIG_FILE", ".aws/config"));
+    let creds = read(files.credentials.clone());
+    let config = read(files.config.clone());
     let c = creds.get(name);
     // The config file names profiles `[profile x]`, except `[default]`.
     let f = config

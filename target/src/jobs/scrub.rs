@@ -78,19 +78,9 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
     Ok(())
 }
 
-/// How long quarantined copies are kept for inspection: `GRISTD_QUARANTINE_KEEP_DAYS`
-/// (default 7); every scrub deletes older ones.
-pub(crate) fn quarantine_keep() -> std::time::Duration {
-    let days: u64 = std::env::var("GRISTD_QUARANTINE_KEEP_DAYS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(7);
-    std::time::Duration::from_secs(days * 24 * 3600)
-}
-
 pub(crate) async fn purge_old_quarantine(t: &Arc<Target>) {
-    let store = t.store.clone();
-    match tokio::task::spawn_blocking(move || store.purge_quarantine(quarantine_keep())).await {
+    let (store, keep) = (t.store.clone(), t.quarantine_keep);
+    match tokio::task::spawn_blocking(move || store.purge_quarantine(keep)).await {
         Ok(Ok((0, _))) => {}
         Ok(Ok((files, bytes))) => {
             tracing::info!(files, bytes, "scrub: old quarantined copies deleted")

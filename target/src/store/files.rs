@@ -14,6 +14,7 @@ use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
 pub(super) fn open_mountpath(
     p: &Path,
     hot: Arc<crate::store::hot::MetaCache>,
+    index_cache_bytes: usize,
 ) -> Result<Mountpath, StoreError> {
     std::fs::create_dir_all(p)?;
     let path = std::fs::canonicalize(p)?;
@@ -23,7 +24,7 @@ pub(super) fn open_mountpath(
     for sub in ["obj", "tmp", "trash", "mpu"] {
         std::fs::create_dir_all(path.join(sub))?;
     }
-    let index = ObjectIndex::open(&path.join("index.redb"), hot)?;
+    let index = ObjectIndex::open(&path.join("index.redb"), hot, index_cache_bytes)?;
     let digest = hrw::digest(&path.to_string_lossy());
     Ok(Mountpath {
         path,

@@ -31,26 +31,6 @@ pub const RELAXED_MAX_COMMITS: u32 = 64;
 /// Oldest a relaxed change gets before a batch commits durably.
 pub const RELAXED_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Default memory each mountpath's index may use for its page cache (redb's own default is
-/// 1 GiB per database, which a target with millions of objects fills: its RSS then grows with
-/// the object count). Pages beyond it are read from the file (the OS page cache).
-pub const DEFAULT_CACHE_MIB: usize = 64;
-
-/// `GRISTD_INDEX_CACHE_MIB`, else [`DEFAULT_CACHE_MIB`]; in bytes.
-fn cache_bytes() -> usize {
-    let mib = match std::env::var("GRISTD_INDEX_CACHE_MIB") {
-        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
-            Ok(n) if n > 0 => n,
-            _ => {
-                tracing::warn!(value = %v, "GRISTD_INDEX_CACHE_MIB is not a positive number of MiB; using the default");
-                DEFAULT_CACHE_MIB
-            }
-        },
-        _ => DEFAULT_CACHE_MIB,
-    };
-    mib.saturating_mul(1 << 20)
-}
-
 /// Key of one object: bucket uname, NUL, object name. Neither part may contain NUL.
 pub fn object_key(bucket: &str, name: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(bucket.len() + 1 + name.len());
@@ -191,9 +171,13 @@ impl std::fmt::Debug for ObjectIndex {
 
 impl ObjectIndex {
     /// Opens (or creates) the index file and starts its committer on the current runtime.
-    pub(crate) fn open(path: &Path, hot: Arc<MetaCache>) -> Result<Self, StoreError> {
+    pub(crate) fn open(
+        path: &Path,
+        hot: Arc<MetaCache>,
+        cache_bytes: usize,
+    ) -> Result<Self, StoreError> {
         let db = redb::Builder::new()
-            .set_cache_size(cache_bytes())
+            .set_cache_size(cache_bytes)
             .create(path)?;
         {
             let tx = db.begin_write()?;

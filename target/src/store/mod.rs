@@ -150,31 +150,43 @@ pub struct Store {
     /// Records of recently read objects (shared with every mountpath's index, which drops
     /// changed keys): warm GETs skip the index and the blocking pool.
     hot: Arc<crate::store::hot::MetaCache>,
+    /// Cache sizes, also for mountpaths attached later.
+    tuning: StoreTuning,
 }
 
-/// Entries of the hot-record cache (`GRISTD_META_CACHE` overrides): each costs a few hundred
-/// bytes, so the default bounds it to about 30 MiB.
-const META_CACHE_ENTRIES: usize = 100_000;
-
-/// Data files the metadata cache keeps open: `GRISTD_OPEN_FILES` (0 = none), by default 4096
-/// but never more than a quarter of the descriptor limit (connections need the rest).
-fn kept_open_files() -> usize {
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-        .current
-        .unwrap_or(u64::MAX);
-    let quarter = usize::try_from(limit / 4).unwrap_or(usize::MAX);
-    std::env::var("GRISTD_OPEN_FILES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4096)
-        .min(quarter)
+/// Memory the store may use for caches: set per node (`[target]` in gristd's config).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreTuning {
+    /// Entries of the hot-record cache (0 turns the warm-GET fast path off); each costs a
+    /// few hundred bytes, so the default bounds it to about 30 MiB.
+    pub meta_cache_entries: usize,
+    /// Data files the hot-record cache keeps open (0 = none); never more than a quarter of
+    /// the descriptor limit, which connections need.
+    pub open_files: usize,
+    /// Page cache of each mountpath's index (redb's own default is 1 GiB per database,
+    /// which a target with millions of objects fills).
+    pub index_cache_bytes: usize,
 }
 
-fn meta_cache_entries() -> usize {
-    std::env::var("GRISTD_META_CACHE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(META_CACHE_ENTRIES)
+impl Default for StoreTuning {
+    fn default() -> Self {
+        Self {
+            meta_cache_entries: 100_000,
+            open_files: 4096,
+            index_cache_bytes: 64 << 20,
+        }
+    }
+}
+
+impl StoreTuning {
+    /// `open_files`, capped at a quarter of `RLIMIT_NOFILE`.
+    fn kept_open_files(&self) -> usize {
+        let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+            .current
+            .unwrap_or(u64::MAX);
+        let quarter = usize::try_from(limit / 4).unwrap_or(usize::MAX);
+        self.open_files.min(quarter)
+    }
 }
 
 /// Bytes per bucket uname.
@@ -196,7 +208,7 @@ impl Store {
     /// Opens every mountpath (creating its layout), then removes orphans left by a crash.
     /// The set can change at runtime but is not persisted (see [`Store::open_with_state`]).
     pub async fn open(paths: &[PathBuf]) -> Result<Arc<Self>, StoreError> {
-        Self::open_with_state(paths, None).await
+        Self::open_with_state(paths, None, StoreTuning::default()).await
     }
 
     /// Like [`Store::open`], with the mountpath set persisted in `state_file`: runtime
@@ -205,18 +217,20 @@ impl Store {
     pub async fn open_with_state(
         paths: &[PathBuf],
         state_file: Option<&Path>,
+        tuning: StoreTuning,
     ) -> Result<Arc<Self>, StoreError> {
         if paths.is_empty() {
             return Err(ApiError::bad_request("a target needs at least one mountpath").into());
         }
         let (plan, dynamic) = mountset::plan(paths, state_file)?;
         let hot = Arc::new(crate::store::hot::MetaCache::new(
-            meta_cache_entries(),
-            kept_open_files(),
+            tuning.meta_cache_entries,
+            tuning.kept_open_files(),
         ));
         let mut set = MountSet::default();
         for (path, state) in plan {
-            set.push(state, Arc::new(open_mountpath(&path, hot.clone())?));
+            let mp = open_mountpath(&path, hot.clone(), tuning.index_cache_bytes)?;
+            set.push(state, Arc::new(mp));
         }
         set.sort();
         let store = Arc::new(Self {
@@ -226,6 +240,7 @@ impl Store {
             usage: Arc::default(),
             atimes: Mutex::new(HashMap::new()),
             hot,
+            tuning,
         });
         for mp in store.mountpaths() {
             let removed = tokio::task::spawn_blocking(move || remove_orphans(&mp))

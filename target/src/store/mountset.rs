@@ -499,7 +499,8 @@ impl Store {
                 return Ok(mp);
             }
             let (p, hot) = (path.to_path_buf(), self.hot.clone());
-            let opened = tokio::task::spawn_blocking(move || super::open_mountpath(&p, hot))
+            let cache = self.tuning.index_cache_bytes;
+            let opened = tokio::task::spawn_blocking(move || super::open_mountpath(&p, hot, cache))
                 .await
                 .map_err(|e| StoreError::Index(e.to_string()))?;
             match opened {

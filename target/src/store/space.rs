@@ -54,46 +54,24 @@ impl Default for SpaceConfig {
 }
 
 impl SpaceConfig {
-    /// Reads `GRISTD_LRU_HIGH_WM`, `GRISTD_LRU_LOW_WM`, `GRISTD_OUT_OF_SPACE_WM`,
-    /// `GRISTD_LRU_DONT_EVICT_TIME`, `GRISTD_SPACE_CHECK_INTERVAL` and
-    /// `GRISTD_MAX_CACHE_BYTES`; unset ones keep their defaults.
-    pub fn from_env() -> anyhow::Result<Self> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let mut c = Self::default();
-        let pct = |k: &str, d: u8| -> anyhow::Result<u8> {
-            match var(k) {
-                None => Ok(d),
-                Some(v) => match v.parse::<u8>() {
-                    Ok(p) if p <= 100 => Ok(p),
-                    _ => anyhow::bail!("{k}={v}: expected a percentage 0..100"),
-                },
+    /// Checks the marks: percentages, and low <= high <= out-of-space.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, pct) in [
+            ("high_wm", self.high_wm),
+            ("low_wm", self.low_wm),
+            ("out_of_space_wm", self.out_of_space),
+        ] {
+            if pct > 100 {
+                return Err(format!("{name} = {pct}: expected a percentage 0..100"));
             }
-        };
-        c.high_wm = pct("GRISTD_LRU_HIGH_WM", c.high_wm)?;
-        c.low_wm = pct("GRISTD_LRU_LOW_WM", c.low_wm)?;
-        c.out_of_space = pct("GRISTD_OUT_OF_SPACE_WM", c.out_of_space)?;
-        if let Some(v) = var("GRISTD_LRU_DONT_EVICT_TIME") {
-            c.dont_evict_time = gristmill_core::time::parse_duration(&v)
-                .map_err(|e| anyhow::anyhow!("GRISTD_LRU_DONT_EVICT_TIME: {}", e.message))?;
         }
-        if let Some(v) = var("GRISTD_SPACE_CHECK_INTERVAL") {
-            c.check_interval = gristmill_core::time::parse_duration(&v)
-                .map_err(|e| anyhow::anyhow!("GRISTD_SPACE_CHECK_INTERVAL: {}", e.message))?
-                .max(Duration::from_millis(100));
-        }
-        if let Some(v) = var("GRISTD_MAX_CACHE_BYTES") {
-            c.max_cache_bytes = gristmill_core::time::parse_size(&v)
-                .map_err(|e| anyhow::anyhow!("GRISTD_MAX_CACHE_BYTES: {}", e.message))?;
-        }
-        if c.low_wm > c.high_wm || c.high_wm > c.out_of_space {
-            anyhow::bail!(
+        if self.low_wm > self.high_wm || self.high_wm > self.out_of_space {
+            return Err(format!(
                 "space marks must satisfy low ({}) <= high ({}) <= out-of-space ({})",
-                c.low_wm,
-                c.high_wm,
-                c.out_of_space
-            );
+                self.low_wm, self.high_wm, self.out_of_space
+            ));
         }
-        Ok(c)
+        Ok(())
     }
 
     fn mark(&self, limit: u64, pct: u8) -> u64 {

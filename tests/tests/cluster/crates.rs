@@ -4,7 +4,9 @@
 //! - the client side — the package of `grist`, the SDK (`gristmill-client`) and the load
 //!   generator (`gristmill-bench`, dev-dependencies included) — needs no server crate:
 //!   neither `gristmill-target` (Linux-only: the warm-GET path uses preadv2), nor
-//!   `gristmill-proxy`, nor `gristmill-node`.
+//!   `gristmill-proxy`, nor `gristmill-node`;
+//! - library crates read no environment variables: settings reach them as typed configs from
+//!   `gristd` (or `grist`), which own the variables (`gristd/src/config/`).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -174,4 +176,47 @@ fn client_side_needs_no_server_crate() {
     }
     let grist = g.tree(&g.bins["grist"], Edges::Normal);
     assert!(grist["hyper"].len() > 2, "{:?}", grist["hyper"]);
+}
+
+/// Non-test source of the library crates: no `env::var`, `var_os` or `vars` outside tests.
+#[test]
+fn library_crates_read_no_environment() {
+    let root = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let mut found = Vec::new();
+    for krate in ["core", "node", "proxy", "target", "shard", "etl", "client"] {
+        let mut dirs = vec![root.join(krate).join("src")];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                    continue;
+                }
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                if !name.ends_with(".rs") || name == "tests.rs" || name.ends_with("_tests.rs") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&path).unwrap();
+                // Unit tests sit at the end of a file, after `#[cfg(test)]`.
+                let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+                for (i, line) in code.lines().enumerate() {
+                    let line = line.trim_start();
+                    if line.starts_with("//") {
+                        continue;
+                    }
+                    if ["env::var(", "env::var_os(", "env::vars("]
+                        .iter()
+                        .any(|p| line.contains(p))
+                    {
+                        found.push(format!("{}:{}: {line}", path.display(), i + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "environment read in a library crate:\n{}",
+        found.join("\n")
+    );
 }

@@ -357,15 +357,9 @@ async fn usage(c: &Cluster) -> HashMap<String, serde_json::Value> {
     let smap = c.smap().await.unwrap();
     let mut out = HashMap::new();
     for t in smap.tmap.values() {
-        let v: serde_json::Value = c
-            .http
-            .get(format!("{}/v1/daemon?what=space", t.url()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let v = c
+            .get_json(&format!("{}/v1/daemon?what=space", t.url()))
+            .await;
         out.insert(t.daemon_id.clone(), v);
     }
     out

@@ -14,7 +14,7 @@ async fn read(store: &Store, bck: &Bck, name: &str) -> String {
 #[tokio::test]
 async fn quarantined_copies_are_kept_then_purged() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open_with_state(&[dir.path().join("mp0")], None)
+    let store = Store::open_with_state(&[dir.path().join("mp0")], None, Default::default())
         .await
         .unwrap();
     let bck = Bck::new("b", Provider::Ais).unwrap();
@@ -57,9 +57,10 @@ async fn attach_moves_misplaced_and_newer_writes_win() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("mountpaths.json");
     let mp0 = dir.path().join("mp0");
-    let store = Store::open_with_state(std::slice::from_ref(&mp0), Some(&state))
-        .await
-        .unwrap();
+    let store =
+        Store::open_with_state(std::slice::from_ref(&mp0), Some(&state), Default::default())
+            .await
+            .unwrap();
     let bck = Bck::new("b", Provider::Ais).unwrap();
     for i in 0..60 {
         let n = format!("o{i}");
