@@ -237,6 +237,10 @@ impl RaftNode {
             return Err(not_leader(self.leader_hint()));
         }
         self.caught_up().await?;
+        // Leadership may have moved while we waited.
+        if !self.is_leader() {
+            return Err(not_leader(self.leader_hint()));
+        }
         self.check_quorum(&self.metrics())?;
         let state = self.inner.state.borrow().clone();
         let Some(cmd) = f(&state)? else {

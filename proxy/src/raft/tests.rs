@@ -226,6 +226,18 @@ async fn three_proxies_replicate_read_fail_over_and_lose_quorum() {
     })
     .await;
 
+    // A follower serves no read index.
+    let r = reqwest::get(format!("{}/v1/raft/read-index", ms[1].peer.url))
+        .await
+        .expect("read index");
+    assert_eq!(r.status(), 503);
+    assert!(
+        r.text()
+            .await
+            .unwrap_or_default()
+            .contains("not the leader")
+    );
+
     // A follower refuses to propose.
     let e = ms[1]
         .node
@@ -423,5 +435,18 @@ async fn routes_and_membership_shrink_to_one_voter() {
     assert_eq!(r.outcome, Outcome::Applied);
     assert_eq!(ms[1].bmd_tag(), "alone");
     ms[1].node.linearize().await.expect("alone: linearize");
+    // The last voter cannot leave, and a refusal computed by the caller comes back as is.
+    let e = ms[1]
+        .node
+        .remove_proxy(ms[1].id())
+        .await
+        .expect_err("empty group");
+    assert_eq!(e.kind, ErrorKind::Conflict, "{e}");
+    let e = ms[1]
+        .node
+        .propose(|_| Err(ApiError::not_found("no such bucket")))
+        .await
+        .expect_err("caller's error");
+    assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
     ms[1].stop().await;
 }
