@@ -1,9 +1,12 @@
 //! Raft's persistent state in one redb file per proxy (`<state_dir>/raft.redb`): the log
 //! ([`LogStore`]: entries, vote, committed id, purge point) and the state machine
-//! ([`StateMachine`]: the applied cluster map and bucket metadata, the last applied id and
-//! membership, and the current snapshot). Every change is one redb transaction, durable when it
-//! returns (redb fsyncs on commit); the transactions run on the blocking pool.
+//! ([`StateMachine`]: the applied cluster map, bucket metadata and removed list — applied by
+//! compare-and-set, see [`MetaState::apply`] — the last applied id and membership, and the
+//! current snapshot). Every change is one redb transaction, durable when it returns (redb
+//! fsyncs on commit); the transactions run on the blocking pool. The state machine publishes
+//! its state on a watch channel after each durable batch.
 
+use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::{Bound, RangeBounds};
@@ -19,7 +22,10 @@ use redb::{Database, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::{MetaCmd, MetaReply, RaftPeer, TypeConfig};
+use gristmill_core::{BucketMetadata, ClusterMap};
+use tokio::sync::watch;
+
+use super::{MetaCmd, MetaReply, Outcome, RaftPeer, TypeConfig};
 
 type NodeId = u64;
 type StoreResult<T> = Result<T, StorageError<NodeId>>;
@@ -52,7 +58,15 @@ pub(crate) fn open(path: &Path) -> StoreResult<(LogStore, StateMachine)> {
         .map_err(|e| io_err(ErrorSubject::Store, ErrorVerb::Write, &e))?;
     let db = Arc::new(db);
     let state: MetaState = read_meta(&db, "state", ErrorSubject::StateMachine)?.unwrap_or_default();
-    Ok((LogStore { db: db.clone() }, StateMachine { db, state }))
+    let (published, _) = watch::channel(Arc::new(state.clone()));
+    Ok((
+        LogStore { db: db.clone() },
+        StateMachine {
+            db,
+            state,
+            published,
+        },
+    ))
 }
 
 fn io_err(
@@ -301,32 +315,61 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 pub(crate) struct MetaState {
     pub(crate) last_applied: Option<LogId<NodeId>>,
     pub(crate) last_membership: StoredMembership<NodeId, RaftPeer>,
-    pub(crate) cmd: MetaCmd,
+    /// The applied maps (stored under the name `cmd`, as the first version of this file did).
+    #[serde(rename = "cmd")]
+    pub(crate) maps: Maps,
+    /// Daemon ids refused on join.
+    #[serde(default)]
+    pub(crate) removed: BTreeSet<String>,
+}
+
+/// The applied cluster map and bucket metadata (`None` until a command installs one).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Maps {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) smap: Option<ClusterMap>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) bmd: Option<BucketMetadata>,
 }
 
 impl MetaState {
-    fn apply(&mut self, cmd: MetaCmd) -> MetaReply {
-        if let Some(smap) = cmd.smap
-            && self
-                .cmd
-                .smap
-                .as_ref()
-                .is_none_or(|old| smap.supersedes(old))
-        {
-            self.cmd.smap = Some(smap);
-        }
-        if let Some(bmd) = cmd.bmd
-            && self.cmd.bmd.as_ref().is_none_or(|old| bmd.supersedes(old))
-        {
-            self.cmd.bmd = Some(bmd);
-        }
-        self.reply()
+    /// The applied cluster map's version (0 = none).
+    pub(crate) fn smap_version(&self) -> u64 {
+        self.maps.smap.as_ref().map_or(0, |m| m.version)
     }
 
-    fn reply(&self) -> MetaReply {
+    /// The applied bucket metadata's version (0 = none).
+    pub(crate) fn bmd_version(&self) -> u64 {
+        self.maps.bmd.as_ref().map_or(0, |b| b.version)
+    }
+
+    /// Compare-and-set: installs the command's states only if both base versions are the
+    /// current ones. Depends on nothing but the state and the command, so every member (and a
+    /// replay) computes the same result.
+    pub(crate) fn apply(&mut self, cmd: MetaCmd) -> MetaReply {
+        if cmd.smap.is_none() && cmd.bmd.is_none() && cmd.removed.is_none() {
+            return self.reply(Outcome::Unchanged);
+        }
+        if cmd.base_smap != self.smap_version() || cmd.base_bmd != self.bmd_version() {
+            return self.reply(Outcome::Conflict);
+        }
+        if let Some(smap) = cmd.smap {
+            self.maps.smap = Some(smap);
+        }
+        if let Some(bmd) = cmd.bmd {
+            self.maps.bmd = Some(bmd);
+        }
+        if let Some(removed) = cmd.removed {
+            self.removed = removed;
+        }
+        self.reply(Outcome::Applied)
+    }
+
+    pub(crate) fn reply(&self, outcome: Outcome) -> MetaReply {
         MetaReply {
-            smap_version: self.cmd.smap.as_ref().map_or(0, |m| m.version),
-            bmd_version: self.cmd.bmd.as_ref().map_or(0, |b| b.version),
+            outcome,
+            smap_version: self.smap_version(),
+            bmd_version: self.bmd_version(),
         }
     }
 }
@@ -342,9 +385,20 @@ struct StoredSnapshot {
 pub(crate) struct StateMachine {
     db: Arc<Database>,
     pub(crate) state: MetaState,
+    /// The state after each applied batch, for readers that must not wait on openraft.
+    published: watch::Sender<Arc<MetaState>>,
 }
 
 impl StateMachine {
+    /// The applied state, updated after every batch (and snapshot install) once it is durable.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Arc<MetaState>> {
+        self.published.subscribe()
+    }
+
+    fn publish(&self) {
+        self.published.send_replace(Arc::new(self.state.clone()));
+    }
+
     async fn persist_state(&self) -> StoreResult<()> {
         let state = self.state.clone();
         write(&self.db, ErrorSubject::StateMachine, move |tx| {
@@ -406,15 +460,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         for entry in entries {
             self.state.last_applied = Some(entry.log_id);
             replies.push(match entry.payload {
-                EntryPayload::Blank => self.state.reply(),
+                EntryPayload::Blank => self.state.reply(Outcome::Unchanged),
                 EntryPayload::Normal(cmd) => self.state.apply(cmd),
                 EntryPayload::Membership(m) => {
                     self.state.last_membership = StoredMembership::new(Some(entry.log_id), m);
-                    self.state.reply()
+                    self.state.reply(Outcome::Unchanged)
                 }
             });
         }
         self.persist_state().await?;
+        // Published only once durable, so no reader sees a state a crash could take back.
+        self.publish();
         Ok(replies)
     }
 
@@ -454,7 +510,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             put_meta_in(tx, "snapshot", &stored)?;
             put_meta_in(tx, "state", &st)
         })
-        .await
+        .await?;
+        self.publish();
+        Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> StoreResult<Option<Snapshot<TypeConfig>>> {
@@ -469,10 +527,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
 #[cfg(test)]
 mod tests {
-    use openraft::StorageError;
-    use openraft::testing::{StoreBuilder, Suite};
+    use std::collections::BTreeSet;
 
-    use super::{LogStore, StateMachine, TypeConfig};
+    use gristmill_core::{BucketMetadata, ClusterMap, Node};
+    use openraft::testing::{StoreBuilder, Suite};
+    use openraft::{StorageError, StoredMembership};
+
+    use super::{LogStore, MetaCmd, MetaState, Outcome, RaftPeer, StateMachine, TypeConfig};
 
     struct Fresh;
 
@@ -490,5 +551,92 @@ mod tests {
     #[test]
     fn openraft_storage_suite() -> Result<(), StorageError<u64>> {
         Suite::test_all(Fresh)
+    }
+
+    fn smap(version: u64) -> ClusterMap {
+        let mut m = ClusterMap::new(
+            Node::new("p1", "proxy", "http://127.0.0.1:1"),
+            "uuid".into(),
+            String::new(),
+        );
+        m.version = version;
+        m
+    }
+
+    fn bmd(version: u64) -> BucketMetadata {
+        BucketMetadata {
+            version,
+            ..Default::default()
+        }
+    }
+
+    fn cmd(base: (u64, u64), new: (Option<u64>, Option<u64>)) -> MetaCmd {
+        MetaCmd {
+            base_smap: base.0,
+            base_bmd: base.1,
+            smap: new.0.map(smap),
+            bmd: new.1.map(bmd),
+            removed: None,
+        }
+    }
+
+    #[test]
+    fn apply_installs_on_the_current_base_only() {
+        let mut st = MetaState::default();
+        let r = st.apply(cmd((0, 0), (Some(1), Some(1))));
+        assert_eq!(r.outcome, Outcome::Applied);
+        assert_eq!((r.smap_version, r.bmd_version), (1, 1));
+
+        // Only the bucket metadata changes; the map stays.
+        let mut c = cmd((1, 1), (None, Some(2)));
+        c.removed = Some(BTreeSet::from(["t9".to_owned()]));
+        assert_eq!(st.apply(c).outcome, Outcome::Applied);
+        assert_eq!((st.smap_version(), st.bmd_version()), (1, 2));
+        assert!(st.removed.contains("t9"));
+
+        // Computed from bmd v1, which is gone: refused, nothing changes.
+        let before = st.clone();
+        let r = st.apply(MetaCmd {
+            removed: Some(BTreeSet::new()),
+            ..cmd((1, 1), (Some(2), Some(2)))
+        });
+        assert_eq!(r.outcome, Outcome::Conflict);
+        assert_eq!((r.smap_version, r.bmd_version), (1, 2));
+        assert_eq!(st.maps, before.maps);
+        assert_eq!(st.removed, before.removed);
+
+        // An empty command changes nothing, whatever its base.
+        assert_eq!(
+            st.apply(cmd((7, 7), (None, None))).outcome,
+            Outcome::Unchanged
+        );
+    }
+
+    #[test]
+    fn replaying_an_applied_command_changes_nothing() {
+        let mut st = MetaState::default();
+        let c = cmd((0, 0), (Some(1), None));
+        assert_eq!(st.apply(c.clone()).outcome, Outcome::Applied);
+        let next = cmd((1, 0), (Some(2), Some(1)));
+        assert_eq!(st.apply(next.clone()).outcome, Outcome::Applied);
+        let after = st.maps.clone();
+        // A replay of either (a restart re-applying the log) is refused by its stale base.
+        assert_eq!(st.apply(c).outcome, Outcome::Conflict);
+        assert_eq!(st.apply(next).outcome, Outcome::Conflict);
+        assert_eq!(st.maps, after);
+        assert_eq!((st.smap_version(), st.bmd_version()), (2, 1));
+    }
+
+    #[test]
+    fn the_first_stored_state_shape_still_loads() {
+        // What the first version of this file persisted: no `removed`.
+        let old = serde_json::json!({
+            "last_applied": null,
+            "last_membership": StoredMembership::<u64, RaftPeer>::default(),
+            "cmd": { "bmd": bmd(3) },
+        });
+        let st: MetaState = serde_json::from_value(old).expect("old shape");
+        assert_eq!(st.bmd_version(), 3);
+        assert!(st.removed.is_empty() && st.maps.smap.is_none());
     }
 }
