@@ -17,6 +17,7 @@ use std::io::Cursor;
 use gristmill_core::{BucketMetadata, ClusterMap};
 use serde::{Deserialize, Serialize};
 
+#[allow(unused_imports)] // used once the proxy runs on Raft (next step)
 pub(crate) use node::{RaftNode, RaftSettings};
 pub(crate) use store::MetaState;
 
