@@ -7,7 +7,6 @@
 pub mod api;
 pub mod bmd;
 pub mod bucket;
-pub mod election;
 pub mod error;
 pub mod etl;
 pub mod hrw;

@@ -50,6 +50,7 @@ async fn main() -> anyhow::Result<()> {
                 s3_listen: c.s3.listen.clone().filter(|l| !l.is_empty()),
                 keepalive_retries: c.proxy.keepalive_retries.unwrap_or(5),
                 admin_password: c.proxy.admin_password.clone().filter(|p| !p.is_empty()),
+                raft: c.proxy.raft()?,
                 state_dir,
                 join_url: join,
                 serve,

@@ -55,19 +55,32 @@ async fn forward(State(p): State<Arc<Proxy>>, req: Request, next: Next) -> Respo
     if p.is_primary() || !primary_only(req.method(), req.uri().path()) {
         return next.run(req).await;
     }
+    to_primary_once(&p, req)
+        .await
+        .unwrap_or_else(|e| e.into_response())
+}
+
+/// Relays `req` to the primary unless another proxy already forwarded it here (maps disagree
+/// for a moment): then 503, never a second hop.
+pub(crate) async fn to_primary_once(p: &Proxy, req: Request) -> Result<Response, ApiError> {
     if let Some(by) = req.headers().get(&FORWARDED) {
-        return ApiError::unavailable(format!(
+        return Err(ApiError::unavailable(format!(
             "{} was forwarded here by {}, but this proxy is not the primary either: retry",
             req.uri().path(),
             by.to_str().unwrap_or("?")
-        ))
-        .into_response();
+        )));
     }
-    relay(&p, req).await.unwrap_or_else(|e| e.into_response())
+    relay(p, req).await
 }
 
+/// Sends `req` to the primary as this node and relays the answer.
 async fn relay(p: &Proxy, req: Request) -> Result<Response, ApiError> {
     let primary = p.primary_url();
+    if primary.is_empty() {
+        return Err(ApiError::unavailable(
+            "no primary proxy is known (an election is under way): retry",
+        ));
+    }
     let url = format!(
         "{primary}{}",
         req.uri().path_and_query().map_or("", |pq| pq.as_str())
@@ -96,7 +109,7 @@ async fn relay(p: &Proxy, req: Request) -> Result<Response, ApiError> {
     }
     let resp = out.send().await.map_err(|e| {
         ApiError::unavailable(format!(
-            "the primary proxy at {primary} is unreachable ({}); an election may be under way: retry",
+            "the primary proxy at {primary} is unreachable ({}); a new primary may be being elected: retry",
             e.without_url()
         ))
     })?;

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, put};
 use gristmill_core::api::{ActionMsg, Keepalive, ListObjectsMsg, action, header as h, query as q};
 use gristmill_core::smap::Node;
-use gristmill_core::{ApiError, Bck, ErrorKind, MetaSync, validate_object_name};
+use gristmill_core::{ApiError, Bck, ErrorKind, validate_object_name};
 use gristmill_node::server::{encode_page, redirect};
 
 use crate::meta::{Changed, Proxy};
@@ -74,7 +74,6 @@ pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<S3Service>) -> Router {
         .route("/v1/cluster/join", post(join))
         .route("/v1/cluster/keepalive", post(keepalive))
         .route("/v1/metasync", put(metasync))
-        .route("/v1/vote", post(crate::election::vote))
         .route("/v1/health", get(gristmill_node::server::health))
         // Only GET /metrics is ours; other methods on /metrics are S3 requests for a bucket of
         // that name, answered by the S3 front (which refuses the name with an S3 error).
@@ -193,6 +192,7 @@ async fn drain_unless_expect_continue(req: Request) {
 
 /// `GET /v1/buckets {"action":"list"}`: JSON array of buckets.
 async fn list_buckets(State(p): State<Arc<Proxy>>, Query(params): Params) -> ApiResult {
+    p.linearize().await?;
     let provider = match params.get(q::PROVIDER).map(String::as_str) {
         None | Some("") => None,
         Some(s) => Some(s.parse::<gristmill_core::Provider>()?),
@@ -219,6 +219,7 @@ async fn head_bucket(
     Query(params): Params,
 ) -> ApiResult {
     let bck = bucket_from(&bucket, &params)?;
+    p.linearize().await?;
     crate::remote::ensure(&p, &bck).await?;
     let bmd = p.bmd();
     let rec = bmd.get(&bck).ok_or_else(|| bck.not_found())?;
@@ -350,8 +351,19 @@ async fn cluster_action(State(p): State<Arc<Proxy>>, req: Request) -> ApiResult 
 }
 
 /// `GET /v1/cluster?what=` and `GET /v1/daemon?what=`.
-async fn query(State(p): State<Arc<Proxy>>, Query(params): Params, body: Bytes) -> ApiResult {
-    match params.get(q::WHAT).map(String::as_str) {
+async fn query(
+    State(p): State<Arc<Proxy>>,
+    uri: axum::http::Uri,
+    Query(params): Params,
+    body: Bytes,
+) -> ApiResult {
+    let what = params.get(q::WHAT).map(String::as_str);
+    // The cluster's metadata (`/v1/cluster`) reflects every acknowledged change; a node's own
+    // view (`/v1/daemon`) is what it has applied, and answers without a quorum.
+    if uri.path().starts_with("/v1/cluster") && matches!(what, Some("smap" | "bmd")) {
+        p.linearize().await?;
+    }
+    match what {
         Some(what @ ("status" | "qryxstats")) => {
             crate::job_api::status_query(&p, what, &params, &body).await
         }
@@ -369,7 +381,8 @@ async fn query(State(p): State<Arc<Proxy>>, Query(params): Params, body: Bytes) 
 
 async fn join(State(p): State<Arc<Proxy>>, req: Request) -> ApiResult {
     if !p.is_primary() {
-        return Ok(redirect(&format!("{}/v1/cluster/join", p.primary_url())));
+        // Nodes joined through any proxy (`--join`): relayed to the primary.
+        return crate::forward::to_primary_once(&p, req).await;
     }
     let body = axum::body::to_bytes(req.into_body(), 1 << 20)
         .await
@@ -377,7 +390,7 @@ async fn join(State(p): State<Arc<Proxy>>, req: Request) -> ApiResult {
     let node: Node = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid node: {e}")))?;
     let is_target = node.daemon_type == gristmill_core::smap::TARGET;
-    let sync = membership::register(&p, node).await?;
+    let sync = membership::register(&p, node, false).await?;
     if is_target {
         // A target that (re)joins without a map change — a restart, a wiped state dir — does
         // not know where objects are until told again that every one is placed.
@@ -386,11 +399,19 @@ async fn join(State(p): State<Arc<Proxy>>, req: Request) -> ApiResult {
     Ok(axum::Json(sync).into_response())
 }
 
-async fn keepalive(State(p): State<Arc<Proxy>>, body: Bytes) -> ApiResult {
+async fn keepalive(State(p): State<Arc<Proxy>>, req: Request) -> ApiResult {
+    if !p.is_primary() {
+        // Failure detection runs on the primary: a node that still sends here (its map names
+        // an earlier primary) is heard there.
+        return crate::forward::to_primary_once(&p, req).await;
+    }
+    let body = axum::body::to_bytes(req.into_body(), 1 << 20)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?;
     let ka: Keepalive = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid keepalive: {e}")))?;
-    if p.removed.contains(&ka.id) {
-        return Err(membership::Removed::refusal(&ka.id));
+    if p.is_removed(&ka.id) {
+        return Err(membership::removed_refusal(&ka.id));
     }
     match membership::keepalive(&p, &ka) {
         Some(sync) => Ok(axum::Json(sync).into_response()),
@@ -401,12 +422,10 @@ async fn keepalive(State(p): State<Arc<Proxy>>, body: Bytes) -> ApiResult {
     }
 }
 
-async fn metasync(State(p): State<Arc<Proxy>>, Query(params): Params, body: Bytes) -> ApiResult {
-    let sync: MetaSync = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("invalid metasync body: {e}")))?;
-    if let Some(from) = params.get(gristmill_core::election::PUSH_FROM) {
-        gristmill_core::election::check_push(from, sync.smap.as_ref(), &p.smap())?;
-    }
-    p.apply(sync).await?;
-    Ok(StatusCode::OK.into_response())
+/// Proxies take their metadata from the Raft log; a push to one is refused.
+async fn metasync() -> ApiResult {
+    Err(ApiError::new(
+        ErrorKind::Conflict,
+        "proxies take metadata from the Raft log, not from pushes",
+    ))
 }

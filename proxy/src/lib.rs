@@ -2,21 +2,22 @@
 //!
 //! Every proxy serves the whole API: object requests are answered with a 307 to the target that
 //! owns the object by HRW ([`http`]); listings are fanned out to all targets and merged
-//! ([`list`]). One proxy is primary: it alone changes the cluster map and bucket metadata,
-//! persists each new version and pushes it to every node before answering ([`meta`]). Nodes
-//! register with it and send keepalives ([`membership`]).
+//! ([`list`]). The proxies keep the cluster's metadata in a replicated log ([`raft`]): the
+//! Raft leader is the primary; it alone changes the cluster map and bucket metadata, each
+//! change acknowledged once a majority of proxies has it, then pushed to every target
+//! ([`meta`]); it takes up the primary's duties when elected ([`leader`]). Nodes register
+//! with it and send keepalives ([`membership`]).
 
 mod auth_api;
-mod election;
 mod etl_api;
 mod forward;
 mod http;
 mod job_api;
 mod jobs;
+mod leader;
 mod list;
 mod membership;
 mod meta;
-#[allow(dead_code)] // work in progress (issue 16): not wired in yet
 mod raft;
 mod remote;
 #[cfg(test)]
@@ -24,6 +25,7 @@ mod router_tests;
 mod s3;
 mod shards;
 
+pub use raft::RaftSettings;
 pub use s3::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY, S3User};
 
 use std::path::PathBuf;
@@ -56,6 +58,8 @@ pub struct ProxyConfig {
     pub serve: gristmill_node::conn::ServeOptions,
     /// Password of the first admin a new cluster with auth creates (else one is generated).
     pub admin_password: Option<String>,
+    /// Raft timing of the proxies' control plane.
+    pub raft: RaftSettings,
 }
 
 /// Runs a proxy on `listener` until `shutdown` fires.
@@ -85,17 +89,21 @@ pub async fn run(
         // route anyway, and binding every outgoing socket costs ephemeral ports.)
         config.serve.source_ip = Some(ip);
     }
-    let proxy = Arc::new(Proxy::load(&config, url)?);
+    let proxy = Arc::new(Proxy::start(&config, url).await?);
+    if config.join_url.is_empty() {
+        leader::found_or_import(&proxy).await?;
+    }
     // Objects may still be moving for the map this proxy starts with.
     proxy
         .active_changed_at
         .store(proxy.smap().version, std::sync::atomic::Ordering::SeqCst);
-    election::startup(&proxy).await;
+    leader::lead_if_alone(&proxy).await?;
     tracing::info!(node = %proxy.id, url = %proxy.url, primary = proxy.is_primary(), "proxy starting");
-    auth_api::bootstrap(&proxy, config.admin_password.as_deref()).await?;
     if let Some(tls) = &config.serve.tls {
         tls.reload_on_sighup(shutdown.clone());
     }
+    tokio::spawn(publish_applied(proxy.clone(), shutdown.clone()));
+    tokio::spawn(leader::run(proxy.clone(), shutdown.clone()));
     let members = tokio::spawn(membership::run(
         proxy.clone(),
         config.join_url.trim_end_matches('/').to_owned(),
@@ -119,11 +127,27 @@ pub async fn run(
             config.serve.clone(),
         ));
     }
-    let app = auth_api::secure(&proxy, http::router(proxy.clone(), s3));
+    let app = auth_api::secure(
+        &proxy,
+        http::router(proxy.clone(), s3).merge(raft::api::router(proxy.raft.clone())),
+    );
     gristmill_node::server::serve_with(listener, app, shutdown.clone(), config.serve.clone())
         .await?;
     shutdown.cancel();
     let _ = members.await;
+    let _ = proxy.raft.shutdown().await;
     tracing::info!(node = %proxy.id, "proxy stopped");
     Ok(())
+}
+
+/// Publishes each batch the Raft state machine applies (what `Proxy::smap` / `bmd` return).
+async fn publish_applied(proxy: Arc<Proxy>, shutdown: CancellationToken) {
+    let mut state = proxy.raft.state();
+    loop {
+        proxy.publish();
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            changed = state.changed() => if changed.is_err() { return },
+        }
+    }
 }

@@ -11,58 +11,27 @@ use tokio_util::sync::CancellationToken;
 
 use crate::meta::{Changed, Proxy};
 
-/// Ids of nodes an administrator removed, kept in `removed.json` in the proxy's state
-/// directory: a removed node that is still running must not walk back in through its own
-/// keepalives or join retries (that would undo the removal within a keepalive interval).
-pub(crate) struct Removed {
-    path: std::path::PathBuf,
-    ids: std::sync::Mutex<std::collections::BTreeSet<String>>,
-}
-
-impl Removed {
-    pub(crate) fn load(state_dir: &std::path::Path) -> Self {
-        let path = state_dir.join("removed.json");
-        let ids = gristmill_core::persist::load_json(&path)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        Self {
-            path,
-            ids: std::sync::Mutex::new(ids),
-        }
-    }
-
-    pub(crate) fn contains(&self, id: &str) -> bool {
-        self.ids.lock().expect("removed lock").contains(id)
-    }
-
-    /// The refusal a removed node gets (409: the node stops retrying until re-added).
-    pub(crate) fn refusal(id: &str) -> ApiError {
-        ApiError::new(
-            gristmill_core::ErrorKind::Conflict,
-            format!(
-                "node {id} was removed from the cluster by an administrator \
-                 (`grist cluster add URL` adds it back)"
-            ),
-        )
-    }
-
-    fn set(&self, id: &str, removed: bool) {
-        let mut ids = self.ids.lock().expect("removed lock");
-        let changed = if removed {
-            ids.insert(id.to_owned())
-        } else {
-            ids.remove(id)
-        };
-        if changed && let Err(e) = gristmill_core::persist::save_json(&self.path, &*ids) {
-            tracing::warn!(error = %e, "could not persist the removed-node list");
-        }
-    }
+/// The refusal a node an administrator removed gets on join and keepalive (409: the node
+/// stops retrying until re-added). The removed list is replicated (`MetaState::removed`): a
+/// removed node that is still running must not walk back in through its own keepalives or
+/// join retries (that would undo the removal within a keepalive interval).
+pub(crate) fn removed_refusal(id: &str) -> ApiError {
+    ApiError::new(
+        gristmill_core::ErrorKind::Conflict,
+        format!(
+            "node {id} was removed from the cluster by an administrator \
+             (`grist cluster add URL` adds it back)"
+        ),
+    )
 }
 
 /// Registers `node` (primary only). Re-registering with the same URL changes nothing; a new id at
 /// a known URL replaces the node that was there.
-pub(crate) async fn register(proxy: &Proxy, mut node: Node) -> Result<MetaSync, ApiError> {
+pub(crate) async fn register(
+    proxy: &Proxy,
+    mut node: Node,
+    readd: bool,
+) -> Result<MetaSync, ApiError> {
     if node.daemon_id.is_empty() || node.url().is_empty() {
         return Err(ApiError::bad_request("join: node id and URL are required"));
     }
@@ -79,10 +48,31 @@ pub(crate) async fn register(proxy: &Proxy, mut node: Node) -> Result<MetaSync, 
             )));
         }
     };
-    if proxy.removed.contains(&node.daemon_id) {
-        return Err(Removed::refusal(&node.daemon_id));
+    if readd {
+        // `join-node` by an administrator: the node is no longer refused.
+        let id = node.daemon_id.clone();
+        proxy
+            .change_all(|_, _, removed| {
+                removed.remove(&id);
+                Ok(Changed::default())
+            })
+            .await?;
+    } else if proxy.is_removed(&node.daemon_id) {
+        return Err(removed_refusal(&node.daemon_id));
     }
     node.id_digest = gristmill_core::hrw::digest(&node.daemon_id);
+    if !is_target {
+        // A proxy is a member of the Raft group (learner, caught up, then voter) before it
+        // enters the map.
+        let peer = crate::raft::RaftPeer {
+            daemon_id: node.daemon_id.clone(),
+            url: node.url().to_owned(),
+        };
+        proxy
+            .raft
+            .add_proxy(crate::raft::raft_id(&node.daemon_id), peer)
+            .await?;
+    }
     // Heard from before it enters the map: the failure detector must not take a node that is
     // joining for one that went silent.
     proxy.heard_from(&node.daemon_id);
@@ -133,8 +123,10 @@ impl Proxy {
     }
 }
 
-/// Background duties: a non-primary joins the primary and sends keepalives; the primary notes
-/// nodes it has not heard from (removing them is the failure detector's job).
+/// Background duties. The primary (Raft leader) removes targets it has not heard from; a
+/// proxy not yet in the group asks to join (`--join`); every other proxy sends keepalives to
+/// the primary, and joins again when the primary no longer has it in the map (after it was
+/// dropped as a dead primary, for instance).
 pub(crate) async fn run(
     proxy: Arc<Proxy>,
     join_url: String,
@@ -142,33 +134,22 @@ pub(crate) async fn run(
     retries: u32,
     shutdown: CancellationToken,
 ) {
-    let mut joined = join_url.is_empty();
     loop {
-        if !joined {
-            joined = join(&proxy, &join_url).await;
-            if !joined {
-                // The primary we know may be dead: elect one (or learn of the new one).
-                crate::election::maybe_elect(&proxy).await;
-            }
-        } else if !proxy.is_primary() {
-            joined = send_keepalive(&proxy).await;
-            crate::election::maybe_elect(&proxy).await;
-        } else {
-            if proxy.smap().pmap.len() > 1 && proxy.check_quorum().is_err() {
-                // A primary cut off from the majority (or back from the dead): maybe the
-                // others elected a new primary.
-                crate::election::catch_up(&proxy).await;
-            }
-            if proxy.is_primary() {
-                remove_silent_nodes(&proxy, interval * retries).await;
+        let member = proxy.raft.is_initialized().await.unwrap_or(false);
+        let pause = if !member {
+            if join(&proxy, &join_url).await {
+                interval
             } else {
-                joined = false;
+                Duration::from_millis(300)
             }
-        }
-        let pause = if joined {
+        } else if proxy.is_primary() {
+            remove_silent_nodes(&proxy, interval * retries).await;
             interval
         } else {
-            Duration::from_millis(300)
+            if !send_keepalive(&proxy).await {
+                join(&proxy, &join_url).await;
+            }
+            interval
         };
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -177,16 +158,14 @@ pub(crate) async fn run(
     }
 }
 
+/// Asks the primary (else the `--join` proxy, which relays it) to register this proxy.
 async fn join(proxy: &Proxy, join_url: &str) -> bool {
     let me = Node::new(&proxy.id, smap::PROXY, &proxy.url);
-    // The primary of our map (after a failover, not the one we were started with), else
-    // the configured one.
-    let smap = proxy.smap();
-    let primary = smap.proxy_si.url();
-    let base = if smap.version > 0 && !primary.is_empty() && !proxy.is_primary() {
-        primary
-    } else {
+    let leader = proxy.primary_url();
+    let base = if leader.is_empty() || leader == proxy.url {
         join_url
+    } else {
+        leader.as_str()
     };
     if base.is_empty() {
         return false;
@@ -198,16 +177,24 @@ async fn join(proxy: &Proxy, join_url: &str) -> bool {
         .send()
         .await;
     match resp {
-        Ok(r) if r.status().is_success() => match r.json::<MetaSync>().await {
-            Ok(sync) => proxy.apply(sync).await.is_ok(),
-            Err(_) => false,
-        },
-        _ => false,
+        Ok(r) if r.status().is_success() => true,
+        Ok(r) => {
+            tracing::warn!(status = %r.status(), primary = base, "join refused");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, primary = base, "join failed");
+            false
+        }
     }
 }
 
-/// Returns false when the primary no longer knows us (re-join).
+/// Returns false when the primary no longer has this proxy in its map (join again).
 async fn send_keepalive(proxy: &Proxy) -> bool {
+    let leader = proxy.primary_url();
+    if leader.is_empty() {
+        return true; // election under way
+    }
     let ka = Keepalive {
         id: proxy.id.clone(),
         smap_version: proxy.smap().version,
@@ -215,21 +202,14 @@ async fn send_keepalive(proxy: &Proxy) -> bool {
     };
     let resp = proxy
         .http
-        .post(format!("{}/v1/cluster/keepalive", proxy.primary_url()))
-        // Short: a primary cut off by a partition must not stall failure detection.
+        .post(format!("{leader}/v1/cluster/keepalive"))
         .timeout((proxy.window / 2).clamp(Duration::from_millis(500), KEEPALIVE_TIMEOUT))
         .json(&ka)
         .send()
         .await;
     match resp {
         Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => false,
-        Ok(r) if r.status().is_success() => {
-            proxy.heard_from(&proxy.smap().proxy_si.daemon_id);
-            if let Ok(sync) = r.json::<MetaSync>().await {
-                let _ = proxy.apply(sync).await;
-            }
-            true
-        }
+        Ok(r) if r.status().is_success() => true,
         Ok(r) => {
             tracing::warn!(status = %r.status(), "keepalive refused");
             true
@@ -245,9 +225,6 @@ async fn send_keepalive(proxy: &Proxy) -> bool {
 /// rebalance; a node that comes back re-joins with its id and data). Nothing is removed during
 /// the first window after this proxy started, while nodes find it again.
 async fn remove_silent_nodes(proxy: &Proxy, window: Duration) {
-    if proxy.started.elapsed() < window {
-        return;
-    }
     let silent: Vec<String> = {
         let smap = proxy.smap();
         let heard = proxy.last_heard.lock().expect("last_heard lock");
@@ -343,20 +320,7 @@ pub(crate) async fn node_action(
             }
             Err(e) => Err(e),
         },
-        "remove-node" => proxy
-            .change(|smap, _| {
-                if smap.tmap.remove(&sid).is_none() && smap.pmap.remove(&sid).is_none() {
-                    return Err(ApiError::not_found(format!(
-                        "no node {sid:?} in the cluster map"
-                    )));
-                }
-                Ok(Changed {
-                    smap: true,
-                    bmd: false,
-                })
-            })
-            .await
-            .map(|_| proxy.removed.set(&sid, true)),
+        "remove-node" => remove_node(proxy, &sid).await,
         "join-node" => {
             let url = value.get("url").and_then(|v| v.as_str()).unwrap_or("");
             join_by_url(proxy, url).await
@@ -367,6 +331,33 @@ pub(crate) async fn node_action(
         tracing::info!(action, node = %sid, "cluster membership changed");
     }
     Some(result)
+}
+
+/// `remove-node`: out of the map now, and refused until `join-node`; a proxy also leaves the
+/// Raft group (the group shrinks: a permanently dead proxy must be removed, or the group keeps
+/// counting it in its majority).
+async fn remove_node(proxy: &Proxy, sid: &str) -> Result<(), ApiError> {
+    let smap = proxy.smap();
+    if !smap.tmap.contains_key(sid) && !smap.pmap.contains_key(sid) {
+        return Err(ApiError::not_found(format!(
+            "no node {sid:?} in the cluster map"
+        )));
+    }
+    if smap.pmap.contains_key(sid) {
+        proxy.raft.remove_proxy(crate::raft::raft_id(sid)).await?;
+    }
+    proxy
+        .change_all(|smap, _, removed| {
+            smap.tmap.remove(sid);
+            smap.pmap.remove(sid);
+            removed.insert(sid.to_owned());
+            Ok(Changed {
+                smap: true,
+                bmd: false,
+            })
+        })
+        .await
+        .map(|_| ())
 }
 
 /// Asks a running node who it is, then registers it.
@@ -388,8 +379,7 @@ async fn join_by_url(proxy: &Proxy, url: &str) -> Result<(), ApiError> {
         .json()
         .await
         .map_err(|e| ApiError::bad_request(format!("{url} is not a Gristmill node: {e}")))?;
-    proxy.removed.set(&node.daemon_id, false);
-    register(proxy, node).await.map(|_| ())
+    register(proxy, node, true).await.map(|_| ())
 }
 
 /// Waits for the rebalance of map `version` (job `rb<version>`) to end on every target, then
@@ -411,8 +401,9 @@ async fn remove_after_rebalance(proxy: Arc<Proxy>, sid: String, version: u64) {
         }
     }
     let removed = proxy
-        .change(|smap, _| {
+        .change_all(|smap, _, removed| {
             let gone = smap.tmap.remove(&sid).is_some();
+            removed.insert(sid.clone());
             Ok(Changed {
                 smap: gone,
                 bmd: false,
@@ -420,7 +411,6 @@ async fn remove_after_rebalance(proxy: Arc<Proxy>, sid: String, version: u64) {
         })
         .await;
     if removed.is_ok() {
-        proxy.removed.set(&sid, true);
         tracing::info!(node = %sid, "decommissioned node removed from the map");
     }
 }

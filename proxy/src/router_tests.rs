@@ -9,7 +9,7 @@ use tower::ServiceExt;
 
 use crate::{Proxy, ProxyConfig};
 
-fn proxy() -> (tempfile::TempDir, Arc<Proxy>, axum::Router) {
+async fn proxy() -> (tempfile::TempDir, Arc<Proxy>, axum::Router) {
     let dir = tempfile::tempdir().unwrap();
     let config = ProxyConfig {
         state_dir: dir.path().to_owned(),
@@ -21,8 +21,14 @@ fn proxy() -> (tempfile::TempDir, Arc<Proxy>, axum::Router) {
         s3_listen: None,
         serve: Default::default(),
         admin_password: None,
+        raft: Default::default(),
     };
-    let p = Arc::new(Proxy::load(&config, "http://127.0.0.1:1".into()).unwrap());
+    let p = Arc::new(
+        Proxy::start(&config, "http://127.0.0.1:1".into())
+            .await
+            .unwrap(),
+    );
+    crate::leader::found_or_import(&p).await.unwrap();
     let s3 = crate::s3::service(p.clone(), &[]);
     let app = crate::http::router(p.clone(), s3);
     (dir, p, app)
@@ -45,7 +51,7 @@ async fn call(app: &axum::Router, method: &str, uri: &str, body: &str) -> (Statu
 
 #[tokio::test]
 async fn health_and_unknown_paths() {
-    let (_dir, _p, app) = proxy();
+    let (_dir, _p, app) = proxy().await;
     assert_eq!(call(&app, "GET", "/v1/health", "").await.0, StatusCode::OK);
     let (status, body) = call(&app, "GET", "/v1/nope", "").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
@@ -53,7 +59,7 @@ async fn health_and_unknown_paths() {
 
 #[tokio::test]
 async fn node_only_flags_are_refused_on_user_routes() {
-    let (_dir, _p, app) = proxy();
+    let (_dir, _p, app) = proxy().await;
     for flag in ["replica=1", "rebalance=true", "nofb=true"] {
         for method in ["GET", "PUT", "DELETE"] {
             let (status, body) = call(&app, method, &format!("/v1/objects/b/x?{flag}"), "").await;
@@ -64,7 +70,7 @@ async fn node_only_flags_are_refused_on_user_routes() {
 
 #[tokio::test]
 async fn bucket_lifecycle_and_objects_without_targets() {
-    let (_dir, p, app) = proxy();
+    let (_dir, p, app) = proxy().await;
     let (status, body) = call(&app, "PUT", "/v1/objects/b", "").await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "empty object name: {body}");
     let (status, body) = call(&app, "GET", "/v1/objects/missing/x", "").await;

@@ -377,7 +377,6 @@ pub async fn run(
     // Install the metrics recorder before anything records.
     gristmill_node::server::metrics_handle();
     std::fs::create_dir_all(&config.state_dir)?;
-    cluster::vote::mark_start();
     let mut config = config;
     let ip = listener.local_addr()?.ip();
     if ip.is_loopback() && ip != std::net::IpAddr::from([127, 0, 0, 1]) {

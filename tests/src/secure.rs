@@ -312,7 +312,7 @@ impl SecureCluster {
     }
 }
 
-async fn login_at(
+pub async fn login_at(
     endpoint: &str,
     ca: Option<&TestCa>,
     name: &str,

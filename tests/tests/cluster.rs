@@ -16,6 +16,8 @@ mod auth;
 mod backend;
 #[path = "cluster/coldfill.rs"]
 mod coldfill;
+#[path = "cluster/control_plane.rs"]
+mod control_plane;
 #[path = "cluster/crates.rs"]
 mod crates;
 #[path = "cluster/elastic.rs"]

@@ -175,6 +175,22 @@ pub struct ProxySettings {
         value_name = "PASSWORD"
     )]
     pub admin_password: Option<String>,
+    /// How often the Raft leader among the proxies sends heartbeats, milliseconds; the same on every proxy (default 150).
+    #[arg(
+        id = "proxy.raft_heartbeat_ms",
+        long = "raft-heartbeat-ms",
+        env = "GRISTD_RAFT_HEARTBEAT_MS",
+        value_name = "MS"
+    )]
+    pub raft_heartbeat_ms: Option<u64>,
+    /// A proxy that hears no leader for between this and twice this starts an election, milliseconds; above the heartbeat (default 750).
+    #[arg(
+        id = "proxy.raft_election_timeout_ms",
+        long = "raft-election-timeout-ms",
+        env = "GRISTD_RAFT_ELECTION_TIMEOUT_MS",
+        value_name = "MS"
+    )]
+    pub raft_election_timeout_ms: Option<u64>,
 }
 
 /// The variable a playground hands its first proxy the admin password in.

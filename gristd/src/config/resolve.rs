@@ -71,6 +71,30 @@ impl FileConfig {
     }
 }
 
+impl super::ProxySettings {
+    /// Raft timing: heartbeat below the election timeout, both above zero.
+    pub fn raft(&self) -> anyhow::Result<gristmill_proxy::RaftSettings> {
+        let d = gristmill_proxy::RaftSettings::default();
+        let heartbeat = self
+            .raft_heartbeat_ms
+            .map_or(d.heartbeat, Duration::from_millis);
+        let election_timeout = self
+            .raft_election_timeout_ms
+            .map_or(d.election_timeout, Duration::from_millis);
+        if heartbeat.is_zero() || heartbeat >= election_timeout {
+            bail!(
+                "proxy.raft_heartbeat_ms ({}) must be above 0 and below proxy.raft_election_timeout_ms ({})",
+                heartbeat.as_millis(),
+                election_timeout.as_millis()
+            );
+        }
+        Ok(gristmill_proxy::RaftSettings {
+            heartbeat,
+            election_timeout,
+        })
+    }
+}
+
 impl TargetSettings {
     /// The mountpaths, else `<state_dir>/mp0`.
     pub fn mountpaths(&self, state_dir: &std::path::Path) -> Vec<PathBuf> {

@@ -1,5 +1,4 @@
-//! The proxies' control plane on Raft (openraft 0.9, issue 16) — work in progress, not yet used
-//! by the `Proxy`: the type configuration and the replicated command ([`MetaCmd`], a
+//! The proxies' control plane on Raft (openraft 0.9): the type configuration and the replicated command ([`MetaCmd`], a
 //! compare-and-set of whole states), the persistent storage ([`store`]), the HTTP transport
 //! ([`network`] out, [`api`] in) and the running member ([`node::RaftNode`]).
 #![allow(clippy::result_large_err)]
@@ -17,8 +16,8 @@ use std::io::Cursor;
 use gristmill_core::{BucketMetadata, ClusterMap};
 use serde::{Deserialize, Serialize};
 
-#[allow(unused_imports)] // used once the proxy runs on Raft (next step)
-pub(crate) use node::{RaftNode, RaftSettings};
+pub(crate) use node::RaftNode;
+pub use node::RaftSettings;
 pub(crate) use store::MetaState;
 
 /// A metadata change as the leader computed it: new whole states plus the versions they were

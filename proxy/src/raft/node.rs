@@ -30,9 +30,12 @@ type WriteResult =
 
 /// Raft timing. The election timeout is the minimum; the maximum is twice that.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct RaftSettings {
-    pub(crate) heartbeat: Duration,
-    pub(crate) election_timeout: Duration,
+pub struct RaftSettings {
+    /// How often the leader sends heartbeats.
+    pub heartbeat: Duration,
+    /// A follower that hears no leader for a random time between this and twice this starts
+    /// an election.
+    pub election_timeout: Duration,
 }
 
 impl Default for RaftSettings {
@@ -165,10 +168,6 @@ impl RaftNode {
 
     pub(crate) fn id(&self) -> NodeId {
         self.inner.id
-    }
-
-    pub(crate) fn me(&self) -> &RaftPeer {
-        &self.inner.me
     }
 
     fn metrics(&self) -> Metrics {

@@ -206,10 +206,6 @@ async fn three(root: &Path) -> Vec<Member> {
     ms
 }
 
-fn leader_of(ms: &[Member]) -> Option<usize> {
-    ms.iter().position(|m| m.node.is_leader())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_proxies_replicate_read_fail_over_and_lose_quorum() {
     let root = tempfile::tempdir().expect("tempdir");

@@ -118,16 +118,9 @@ pub(crate) async fn internal_object(
     }
 }
 
-pub(crate) async fn metasync(
-    State(t): State<Arc<Target>>,
-    Query(params): Params,
-    body: Bytes,
-) -> ApiResult {
+pub(crate) async fn metasync(State(t): State<Arc<Target>>, body: Bytes) -> ApiResult {
     let sync: MetaSync = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid metasync body: {e}")))?;
-    if let Some(from) = params.get(gristmill_core::election::PUSH_FROM) {
-        gristmill_core::election::check_push(from, sync.smap.as_ref(), &t.smap())?;
-    }
     t.apply_metasync(sync).await?;
     Ok(StatusCode::OK.into_response())
 }

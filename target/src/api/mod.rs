@@ -49,7 +49,6 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
         .route("/v1/etl/{name}/logs", get(etl_logs))
         .route("/v1/jobs/{id}", axum::routing::delete(abort_job))
         .route("/v1/metasync", put(metasync))
-        .route("/v1/vote", axum::routing::post(crate::cluster::vote::vote))
         .route("/v1/daemon", get(daemon))
         .route(
             "/v1/daemon/mountpaths",

@@ -102,7 +102,6 @@ async fn join(target: &Target) -> anyhow::Result<Answer> {
             .await;
         match resp {
             Ok(r) if r.status().is_success() => {
-                crate::cluster::vote::primary_reached();
                 let sync: MetaSync = r.json().await?;
                 target.apply_metasync(sync).await?;
                 tracing::info!(primary = %base, "joined the cluster");
@@ -144,7 +143,6 @@ async fn keepalive(target: &Target) -> anyhow::Result<Answer> {
         _ => {}
     }
     let resp = resp.error_for_status()?;
-    crate::cluster::vote::primary_reached();
     // The primary piggybacks newer metadata on the reply when we are behind.
     let sync: MetaSync = resp.json().await?;
     target.apply_metasync(sync).await?;

@@ -1,4 +1,4 @@
-//! The target in its cluster: joining and keepalives ([`membership`]), votes ([`vote`]),
+//! The target in its cluster: joining and keepalives ([`membership`]),
 //! catching up with the primary's metadata ([`metadata`]), where copies may be while the map
 //! changes ([`placement`]), moving them ([`rebalance`]), replicas ([`replicas`]), mountpath
 //! changes ([`resilver`]), and the small pieces of node-to-node calls ([`peer`]).
@@ -10,4 +10,3 @@ pub(crate) mod placement;
 pub(crate) mod rebalance;
 pub(crate) mod replicas;
 pub(crate) mod resilver;
-pub(crate) mod vote;
