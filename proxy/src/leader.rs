@@ -102,9 +102,11 @@ async fn wait_for_leadership(p: &Proxy, within: Duration) -> Result<(), ApiError
 
 /// Whether this proxy is the only voter of its group (the playground, a 1-proxy cluster).
 pub(crate) fn alone(p: &Proxy) -> bool {
-    let m = p.raft.raft().metrics();
-    let m = m.borrow();
-    let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
+    let voters: Vec<u64> = {
+        let m = p.raft.raft().metrics();
+        let m = m.borrow();
+        m.membership_config.membership().voter_ids().collect()
+    };
     voters == [p.raft.id()]
 }
 
@@ -122,11 +124,10 @@ pub(crate) async fn lead_if_alone(p: &Arc<Proxy>) -> anyhow::Result<()> {
 pub(crate) async fn run(p: Arc<Proxy>, shutdown: CancellationToken) {
     let mut metrics = p.raft.raft().metrics();
     loop {
-        let won = {
-            let m = metrics.borrow_and_update();
-            (p.is_primary() && p.led_term.load(Ordering::SeqCst) != m.current_term)
-                .then_some(m.current_term)
-        };
+        // Copy out and release the borrow at once: holding it while anything else reads the
+        // metrics (`is_primary` does) can deadlock against openraft publishing new ones.
+        let term = metrics.borrow_and_update().current_term;
+        let won = (p.is_primary() && p.led_term.load(Ordering::SeqCst) != term).then_some(term);
         if let Some(term) = won {
             // Retried while the term lasts: the first proposal of a new leader may meet a
             // quorum that is still forming.

@@ -122,6 +122,11 @@ impl NodeProcess {
         }
     }
 
+    /// The running process's id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// Peak resident memory of the running process (`VmHWM`), in bytes.
     pub fn peak_rss(&self) -> Option<u64> {
         let pid = self.child.as_ref()?.id();

@@ -19,6 +19,9 @@ pub struct ProxiesSpec {
     pub node_args: Vec<String>,
     /// Extra arguments for proxies only (e.g. `--keepalive-retries`).
     pub proxy_args: Vec<String>,
+    /// Auth on (`node_args` carry `--auth` and the secret): the first admin's password
+    /// (`--admin-password`); the cluster's client then carries the admin's token.
+    pub admin_password: Option<String>,
 }
 
 /// A cluster of several proxies: proxy 0 (`Cluster::proxy`) starts as the primary, the others
@@ -121,16 +124,30 @@ impl Cluster {
             mountpaths.push(vec![mp]);
         }
         let mut proxies = proxies.into_iter();
+        let http = match &spec.admin_password {
+            None => reqwest::Client::builder()
+                .tcp_nodelay(true)
+                .timeout(Duration::from_secs(10))
+                .build()?,
+            Some(password) => {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let token = loop {
+                    match crate::secure::login_at(&primary, None, "admin", password, "").await {
+                        Ok(t) => break t,
+                        Err(e) if Instant::now() > deadline => bail!("admin login: {e}"),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    }
+                };
+                crate::secure::client(None, Some(&token))
+            }
+        };
         let cluster = Cluster {
             dir,
             endpoint: primary,
             proxy: proxies.next().expect("proxy 0"),
             targets,
             mountpaths,
-            http: reqwest::Client::builder()
-                .tcp_nodelay(true)
-                .timeout(Duration::from_secs(10))
-                .build()?,
+            http,
         };
         let c = ProxiesCluster {
             cluster,

@@ -30,6 +30,7 @@ fn spec(proxies: usize, targets: usize, ips: Vec<String>, extra: &[&str]) -> Pro
             .chain(["--keepalive-interval-ms".into(), "250".into()])
             .collect(),
         proxy_args: vec!["--keepalive-retries".into(), "8".into()],
+        admin_password: None,
     }
 }
 
@@ -477,12 +478,8 @@ async fn nemesis(proxies: usize, run_for: Duration) {
     );
     sp.proxy_args
         .extend(["--admin-password".into(), "nemesis-admin-pw".into()]);
+    sp.admin_password = Some("nemesis-admin-pw".into());
     let mut c = Cluster::start_proxies(sp).await.unwrap();
-    let token =
-        gristmill_tests::secure::login_at(&c.endpoint, None, "admin", "nemesis-admin-pw", "")
-            .await
-            .unwrap();
-    c.cluster.http = gristmill_tests::secure::client(None, Some(&token));
     let first = c.smap().await.unwrap();
     let all = ProxiesCluster::node_urls(&first);
     c.one_map(
@@ -535,6 +532,7 @@ async fn nemesis(proxies: usize, run_for: Duration) {
     let mut round = 0;
     let mut actions = Vec::new();
     while started.elapsed() < run_for {
+        println!("nemesis so far: {actions:?}");
         let l = wait_leader(&c, Duration::from_secs(60)).await;
         match round % 3 {
             0 => {
@@ -579,8 +577,32 @@ async fn nemesis(proxies: usize, run_for: Duration) {
             |m| m.pmap.len() == proxies && m.tmap.len() == 3,
             Duration::from_secs(90),
         )
-        .await
-        .unwrap();
+        .await;
+    let map = match map {
+        Ok(m) => m,
+        Err(e) => {
+            for i in 0..proxies {
+                let n = c.proxy_mut(i);
+                let state = n
+                    .pid()
+                    .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+                    .and_then(|st| {
+                        st.lines()
+                            .find(|l| l.starts_with("State:"))
+                            .map(str::to_owned)
+                    });
+                let log = n.log_text();
+                let starts = log.matches("raft member started").count();
+                eprintln!(
+                    "--- proxy {i}: {state:?}, {starts} starts:\n{}",
+                    n.log_tail()
+                );
+                let dump = std::env::temp_dir().join(format!("nemesis-proxy-{i}.log"));
+                let _ = std::fs::write(&dump, log);
+            }
+            panic!("{e}");
+        }
+    };
     let all = ProxiesCluster::node_urls(&map);
     let bmd = one_bmd(&c, &all, Duration::from_secs(60)).await;
     let mut lists = Vec::new();

@@ -22,6 +22,7 @@ fn spec(proxies: usize, targets: usize, ips: Vec<String>) -> ProxiesSpec {
         ips,
         node_args: vec!["--keepalive-interval-ms".into(), INTERVAL_MS.to_string()],
         proxy_args: vec!["--keepalive-retries".into(), RETRIES.to_string()],
+        admin_password: None,
     }
 }
 
