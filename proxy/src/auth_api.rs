@@ -179,6 +179,7 @@ async fn whoami(State(p): State<Arc<Proxy>>, req: Request) -> ApiResult {
 
 /// `GET /v1/auth/users`: every user, without credentials.
 async fn list_users(State(p): State<Arc<Proxy>>) -> ApiResult {
+    p.linearize().await?;
     keys(&p)?;
     let list: Vec<users::UserInfo> = p.bmd().users.values().map(User::redacted).collect();
     Ok(axum::Json(list).into_response())

@@ -88,6 +88,7 @@ fn describe(spec: &EtlSpec, stats: &[(String, Vec<Value>)]) -> Value {
 
 /// `GET /v1/etl`: every ETL with its totals.
 pub(crate) async fn list(State(p): State<Arc<Proxy>>) -> ApiResult {
+    p.linearize().await?;
     let stats = target_stats(&p).await;
     let all: Vec<Value> = p.bmd().etls.values().map(|s| describe(s, &stats)).collect();
     Ok(axum::Json(all).into_response())
@@ -95,6 +96,7 @@ pub(crate) async fn list(State(p): State<Arc<Proxy>>) -> ApiResult {
 
 /// `GET /v1/etl/{name}`.
 pub(crate) async fn show(State(p): State<Arc<Proxy>>, Path(name): Path<String>) -> ApiResult {
+    p.linearize().await?;
     let bmd = p.bmd();
     let spec = bmd.etls.get(&name).ok_or_else(|| not_found(&name))?;
     let stats = target_stats(&p).await;

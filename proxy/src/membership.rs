@@ -209,6 +209,13 @@ async fn send_keepalive(proxy: &Proxy) -> bool {
         .await;
     match resp {
         Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => false,
+        Ok(r) if r.status() == reqwest::StatusCode::CONFLICT => {
+            // Removed by an administrator: out of the group, it must not disturb it with
+            // elections of its own (stop the process; `join-node` adds it back).
+            proxy.raft.raft().runtime_config().elect(false);
+            tracing::warn!("this proxy was removed from the cluster; it no longer campaigns");
+            true
+        }
         Ok(r) if r.status().is_success() => true,
         Ok(r) => {
             tracing::warn!(status = %r.status(), "keepalive refused");

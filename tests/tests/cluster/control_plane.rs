@@ -723,3 +723,311 @@ async fn failover_time_over_twenty_leader_kills() {
     );
     assert!(p99 < Duration::from_secs(30), "{times:?}");
 }
+
+/// Voters of the Raft group as a proxy reports them.
+async fn voters(http: &reqwest::Client, url: &str) -> usize {
+    raft_metrics(http, url)
+        .await
+        .and_then(|m| m["voters"].as_array().map(Vec::len))
+        .unwrap_or(0)
+}
+
+async fn create(http: &reqwest::Client, url: &str, name: &str) -> reqwest::StatusCode {
+    http.post(format!("{url}/v1/buckets/{name}?provider=ais"))
+        .json(&serde_json::json!({"action": "create-bck"}))
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// A 1-proxy cluster (the playground's shape) grows to 3 proxies — each joins as a learner,
+/// is caught up and becomes a voter — and shrinks back with `remove-node`; changes commit at
+/// every size and nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_proxy_grows_to_three_voters_and_shrinks_back() {
+    let c = Cluster::start_proxies(spec(1, 2, Vec::new(), &[]))
+        .await
+        .unwrap();
+    let first = c.endpoint.clone();
+    assert_eq!(voters(&c.http, &first).await, 1);
+    assert!(create(&c.http, &first, "at-one").await.is_success());
+
+    let mut joined = Vec::new();
+    for i in 1..3 {
+        let port = gristmill_tests::proxies::free_port_on("127.0.0.1");
+        let url = format!("http://127.0.0.1:{port}");
+        let node = gristmill_tests::NodeProcess::spawn(
+            &format!("proxy-{i}"),
+            vec![
+                "proxy".into(),
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+                "--state-dir".into(),
+                c.dir
+                    .path()
+                    .join(format!("proxy-{i}"))
+                    .display()
+                    .to_string(),
+                "--join".into(),
+                first.clone(),
+            ],
+            Vec::new(),
+            c.dir.path(),
+        )
+        .unwrap();
+        joined.push((url, node));
+    }
+    let urls: Vec<String> = std::iter::once(first.clone())
+        .chain(joined.iter().map(|(u, _)| u.clone()))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut counts = Vec::new();
+        for u in &urls {
+            counts.push(voters(&c.http, u).await);
+        }
+        if counts.iter().all(|n| *n == 3) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "voters per proxy: {counts:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let map = c
+        .one_map(&urls, |m| m.pmap.len() == 3, Duration::from_secs(60))
+        .await
+        .unwrap();
+    // A change through the newest proxy (forwarded to the leader), read through every one.
+    assert!(create(&c.http, &urls[2], "at-three").await.is_success());
+    for u in &urls {
+        let names = buckets_at(&c.http, u).await.unwrap();
+        assert!(
+            names.contains("at-one") && names.contains("at-three"),
+            "{u}: {names:?}"
+        );
+    }
+
+    // Shrink: remove the two that joined, then stop them.
+    let ids: Vec<String> = map
+        .pmap
+        .values()
+        .filter(|n| n.url() != first)
+        .map(|n| n.daemon_id.clone())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    for id in &ids {
+        let r = c
+            .http
+            .put(format!("{first}/v1/cluster"))
+            .json(&serde_json::json!({"action": "remove-node", "value": {"sid": id}}))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.status().is_success(),
+            "remove {id}: {}",
+            r.text().await.unwrap()
+        );
+    }
+    for (_, node) in &mut joined {
+        node.stop();
+    }
+    let map = c
+        .one_map(
+            std::slice::from_ref(&first),
+            |m| m.pmap.len() == 1,
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    assert_eq!(map.tmap.len(), 2);
+    assert_eq!(voters(&c.http, &first).await, 1);
+    assert!(create(&c.http, &first, "at-one-again").await.is_success());
+    let names = buckets_at(&c.http, &first).await.unwrap();
+    let want: BTreeSet<String> = ["at-one", "at-three", "at-one-again"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(names, want);
+}
+
+/// A proxy state dir written before the control plane ran on Raft (`smap.json`, `bmd.json`,
+/// `removed.json`, a term from the old elections) is imported on first start: buckets, their
+/// properties, users and ETLs are all there, targets accept the new maps (their term is not
+/// below the old one), a removed node stays refused, and a restart does not import again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_format_state_dir_is_imported_on_first_start() {
+    use gristmill_core::smap::{self, ClusterMap, Node};
+
+    let port = gristmill_tests::proxies::free_port_on("127.0.0.1");
+    let url = format!("http://127.0.0.1:{port}");
+    let dir = tempfile::Builder::new()
+        .prefix("gristmill-test-")
+        .tempdir()
+        .unwrap();
+    let state = dir.path().join("proxy");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("node_id"), "poldprim").unwrap();
+    let mut smap = ClusterMap::new(
+        Node::new("poldprim", smap::PROXY, &url),
+        "0123456789abcdef".into(),
+        "2026-01-01T00:00:00Z".into(),
+    );
+    smap.version = 7;
+    smap.term = 5;
+    smap.pmap.insert(
+        "pother".into(),
+        Node::new("pother", smap::PROXY, "http://127.0.0.1:9"),
+    );
+    let bmd: Value = serde_json::json!({
+        "version": 9, "uuid": "0123456789abcdef", "term": 5,
+        "buckets": {
+            "ais/@#/kept": {"bck": {"name": "kept", "provider": "ais", "namespace": {"uuid": "", "name": ""}},
+                "props": {"provider": "ais", "created": 1, "bid": 3, "lru": {"dont_evict_time": "42m"}}}
+        },
+        "etls": {"upper": {"name": "upper", "runtime": "command", "command": ["cat"]}},
+        "users": {"alice": {"name": "alice", "roles": ["cluster-read"], "generation": 4, "created": "2026-01-01T00:00:00Z"}}
+    });
+    std::fs::write(state.join("smap.json"), serde_json::to_vec(&smap).unwrap()).unwrap();
+    std::fs::write(state.join("bmd.json"), serde_json::to_vec(&bmd).unwrap()).unwrap();
+    std::fs::write(state.join("removed.json"), br#"["tgone"]"#).unwrap();
+
+    let args = vec![
+        "proxy".to_string(),
+        "--listen".into(),
+        format!("127.0.0.1:{port}"),
+        "--state-dir".into(),
+        state.display().to_string(),
+    ];
+    let mut proxy =
+        gristmill_tests::NodeProcess::spawn("proxy", args, Vec::new(), dir.path()).unwrap();
+    let mut targets = Vec::new();
+    for i in 0..2 {
+        let t = dir.path().join(format!("target-{i}"));
+        targets.push(
+            gristmill_tests::NodeProcess::spawn(
+                &format!("target-{i}"),
+                vec![
+                    "target".into(),
+                    "--listen".into(),
+                    "127.0.0.1:0".into(),
+                    "--state-dir".into(),
+                    t.display().to_string(),
+                    "--join".into(),
+                    url.clone(),
+                    "--mountpath".into(),
+                    t.join("mp0").display().to_string(),
+                ],
+                Vec::new(),
+                dir.path(),
+            )
+            .unwrap(),
+        );
+    }
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let map: ClusterMap = loop {
+        if let Ok(r) = http.get(format!("{url}/v1/cluster?what=smap")).send().await
+            && let Ok(m) = r.json::<ClusterMap>().await
+            && m.tmap.len() == 2
+        {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "{}", proxy.log_tail());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(map.uuid, "0123456789abcdef");
+    assert!(
+        map.version > 7 && map.term >= 5,
+        "v{} term {}",
+        map.version,
+        map.term
+    );
+    assert_eq!(map.proxy_si.daemon_id, "poldprim");
+    assert_eq!(map.pmap.len(), 1, "the old map's other proxies join again");
+    // Targets take the imported cluster's maps (a term below 5 would have been refused):
+    // each ends with the proxy's map.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    'targets: loop {
+        let now: ClusterMap = http
+            .get(format!("{url}/v1/daemon?what=smap"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        for t in now.tmap.values() {
+            let theirs: ClusterMap = http
+                .get(format!("{}/v1/daemon?what=smap", t.url()))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if (theirs.version, theirs.term) != (now.version, now.term) {
+                assert!(
+                    Instant::now() < deadline,
+                    "target {} holds v{} term {}, proxy v{} term {}",
+                    t.daemon_id,
+                    theirs.version,
+                    theirs.term,
+                    now.version,
+                    now.term
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue 'targets;
+            }
+        }
+        break;
+    }
+    let bmd = bmd_at(&http, &url).await;
+    assert_eq!(bucket_names(&bmd), BTreeSet::from(["kept".to_owned()]));
+    let kept = bmd["buckets"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap()
+        .clone();
+    assert_eq!(kept["props"]["lru"]["dont_evict_time"], "42m", "{kept}");
+    assert!(bmd["etls"]["upper"].is_object(), "{bmd}");
+    assert_eq!(bmd["users"]["alice"]["generation"], 4, "{bmd}");
+    assert!(bmd["version"].as_u64().unwrap() >= 9);
+    // The removed list came along.
+    let r = http
+        .post(format!("{url}/v1/cluster/join"))
+        .json(&Node::new("tgone", smap::TARGET, "http://127.0.0.1:9"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409, "{}", r.text().await.unwrap());
+    for name in ["smap.json", "bmd.json", "removed.json"] {
+        assert!(!state.join(name).exists(), "{name} still there");
+        assert!(
+            state.join(format!("{name}.pre-raft")).exists(),
+            "{name}.pre-raft missing"
+        );
+    }
+
+    // A restart is a restart, not a second import.
+    create(&http, &url, "after-import").await;
+    proxy.stop();
+    proxy.start().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(names) = buckets_at(&http, &url).await {
+            assert_eq!(
+                names,
+                BTreeSet::from(["kept".to_owned(), "after-import".to_owned()])
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", proxy.log_tail());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(targets);
+}
