@@ -17,6 +17,12 @@ pub(crate) async fn ensure(p: &Proxy, bck: &Bck) -> Result<(), ApiError> {
     if p.bmd().contains(bck) {
         return Ok(());
     }
+    // Maybe created through another proxy moments ago, not applied here yet: a linearizable
+    // read settles it (no 404 after a create some client saw acknowledged).
+    p.linearize().await?;
+    if p.bmd().contains(bck) {
+        return Ok(());
+    }
     if !bck.is_remote() {
         return Err(bck.not_found());
     }

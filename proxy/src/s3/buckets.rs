@@ -53,7 +53,7 @@ pub(super) async fn head_bucket(
     s: &GristS3,
     req: S3Request<HeadBucketInput>,
 ) -> S3Result<S3Response<HeadBucketOutput>> {
-    s.existing(&req.input.bucket)?;
+    s.existing(&req.input.bucket).await?;
     Ok(S3Response::new(HeadBucketOutput::default()))
 }
 
@@ -61,7 +61,7 @@ pub(super) async fn get_bucket_location(
     s: &GristS3,
     req: S3Request<GetBucketLocationInput>,
 ) -> S3Result<S3Response<GetBucketLocationOutput>> {
-    s.existing(&req.input.bucket)?;
+    s.existing(&req.input.bucket).await?;
     Ok(S3Response::new(GetBucketLocationOutput::default()))
 }
 
@@ -69,7 +69,7 @@ pub(super) async fn delete_bucket(
     s: &GristS3,
     req: S3Request<DeleteBucketInput>,
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
-    let bck = s.existing(&req.input.bucket)?;
+    let bck = s.existing(&req.input.bucket).await?;
     if !s.list_page(&bck, "", "", 1).await?.entries.is_empty() {
         return Err(s3_error!(
             BucketNotEmpty,

@@ -414,11 +414,18 @@ pub(super) fn client_body_error(e: s3s::StdError) -> S3Error {
 }
 
 impl GristS3 {
-    /// An existing native bucket.
-    pub(super) fn existing(&self, name: &str) -> S3Result<Bck> {
+    /// An existing native bucket (one created through another proxy moments ago included:
+    /// a miss is checked again after a linearizable read).
+    pub(super) async fn existing(&self, name: &str) -> S3Result<Bck> {
         let bck = bucket(name)?;
         if !self.proxy.bmd().contains(&bck) {
-            return Err(s3_error!(NoSuchBucket, "bucket {name} does not exist"));
+            self.proxy
+                .linearize()
+                .await
+                .map_err(|e| s3_error!(ServiceUnavailable, "{}", e.message))?;
+            if !self.proxy.bmd().contains(&bck) {
+                return Err(s3_error!(NoSuchBucket, "bucket {name} does not exist"));
+            }
         }
         Ok(bck)
     }

@@ -9,7 +9,7 @@ pub(super) async fn list_objects(
     req: S3Request<ListObjectsInput>,
 ) -> S3Result<S3Response<ListObjectsOutput>> {
     let input = req.input;
-    let bck = s.existing(&input.bucket)?;
+    let bck = s.existing(&input.bucket).await?;
     let prefix = input.prefix.clone().unwrap_or_default();
     let max = input.max_keys.unwrap_or(1000).clamp(0, 1000) as usize;
     let marker = input.marker.clone().unwrap_or_default();
@@ -42,7 +42,7 @@ pub(super) async fn list_objects_v2(
     req: S3Request<ListObjectsV2Input>,
 ) -> S3Result<S3Response<ListObjectsV2Output>> {
     let input = req.input;
-    let bck = s.existing(&input.bucket)?;
+    let bck = s.existing(&input.bucket).await?;
     let prefix = input.prefix.clone().unwrap_or_default();
     let max = input.max_keys.unwrap_or(1000).clamp(0, 1000) as usize;
     let delimiter = input.delimiter.clone();
@@ -82,7 +82,7 @@ pub(super) async fn list_object_versions(
     req: S3Request<ListObjectVersionsInput>,
 ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
     let input = req.input;
-    let bck = s.existing(&input.bucket)?;
+    let bck = s.existing(&input.bucket).await?;
     let prefix = input.prefix.clone().unwrap_or_default();
     let max = input.max_keys.unwrap_or(1000).clamp(0, 1000) as usize;
     let delimiter = input.delimiter.clone();

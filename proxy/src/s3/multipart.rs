@@ -12,7 +12,7 @@ pub(super) async fn create_multipart_upload(
     req: S3Request<CreateMultipartUploadInput>,
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     let input = req.input;
-    let bck = s.existing(&input.bucket)?;
+    let bck = s.existing(&input.bucket).await?;
     let url = s.owner_url("mpu", &bck, &input.key)?;
     let custom = custom_md(
         input.content_type.as_deref(),
@@ -43,7 +43,7 @@ pub(super) async fn upload_part(
     req: S3Request<UploadPartInput>,
 ) -> S3Result<S3Response<UploadPartOutput>> {
     let input = req.input;
-    let bck = s.existing(&input.bucket)?;
+    let bck = s.existing(&input.bucket).await?;
     if !(1..=10_000).contains(&input.part_number) {
         return Err(s3_error!(
             InvalidArgument,
@@ -118,7 +118,7 @@ pub(super) async fn upload_part_copy(
     req: S3Request<UploadPartCopyInput>,
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
     let input = req.input;
-    let bck = s.existing(&input.bucket)?;
+    let bck = s.existing(&input.bucket).await?;
     let (src_bucket, src_key) = match &input.copy_source {
         CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
         _ => {
@@ -128,7 +128,7 @@ pub(super) async fn upload_part_copy(
             ));
         }
     };
-    let src = s.existing(&src_bucket)?;
+    let src = s.existing(&src_bucket).await?;
     let mut get = s.proxy.http.get(s.owner_url("objects", &src, &src_key)?);
     if let Some(range) = &input.copy_source_range {
         get = get.header("range", range.as_str());
@@ -172,7 +172,7 @@ pub(super) async fn complete_multipart_upload(
     req: S3Request<CompleteMultipartUploadInput>,
 ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
     let input = req.input;
-    let bck = s.existing(&input.bucket)?;
+    let bck = s.existing(&input.bucket).await?;
     let parts: Vec<(u32, String)> = input
         .multipart_upload
         .and_then(|m| m.parts)
@@ -219,7 +219,7 @@ pub(super) async fn abort_multipart_upload(
     req: S3Request<AbortMultipartUploadInput>,
 ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
     let input = req.input;
-    let bck = s.existing(&input.bucket)?;
+    let bck = s.existing(&input.bucket).await?;
     let url = format!(
         "{}&upload_id={}",
         s.owner_url("mpu", &bck, &input.key)?,
@@ -237,7 +237,7 @@ pub(super) async fn list_parts(
     req: S3Request<ListPartsInput>,
 ) -> S3Result<S3Response<ListPartsOutput>> {
     let input = req.input;
-    let bck = s.existing(&input.bucket)?;
+    let bck = s.existing(&input.bucket).await?;
     let url = format!(
         "{}&upload_id={}",
         s.owner_url("mpu", &bck, &input.key)?,
@@ -287,7 +287,7 @@ pub(super) async fn list_multipart_uploads(
     req: S3Request<ListMultipartUploadsInput>,
 ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
     let input = req.input;
-    let bck = s.existing(&input.bucket)?;
+    let bck = s.existing(&input.bucket).await?;
     let smap = s.proxy.smap();
     let urls: Vec<String> = smap
         .active_targets()

@@ -12,7 +12,7 @@ pub(super) async fn put_object(
     req: S3Request<PutObjectInput>,
 ) -> S3Result<S3Response<PutObjectOutput>> {
     let input = req.input;
-    let bck = s.existing(&input.bucket)?;
+    let bck = s.existing(&input.bucket).await?;
     let url = s.owner_url("objects", &bck, &input.key)?;
     let custom = custom_md(
         input.content_type.as_deref(),
@@ -48,7 +48,7 @@ pub(super) async fn get_object(
     req: S3Request<GetObjectInput>,
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let input = &req.input;
-    let bck = s.existing(&input.bucket)?;
+    let bck = s.existing(&input.bucket).await?;
     let url = s.owner_url("objects", &bck, &input.key)?;
     let r = forward(s.proxy.http.get(url), &req.headers, &["range"]);
     let r = forward(r, &req.headers, &CONDITIONALS);
@@ -123,7 +123,7 @@ pub(super) async fn head_object(
     req: S3Request<HeadObjectInput>,
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let input = &req.input;
-    let bck = s.existing(&input.bucket)?;
+    let bck = s.existing(&input.bucket).await?;
     let url = s.owner_url("objects", &bck, &input.key)?;
     let r = forward(s.proxy.http.head(url), &req.headers, &CONDITIONALS);
     let resp = s.send(r).await?;
@@ -174,7 +174,7 @@ pub(super) async fn delete_object(
     s: &GristS3,
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
-    let bck = s.existing(&req.input.bucket)?;
+    let bck = s.existing(&req.input.bucket).await?;
     let url = s.owner_url("objects", &bck, &req.input.key)?;
     let resp = s.send(s.proxy.http.delete(url)).await?;
     // S3 answers 204 whether or not the key existed.
@@ -188,7 +188,7 @@ pub(super) async fn delete_objects(
     s: &GristS3,
     req: S3Request<DeleteObjectsInput>,
 ) -> S3Result<S3Response<DeleteObjectsOutput>> {
-    let bck = s.existing(&req.input.bucket)?;
+    let bck = s.existing(&req.input.bucket).await?;
     let quiet = req.input.delete.quiet.unwrap_or(false);
     if req.input.delete.objects.len() > 1000 {
         return Err(s3_error!(MalformedXML, "at most 1000 keys per request"));
@@ -250,8 +250,8 @@ pub(super) async fn copy_object(
             ));
         }
     };
-    let src = s.existing(&src_bucket)?;
-    let dst = s.existing(&input.bucket)?;
+    let src = s.existing(&src_bucket).await?;
+    let dst = s.existing(&input.bucket).await?;
     let src_url = s.owner_url("objects", &src, &src_key)?;
     let dst_url = s.owner_url("objects", &dst, &input.key)?;
     let resp = s.send(s.proxy.http.get(src_url)).await?;

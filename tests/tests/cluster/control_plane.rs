@@ -1031,3 +1031,40 @@ async fn an_old_format_state_dir_is_imported_on_first_start() {
     }
     drop(targets);
 }
+
+/// Read-your-writes across proxies: a bucket created through one proxy is listed at once
+/// through another, and an object request for it through a third is redirected to its owner
+/// (never 404), over the native and the S3 API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_through_one_proxy_is_seen_at_once_through_the_others() {
+    let c = Cluster::start_proxies(spec(3, 2, Vec::new(), &[]))
+        .await
+        .unwrap();
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let p = &c.proxy_urls;
+    for i in 0..30 {
+        let name = format!("rw{i}");
+        assert!(create(&c.http, &p[i % 3], &name).await.is_success());
+        let names = buckets_at(&c.http, &p[(i + 1) % 3]).await.unwrap();
+        assert!(names.contains(&name), "round {i}: {names:?}");
+        let r = no_redirects
+            .put(format!(
+                "{}/v1/objects/{name}/o?provider=ais",
+                p[(i + 2) % 3]
+            ))
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 307, "round {i}: {}", r.text().await.unwrap());
+        let r = no_redirects
+            .head(format!("{}/{name}", p[(i + 2) % 3]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "S3 HeadBucket, round {i}");
+    }
+}
