@@ -30,7 +30,7 @@ pub struct BucketMetadata {
     /// node checks requests against the same list). Verifiers only; see [`crate::users`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub users: crate::users::Users,
-    /// Election term of the primary that made this version (see `ClusterMap::term`): bucket
+    /// Term of the leader that made this version (see `ClusterMap::term`): bucket
     /// metadata orders by (term, version). Omitted while 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub term: u64,

@@ -95,10 +95,10 @@ pub struct ClusterMap {
     pub uuid: String,
     #[serde(default)]
     pub creation_time: String,
-    /// Election term: 0 until the first primary failover; each elected primary starts a new
-    /// one. Maps order by (term, version), so a map made by an elected primary supersedes
-    /// any map a deposed primary may still have made in its old term. (Not an AIStore field;
-    /// omitted while 0.)
+    /// Term: never below the Raft term of the proxies' leader that made this version (nor below
+    /// the previous map's). Maps order by (term, version), which is their order in the
+    /// proxies' committed log, so a node can refuse anything older than what it holds. (Not
+    /// an AIStore field; omitted while 0.)
     #[serde(default, skip_serializing_if = "is_zero")]
     pub term: u64,
 }
