@@ -31,7 +31,16 @@ pub(crate) fn secure(proxy: &Arc<Proxy>, app: Router) -> Router {
         return app;
     };
     let p = proxy.clone();
-    Gate::new(keys, auth::PROXY_ROUTES, Arc::new(move || p.bmd())).protect(app)
+    let fresh = proxy.clone();
+    Gate::new(keys, auth::PROXY_ROUTES, Arc::new(move || p.bmd()))
+        .with_refresh(Arc::new(move || {
+            let p = fresh.clone();
+            Box::pin(async move {
+                // Without a quorum the token is judged on what this proxy has applied.
+                let _ = p.linearize().await;
+            })
+        }))
+        .protect(app)
 }
 
 fn routes(proxy: Arc<Proxy>) -> Router {
@@ -91,7 +100,12 @@ async fn login(State(p): State<Arc<Proxy>>, req: Request) -> ApiResult {
     let keys = keys(&p)?;
     let body: LoginRequest = json_body(&read_body(req).await?)?;
     let ttl = ttl(&body.ttl)?;
-    let user = p.bmd().users.get(&body.name).cloned();
+    let mut user = p.bmd().users.get(&body.name).cloned();
+    if user.is_none() {
+        // Maybe created through another proxy moments ago: a linearizable read settles it.
+        p.linearize().await?;
+        user = p.bmd().users.get(&body.name).cloned();
+    }
     let verified = match &user {
         Some(User {
             password: Some(hash),

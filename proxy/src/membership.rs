@@ -355,8 +355,13 @@ async fn remove_node(proxy: &Proxy, sid: &str) -> Result<(), ApiError> {
     }
     proxy
         .change_all(|smap, _, removed| {
-            smap.tmap.remove(sid);
-            smap.pmap.remove(sid);
+            // Checked again on the applied state: the failure detector may have removed it
+            // meanwhile, and then there is nothing to change (no new map version).
+            if smap.tmap.remove(sid).is_none() && smap.pmap.remove(sid).is_none() {
+                return Err(ApiError::not_found(format!(
+                    "no node {sid:?} in the cluster map"
+                )));
+            }
             removed.insert(sid.to_owned());
             Ok(Changed {
                 smap: true,
@@ -410,7 +415,9 @@ async fn remove_after_rebalance(proxy: Arc<Proxy>, sid: String, version: u64) {
     let removed = proxy
         .change_all(|smap, _, removed| {
             let gone = smap.tmap.remove(&sid).is_some();
-            removed.insert(sid.clone());
+            if gone {
+                removed.insert(sid.clone());
+            }
             Ok(Changed {
                 smap: gone,
                 bmd: false,

@@ -53,7 +53,14 @@ pub struct Gate {
     pub(crate) keys: Arc<Keys>,
     pub(crate) routes: &'static [Route],
     pub(crate) metadata: Arc<dyn Fn() -> Arc<BucketMetadata> + Send + Sync>,
+    /// Brings `metadata` up to date (a proxy's linearizable read); asked once when a valid
+    /// token names a user this node does not know yet, or a newer generation of it.
+    pub(crate) refresh: Option<Refresh>,
 }
+
+/// See [`Gate::with_refresh`].
+pub type Refresh =
+    Arc<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync>;
 
 impl Gate {
     pub fn new(
@@ -65,7 +72,16 @@ impl Gate {
             keys,
             routes,
             metadata,
+            refresh: None,
         }
+    }
+
+    /// A gate that, before refusing a valid token of a user it does not know (or of a newer
+    /// generation than it knows), brings its metadata up to date once and looks again: a user
+    /// created, or re-created, through another node moments ago is not refused.
+    pub fn with_refresh(mut self, refresh: Refresh) -> Self {
+        self.refresh = Some(refresh);
+        self
     }
 
     /// `router` with every request checked by this gate.
@@ -361,6 +377,25 @@ pub(crate) fn identify(
     )))
 }
 
+/// Whether the request carries a valid token of a user `md` lacks, or of a newer generation.
+fn knows_too_little(keys: &Keys, req: &Request, md: &BucketMetadata) -> bool {
+    let token = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim);
+    let Some(claims) = token.and_then(|t| keys.verify_token(t).ok()) else {
+        return false;
+    };
+    md.users
+        .get(&claims.sub)
+        .is_none_or(|u| u.generation < claims.generation)
+}
+
 /// The middleware: classify, identify, authorize; then the handler.
 pub(crate) async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Response {
     let method = req.method().clone();
@@ -373,8 +408,14 @@ pub(crate) async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Nex
         Access::S3 => return next.run(req).await,
         _ => {}
     }
-    let md = (gate.metadata)();
+    let mut md = (gate.metadata)();
     let params = query_params(req.uri().query());
+    if let Some(refresh) = &gate.refresh
+        && knows_too_little(&gate.keys, &req, &md)
+    {
+        refresh().await;
+        md = (gate.metadata)();
+    }
     let mut who = match identify(&gate.keys, &req, &md) {
         Ok(w) => w,
         Err(resp) => {

@@ -1086,3 +1086,53 @@ async fn a_create_through_one_proxy_is_seen_at_once_through_the_others() {
         assert_eq!(r.status(), 200, "S3 HeadBucket, round {i}");
     }
 }
+
+/// Auth with several proxies: a user created through one proxy logs in at once through
+/// another, and its token is accepted at once by a third (the gate looks again, after a
+/// linearizable read, before refusing a valid token of a user it does not know yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_created_through_one_proxy_works_at_once_through_the_others() {
+    let scratch = tempfile::tempdir().unwrap();
+    let secret = scratch.path().join("cluster.secret");
+    let hex: String = (0..32)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect();
+    std::fs::write(&secret, hex).unwrap();
+    let secret = secret.display().to_string();
+    let mut sp = spec(
+        3,
+        1,
+        Vec::new(),
+        &["--auth", "--cluster-secret-file", &secret],
+    );
+    sp.proxy_args
+        .extend(["--admin-password".into(), "users-admin-pw".into()]);
+    sp.admin_password = Some("users-admin-pw".into());
+    let c = Cluster::start_proxies(sp).await.unwrap();
+    let p = &c.proxy_urls;
+    for i in 0..10 {
+        let name = format!("u{i}");
+        let r = c
+            .http
+            .put(format!("{}/v1/auth/users/{name}", p[i % 3]))
+            .json(&serde_json::json!({"roles": ["cluster-read"], "password": "pw-user-123"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.status().is_success(),
+            "add {name}: {}",
+            r.text().await.unwrap()
+        );
+        let token =
+            gristmill_tests::secure::login_at(&p[(i + 1) % 3], None, &name, "pw-user-123", "")
+                .await
+                .unwrap_or_else(|e| panic!("round {i}: login right after the create: {e}"));
+        let r = gristmill_tests::secure::client(None, Some(&token))
+            .get(format!("{}/v1/auth/whoami", p[(i + 2) % 3]))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "round {i}: whoami: {}", r.status());
+    }
+}
