@@ -293,7 +293,13 @@ struct Connection {
 impl Connection {
     async fn run(self, tcp: TcpStream) {
         let Some(tls) = self.tls.clone() else {
-            return self.serve_io(tcp).await;
+            // Plain HTTP: bodies may be sent with sendfile (see `zero_copy`); hyper must then
+            // hand body chunks to the IO uncopied (vectored writes).
+            let zero_copy = crate::zero_copy::ZeroCopy::default();
+            let io = crate::zero_copy::SendfileIo::new(tcp, zero_copy.clone());
+            let mut conn = self;
+            conn.http.writev(true);
+            return conn.serve_io(io, Some(zero_copy)).await;
         };
         // The TLS handshake gets the header read timeout too, and a plain-HTTP request on a
         // TLS port gets a plain-text answer saying so instead of a handshake failure.
@@ -316,13 +322,13 @@ impl Connection {
             _ => return,
         }
         match tokio::time::timeout(deadline, tls.acceptor().accept(tcp)).await {
-            Ok(Ok(stream)) => self.serve_io(stream).await,
+            Ok(Ok(stream)) => self.serve_io(stream, None).await,
             Ok(Err(e)) => tracing::debug!(peer = %self.peer, error = %e, "TLS handshake failed"),
             Err(_) => tracing::debug!(peer = %self.peer, "TLS handshake timed out"),
         }
     }
 
-    async fn serve_io<I>(self, io: I)
+    async fn serve_io<I>(self, io: I, zero_copy: Option<crate::zero_copy::ZeroCopy>)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -346,9 +352,10 @@ impl Connection {
                 let app = app.clone();
                 let limits = limits.clone();
                 let busy = activity.enter();
+                let zero_copy = zero_copy.clone();
                 async move {
                     let _busy = busy;
-                    Ok::<_, Infallible>(handle(app, &limits, peer, req).await)
+                    Ok::<_, Infallible>(handle(app, &limits, peer, zero_copy, req).await)
                 }
             })
         };
@@ -382,6 +389,7 @@ async fn handle(
     app: Router,
     limits: &Limits,
     peer: SocketAddr,
+    zero_copy: Option<crate::zero_copy::ZeroCopy>,
     req: Request<Incoming>,
 ) -> Response<Body> {
     if let Some(refusal) = check_head(limits, &req) {
@@ -397,6 +405,9 @@ async fn handle(
     }
     let (mut parts, body) = req.into_parts();
     parts.extensions.insert(ConnectInfo(peer));
+    if let Some(zero_copy) = zero_copy {
+        parts.extensions.insert(zero_copy);
+    }
     let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let body = Body::new(GapTimeout::new(
         body,

@@ -1,7 +1,8 @@
 //! `gristmill-node`: what a Gristmill server process is built from, shared by proxies and
 //! targets — the accept loop with its limits ([`conn`]), TLS ([`tls`]), the auth gate, tokens
 //! and the signing intra-cluster client ([`auth`]), error responses, metrics and redirects
-//! ([`server`]), background loops ([`worker`]), and S3 checksum helpers ([`s3`]).
+//! ([`server`]), background loops ([`worker`]), S3 checksum helpers ([`s3`]), and zero-copy
+//! (`sendfile`) response bodies ([`zero_copy`]).
 //!
 //! `gristmill-core` keeps the types, placement, wire formats and route tables; this crate does
 //! the networking, so clients (the `grist` CLI, the Rust SDK) never link it.
@@ -12,3 +13,4 @@ pub mod s3;
 pub mod server;
 pub mod tls;
 pub mod worker;
+pub mod zero_copy;

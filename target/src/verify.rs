@@ -2,10 +2,13 @@
 //!
 //! - **Verified reads** (bucket property `checksum.validate_warm_get`, on by default, or
 //!   `?validate_checksum=true` per request): a GET of a small object (read whole with its
-//!   lookup) checks size and xxhash before any byte is sent; a streamed GET hashes as it reads
-//!   and holds back its last chunk until the hash is checked, so a mismatch ends the body with
-//!   an error (the client sees a broken response, never a complete one with wrong bytes).
-//!   Range reads of streamed objects are not verified (the scrub job covers them).
+//!   lookup) checks size and xxhash before any byte is sent; a streamed whole-object GET hashes
+//!   as it reads and holds back its last chunk until the hash is checked, so a mismatch ends
+//!   the body with an error (the client sees a broken response, never a complete one with
+//!   wrong bytes). A streamed GET is verified once per cached record (the first whole read
+//!   after a write, a restart or the record's eviction marks it, [`crate::store::hot`]); later
+//!   ones, and range reads of streamed objects, are not (they go zero-copy; the scrub job
+//!   covers them). `?validate_checksum=true` always verifies.
 //! - **Corruption**: the copy is quarantined ([`crate::store::Store::quarantine`]: the data
 //!   file moves to `<mountpath>/quarantine/`, the index record goes), counted in `/metrics`,
 //!   then repaired: from another holder of the object's HRW set (`mirror.copies > 1`; the
@@ -137,15 +140,19 @@ pub(crate) struct Verifying {
     extra: usize,
     done: bool,
     meta: ObjectMeta,
+    /// Marked verified when the whole object checked out.
+    record: Option<Arc<crate::store::hot::Cached>>,
     on_mismatch: Option<Box<dyn FnOnce(String) + Send>>,
 }
 
 /// The whole object from `file` as a stream of chunks (positioned reads and hashing on the
 /// blocking pool) whose last chunk is released only when size and checksum match; on a
-/// mismatch the stream ends with an error instead and `on_mismatch` runs (once).
+/// mismatch the stream ends with an error instead and `on_mismatch` runs (once). A match marks
+/// `record` verified.
 pub(crate) fn verified_stream(
     file: std::fs::File,
     meta: ObjectMeta,
+    record: Option<Arc<crate::store::hot::Cached>>,
     on_mismatch: impl FnOnce(String) + Send + 'static,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
     let state = Verifying {
@@ -156,6 +163,7 @@ pub(crate) fn verified_stream(
         extra: 0,
         done: false,
         meta,
+        record,
         on_mismatch: Some(Box::new(on_mismatch)),
     };
     futures::stream::unfold(state, |mut st| async move {
@@ -179,7 +187,12 @@ pub(crate) fn verified_stream(
                     judge(&st.meta, st.offset, digest)
                 };
                 return match verdict {
-                    Ok(()) => st.held.take().map(|b| (Ok(b), st)),
+                    Ok(()) => {
+                        if let Some(record) = &st.record {
+                            record.mark_verified();
+                        }
+                        st.held.take().map(|b| (Ok(b), st))
+                    }
                     Err(why) => {
                         if let Some(f) = st.on_mismatch.take() {
                             f(why.clone());
@@ -453,7 +466,7 @@ mod tests {
         let (_keep, f) = file_with(&d);
         let hit = Arc::new(Mutex::new(None));
         let h = hit.clone();
-        let (out, err) = drain(verified_stream(f, meta_of(&d), move |w| {
+        let (out, err) = drain(verified_stream(f, meta_of(&d), None, move |w| {
             *h.lock().unwrap() = Some(w)
         }))
         .await;
@@ -473,7 +486,7 @@ mod tests {
         let (_keep, f) = file_with(&bad);
         let hit = Arc::new(Mutex::new(None));
         let h = hit.clone();
-        let (out, err) = drain(verified_stream(f, meta.clone(), move |w| {
+        let (out, err) = drain(verified_stream(f, meta.clone(), None, move |w| {
             *h.lock().unwrap() = Some(w)
         }))
         .await;
@@ -491,12 +504,12 @@ mod tests {
 
         // A truncated file, and a file with extra bytes, fail as well.
         let (_keep, f) = file_with(&d[..d.len() - 1]);
-        let (_, err) = drain(verified_stream(f, meta.clone(), |_| {})).await;
+        let (_, err) = drain(verified_stream(f, meta.clone(), None, |_| {})).await;
         assert!(err.is_some());
         let mut longer = d.clone();
         longer.push(0);
         let (_keep, f) = file_with(&longer);
-        let (out, err) = drain(verified_stream(f, meta, |_| {})).await;
+        let (out, err) = drain(verified_stream(f, meta, None, |_| {})).await;
         assert!(err.is_some() && out.len() < d.len());
     }
 

@@ -44,6 +44,8 @@ mod scrub;
 mod shards;
 #[path = "cluster/tls.rs"]
 mod tls;
+#[path = "cluster/warm_get.rs"]
+mod warm_get;
 
 async fn put(c: &Cluster, bucket: &str, name: &str, body: Vec<u8>) -> reqwest::Response {
     c.http

@@ -103,7 +103,14 @@ pub(crate) async fn internal_object(
             }
         }
         (Method::GET, None) => {
-            match crate::read::get_object(&t, &bck, &name, &params, req.headers()).await {
+            match crate::read::get_object(
+                &t,
+                &bck,
+                &name,
+                &crate::read::local::ReadRequest::of(&params, &req),
+            )
+            .await
+            {
                 Err(e) if e.kind == gristmill_core::ErrorKind::NotFound => Ok(tombstone()),
                 other => other,
             }

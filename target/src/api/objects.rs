@@ -28,7 +28,13 @@ pub(crate) async fn object(
     if !remote && matches!(*req.method(), Method::GET | Method::HEAD) {
         let method = req.method().clone();
         let local = if method == Method::GET {
-            crate::read::get_object(&t, &bck, &name, &params, req.headers()).await
+            crate::read::get_object(
+                &t,
+                &bck,
+                &name,
+                &crate::read::local::ReadRequest::of(&params, &req),
+            )
+            .await
         } else {
             crate::read::local::head_object(&t, &bck, &name, req.headers())
         };
@@ -48,8 +54,13 @@ pub(crate) async fn object(
                     // It may have arrived here while we asked elsewhere (the sender drops its
                     // copy only after ours is committed): look once more.
                     None if method == Method::GET => {
-                        let again =
-                            crate::read::get_object(&t, &bck, &name, &params, req.headers()).await;
+                        let again = crate::read::get_object(
+                            &t,
+                            &bck,
+                            &name,
+                            &crate::read::local::ReadRequest::of(&params, &req),
+                        )
+                        .await;
                         if again.is_err() {
                             tracing::debug!(object = %name, smap = t.smap().version, "GET: not here nor at a past owner");
                         }
@@ -62,7 +73,15 @@ pub(crate) async fn object(
         };
     }
     match *req.method() {
-        Method::GET => crate::read::get_object(&t, &bck, &name, &params, req.headers()).await,
+        Method::GET => {
+            crate::read::get_object(
+                &t,
+                &bck,
+                &name,
+                &crate::read::local::ReadRequest::of(&params, &req),
+            )
+            .await
+        }
         Method::HEAD if remote => {
             crate::read::remote::head_object(&t, &bck, &name, req.headers()).await
         }

@@ -160,23 +160,48 @@ pub(crate) fn request_range(
     }
 }
 
+/// What a GET handler passes down the read path besides the object: the query, the headers,
+/// and the connection's zero-copy channel (plain HTTP only).
+#[derive(Clone, Copy)]
+pub(crate) struct ReadRequest<'a> {
+    pub params: &'a HashMap<String, String>,
+    pub headers: &'a HeaderMap,
+    pub zero_copy: Option<&'a gristmill_node::zero_copy::ZeroCopy>,
+}
+
+impl<'a> ReadRequest<'a> {
+    /// The parts of `req` the read path needs.
+    pub(crate) fn of(params: &'a HashMap<String, String>, req: &'a axum::extract::Request) -> Self {
+        Self {
+            params,
+            headers: req.headers(),
+            zero_copy: req.extensions().get(),
+        }
+    }
+}
+
 /// The body for `len` bytes of `file` from `start`, read with positioned reads on the blocking
 /// pool, one chunk at a time.
 pub(crate) async fn file_body(file: std::fs::File, start: u64, len: u64) -> Result<Body, ApiError> {
     Ok(Body::from_stream(file_stream(file, start, len)))
 }
 
-/// Streams an opened local object (GET of a native or a cached remote object). With checksum
-/// validation on (see `scrub`), a small object is checked before any byte leaves and a whole
-/// streamed one as it streams (its last chunk held back until the hash matches); a corrupt copy
-/// is quarantined and repaired, and the repaired copy is served when nothing was sent yet.
+/// Serves an opened local object (GET of a native or a cached remote object).
+///
+/// Which bytes are checked against the object's checksum (`crate::verify` has the policy): with
+/// validation on, a small object is checked before any byte leaves; a streamed whole-object
+/// read is checked as it streams (its last chunk held back until the hash matches) unless an
+/// earlier whole read since the record was cached already checked it; a corrupt copy is
+/// quarantined and repaired, and the repaired copy is served when nothing was sent yet. What
+/// is not checked — and validation off — goes zero-copy (`sendfile`) on a plain-HTTP
+/// connection when its bytes are in the page cache, and through the blocking pool otherwise.
 pub(crate) async fn serve_local(
     t: &Target,
     bck: &Bck,
     open: crate::store::OpenObject,
-    params: &HashMap<String, String>,
-    headers: &HeaderMap,
+    req: &ReadRequest<'_>,
 ) -> ApiResult {
+    let (params, headers) = (req.params, req.headers);
     let validate = crate::verify::validates(t, bck, params);
     let mut open = open;
     let mut repaired = false;
@@ -214,13 +239,17 @@ pub(crate) async fn serve_local(
             t.space.nudge();
         }
         let (start, len) = range.map_or((0, size), |r| (r.start, r.len()));
+        let verified_before = open.record.as_ref().is_some_and(|r| r.verified());
+        let stream_verified =
+            validate && range.is_none() && (!verified_before || crate::verify::explicit(params));
         let body = match open.data {
             Some(data) => Body::from(data.slice(start as usize..(start + len) as usize)),
-            None if validate && range.is_none() => {
+            None if stream_verified => {
                 let (t2, bck2, meta) = (t.me.get().cloned(), bck.clone(), open.meta.clone());
                 Body::from_stream(crate::verify::verified_stream(
                     open.file,
                     open.meta.clone(),
+                    open.record.clone(),
                     move |why| {
                         if let Some(t) = t2.and_then(|w| w.upgrade()) {
                             crate::verify::repair_in_background(t, &bck2, meta, why);
@@ -228,7 +257,14 @@ pub(crate) async fn serve_local(
                     },
                 ))
             }
-            None => file_body(open.file, start, len).await?,
+            None => match req.zero_copy {
+                Some(zc) if gristmill_node::zero_copy::resident(&open.file, start, len) => {
+                    metrics::counter!("grist_get_zero_copy_total").increment(1);
+                    metrics::counter!("grist_get_zero_copy_bytes_total").increment(len);
+                    zc.body(std::sync::Arc::new(open.file), start, len)
+                }
+                _ => file_body(open.file, start, len).await?,
+            },
         };
         let mut resp = Response::new(body);
         object_headers(t, bck, &open.meta, resp.headers_mut());

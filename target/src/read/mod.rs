@@ -10,20 +10,18 @@ pub(crate) mod transform;
 
 use crate::ApiResult;
 use crate::Target;
-use crate::read::local::serve_local;
+use crate::read::local::{ReadRequest, serve_local};
 use crate::read::transform::etl_names;
 use crate::read::transform::get_transformed;
-use axum::http::HeaderMap;
 use gristmill_core::Bck;
-use std::collections::HashMap;
 
 pub(crate) async fn get_object(
     t: &Target,
     bck: &Bck,
     name: &str,
-    params: &HashMap<String, String>,
-    headers: &HeaderMap,
+    req: &ReadRequest<'_>,
 ) -> ApiResult {
+    let (params, headers) = (req.params, req.headers);
     if crate::shards::is_archive_read(params) {
         return crate::shards::get(t, bck, name, params, headers).await;
     }
@@ -31,8 +29,8 @@ pub(crate) async fn get_object(
         return get_transformed(t, bck, name, &etls, params).await;
     }
     if bck.is_remote() {
-        return remote::get_object(t, bck, name, params, headers).await;
+        return remote::get_object(t, bck, name, req).await;
     }
     let open = t.store.open_object(bck, name).await?;
-    serve_local(t, bck, open, params, headers).await
+    serve_local(t, bck, open, req).await
 }

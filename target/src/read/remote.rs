@@ -57,9 +57,9 @@ pub(crate) async fn get_object(
     t: &Target,
     bck: &Bck,
     name: &str,
-    params: &HashMap<String, String>,
-    headers: &HeaderMap,
+    req: &crate::read::local::ReadRequest<'_>,
 ) -> ApiResult {
+    let (params, headers) = (req.params, req.headers);
     let backend = t.backend(bck)?;
     let versioning = t
         .bmd()
@@ -96,14 +96,14 @@ pub(crate) async fn get_object(
             }
         }
         if !refetch {
-            return serve_local(t, bck, open, params, headers).await;
+            return serve_local(t, bck, open, req).await;
         }
     }
     match t.fills.join(t, backend, bck, name, refetch).await {
         Ok(fill) => serve_fill(t, fill, headers),
         Err(Start::Cached) => {
             let open = t.store.open_object(bck, name).await?;
-            serve_local(t, bck, open, params, headers).await
+            serve_local(t, bck, open, req).await
         }
         Err(Start::Failed(e)) => Err(e),
     }

@@ -29,6 +29,10 @@ pub(crate) struct Cached {
     pub root: std::path::PathBuf,
     pub meta: ObjectMeta,
     file: OnceLock<KeptFile>,
+    /// A whole read of this object checked its bytes against its checksum since the record
+    /// was cached (the first read after the node opened the file or after a write): later
+    /// reads may skip the check and go zero-copy (see `crate::verify`).
+    verified: std::sync::atomic::AtomicBool,
 }
 
 impl Cached {
@@ -37,7 +41,16 @@ impl Cached {
             root,
             meta,
             file: OnceLock::new(),
+            verified: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    pub(crate) fn verified(&self) -> bool {
+        self.verified.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn mark_verified(&self) {
+        self.verified.store(true, Ordering::Relaxed);
     }
 }
 

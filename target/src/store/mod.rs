@@ -130,6 +130,8 @@ pub struct OpenObject {
     pub file: std::fs::File,
     /// The whole content, already read, for objects up to [`PREFETCH_MAX`] bytes.
     pub data: Option<Bytes>,
+    /// The object's record in the metadata cache (it remembers whether a read verified it).
+    pub(crate) record: Option<Arc<crate::store::hot::Cached>>,
 }
 
 /// Objects up to this size are read together with their lookup (one blocking-pool trip).
@@ -395,13 +397,11 @@ impl Store {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                     Err(e) => return Err(e.into()),
                 };
-                hot.insert_if(
-                    generation,
-                    Arc::new(crate::store::hot::Cached::new(
-                        mp.path.clone(),
-                        meta.clone(),
-                    )),
-                );
+                let record = Arc::new(crate::store::hot::Cached::new(
+                    mp.path.clone(),
+                    meta.clone(),
+                ));
+                hot.insert_if(generation, record.clone());
                 let data = if meta.size <= PREFETCH_MAX {
                     let mut buf = vec![0u8; meta.size as usize];
                     file.read_exact_at(&mut buf, 0)?;
@@ -409,7 +409,12 @@ impl Store {
                 } else {
                     None
                 };
-                return Ok(OpenObject { meta, file, data });
+                return Ok(OpenObject {
+                    meta,
+                    file,
+                    data,
+                    record: Some(record),
+                });
             }
             Err(StoreError::not_found(&missing))
         })
@@ -438,6 +443,7 @@ impl Store {
             meta: hit.meta.clone(),
             file,
             data,
+            record: Some(hit),
         })
     }
 

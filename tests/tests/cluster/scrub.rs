@@ -15,10 +15,10 @@ use super::backend::*;
 
 const SMALL: usize = 4096;
 /// Above the target's read-with-lookup limit (128 KiB): served by the streamed path.
-const LARGE: usize = 3 * 1024 * 1024 + 123;
+pub(super) const LARGE: usize = 3 * 1024 * 1024 + 123;
 
 /// Every data file under the `obj/` trees of one target's mountpaths.
-fn data_files(mountpaths: &[PathBuf]) -> Vec<PathBuf> {
+pub(super) fn data_files(mountpaths: &[PathBuf]) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack: Vec<PathBuf> = mountpaths.iter().map(|m| m.join("obj")).collect();
     while let Some(dir) = stack.pop() {
@@ -38,7 +38,10 @@ fn data_files(mountpaths: &[PathBuf]) -> Vec<PathBuf> {
 }
 
 /// Where each target keeps its data: daemon id → its mountpaths.
-async fn mountpaths_by_id(c: &Cluster, smap: &ClusterMap) -> Vec<(String, Vec<PathBuf>)> {
+pub(super) async fn mountpaths_by_id(
+    c: &Cluster,
+    smap: &ClusterMap,
+) -> Vec<(String, Vec<PathBuf>)> {
     let mut out = Vec::new();
     for node in smap.tmap.values() {
         let v: serde_json::Value = c
@@ -62,7 +65,7 @@ async fn mountpaths_by_id(c: &Cluster, smap: &ClusterMap) -> Vec<(String, Vec<Pa
 }
 
 /// The data files (per holder id) whose bytes are exactly `data`.
-fn copies_of(layout: &[(String, Vec<PathBuf>)], data: &[u8]) -> Vec<(String, PathBuf)> {
+pub(super) fn copies_of(layout: &[(String, Vec<PathBuf>)], data: &[u8]) -> Vec<(String, PathBuf)> {
     let mut out = Vec::new();
     for (id, mps) in layout {
         for f in data_files(mps) {
@@ -77,7 +80,7 @@ fn copies_of(layout: &[(String, Vec<PathBuf>)], data: &[u8]) -> Vec<(String, Pat
 }
 
 /// Flips one byte of a file in place.
-fn flip(file: &Path, at: usize) {
+pub(super) fn flip(file: &Path, at: usize) {
     use std::os::unix::fs::FileExt;
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -109,7 +112,7 @@ fn copy_on(layout: &[(String, Vec<PathBuf>)], id: &str, data: &[u8]) -> PathBuf 
         .1
 }
 
-async fn put(c: &Cluster, bucket: &str, name: &str, data: &[u8]) {
+pub(super) async fn put(c: &Cluster, bucket: &str, name: &str, data: &[u8]) {
     let r = c
         .http
         .put(c.url(&format!("/v1/objects/{bucket}/{name}")))
@@ -121,7 +124,7 @@ async fn put(c: &Cluster, bucket: &str, name: &str, data: &[u8]) {
 }
 
 /// A GET's outcome: the status and the whole body, or `None` when the body broke.
-async fn get(c: &Cluster, url: &str) -> (u16, Option<Vec<u8>>) {
+pub(super) async fn get(c: &Cluster, url: &str) -> (u16, Option<Vec<u8>>) {
     let r = c.http.get(url).send().await.unwrap();
     let status = r.status().as_u16();
     let mut body = r.bytes_stream();
@@ -135,7 +138,7 @@ async fn get(c: &Cluster, url: &str) -> (u16, Option<Vec<u8>>) {
     (status, Some(out))
 }
 
-fn obj(c: &Cluster, bucket: &str, name: &str) -> String {
+pub(super) fn obj(c: &Cluster, bucket: &str, name: &str) -> String {
     c.url(&format!("/v1/objects/{bucket}/{name}"))
 }
 
@@ -207,7 +210,7 @@ fn counter(s: &JobStatus, k: &str) -> u64 {
     s.counters.get(k).copied().unwrap_or(0)
 }
 
-async fn metric(c: &Cluster, smap: &ClusterMap, name: &str) -> u64 {
+pub(super) async fn metric(c: &Cluster, smap: &ClusterMap, name: &str) -> u64 {
     let mut sum = 0.0;
     for node in smap.tmap.values() {
         let text = c
