@@ -551,6 +551,11 @@ pub struct ChecksumProps {
     /// corrupt copy and repairs it from a replica or the remote. On by default.
     #[serde(default = "yes")]
     pub validate_warm_get: bool,
+    /// A cold GET (remote bucket) checks the downloaded bytes before caching them: against the
+    /// cheapest whole-object checksum the backend sends (CRC64-NVME, CRC32C, CRC32, SHA-256),
+    /// else a plain S3 ETag (MD5). A mismatch caches nothing. On by default.
+    #[serde(default = "yes")]
+    pub validate_cold_get: bool,
 }
 
 impl Default for ChecksumProps {
@@ -558,6 +563,7 @@ impl Default for ChecksumProps {
         Self {
             kind: "xxhash".into(),
             validate_warm_get: true,
+            validate_cold_get: true,
         }
     }
 }

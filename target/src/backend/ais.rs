@@ -124,6 +124,7 @@ fn attrs(resp: &reqwest::Response, size: u64) -> RemoteAttrs {
         etag: hdr(header::ETAG.as_str()).trim_matches('"').to_owned(),
         version: hdr(h::VERSION),
         last_modified: hdr(header::LAST_MODIFIED.as_str()),
+        checksum: None,
     }
 }
 

@@ -9,8 +9,8 @@ use aws_sdk_s3::primitives::ByteStream as SdkStream;
 use gristmill_core::Bck;
 
 use super::{
-    Backend, BackendConfig, BackendError, BackendErrorKind, ByteStream, PutSource, RemoteAttrs,
-    RemoteEntry, RemotePage,
+    Backend, BackendConfig, BackendError, BackendErrorKind, ByteStream, ChecksumAlgo, PutSource,
+    RemoteAttrs, RemoteChecksum, RemoteEntry, RemotePage,
 };
 
 pub(super) struct AwsBackend {
@@ -25,6 +25,9 @@ impl AwsBackend {
     pub(super) fn new(c: &BackendConfig) -> Self {
         let mut b = aws_sdk_s3::config::Builder::new()
             .behavior_version_latest()
+            .response_checksum_validation(
+                aws_sdk_s3::config::ResponseChecksumValidation::WhenRequired,
+            )
             .region(Region::new(c.s3_region.clone()))
             .force_path_style(c.s3_path_style)
             .timeout_config(TimeoutConfig::builder().connect_timeout(c.timeout).build())
@@ -148,6 +151,7 @@ impl Backend for AwsBackend {
                 etag: unquote(out.e_tag()),
                 version: out.version_id().unwrap_or_default().to_owned(),
                 last_modified: http_date(out.last_modified()),
+                checksum: None,
             })
         })
         .await
@@ -165,17 +169,34 @@ impl Backend for AwsBackend {
         if let Some((start, len)) = range {
             req = req.range(format!("bytes={start}-{}", start + len.saturating_sub(1)));
         }
+        // Ask for the checksums S3 stored with the object. The cold GET validates them on its
+        // own thread (`read/cold.rs`); the SDK's inline validation is off (`WhenRequired`,
+        // and the header set here instead of `checksum_mode`), so the bytes are hashed once,
+        // off the path that feeds waiting clients.
+        let req = req.customize().mutate_request(|r| {
+            r.headers_mut().insert("x-amz-checksum-mode", "ENABLED");
+        });
         // The timeout covers the response head only; the body is watched chunk by chunk.
         let out = self
             .timed(&what, async {
                 req.send().await.map_err(|e| sdk_error(&what, e))
             })
             .await?;
+        let checksum = [
+            (ChecksumAlgo::Crc64Nvme, out.checksum_crc64_nvme()),
+            (ChecksumAlgo::Crc32c, out.checksum_crc32_c()),
+            (ChecksumAlgo::Crc32, out.checksum_crc32()),
+            (ChecksumAlgo::Sha256, out.checksum_sha256()),
+        ]
+        .into_iter()
+        .find_map(|(algo, v)| v.and_then(|v| RemoteChecksum::from_s3(algo, v)));
         let attrs = RemoteAttrs {
             size: out.content_length().unwrap_or(0).max(0) as u64,
             etag: unquote(out.e_tag()),
             version: out.version_id().unwrap_or_default().to_owned(),
             last_modified: http_date(out.last_modified()),
+            // A range's headers carry no whole-object checksum worth checking it against.
+            checksum: if range.is_none() { checksum } else { None },
         };
         let body = out.body;
         let stream = futures::stream::unfold((body, what), |(mut body, what)| async move {
@@ -218,6 +239,7 @@ impl Backend for AwsBackend {
             etag: unquote(out.e_tag()),
             version: out.version_id().unwrap_or_default().to_owned(),
             last_modified: String::new(),
+            checksum: None,
         })
     }
 

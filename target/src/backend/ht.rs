@@ -114,6 +114,7 @@ fn attrs(resp: &reqwest::Response) -> RemoteAttrs {
             .to_owned(),
         version: String::new(),
         last_modified: hdr(header::LAST_MODIFIED),
+        checksum: None,
     }
 }
 

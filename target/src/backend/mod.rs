@@ -31,6 +31,59 @@ pub struct RemoteAttrs {
     pub version: String,
     /// `Last-Modified` as the backend sent it (HTTP date); empty when unknown.
     pub last_modified: String,
+    /// The whole-object checksum the backend stored and sent with the object (S3's
+    /// `x-amz-checksum-*`, asked for with `x-amz-checksum-mode: ENABLED`); a cold GET checks
+    /// the bytes against it.
+    pub checksum: Option<RemoteChecksum>,
+}
+
+/// A whole-object checksum from a backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteChecksum {
+    pub algo: ChecksumAlgo,
+    /// The digest's bytes (big-endian for the CRCs, as S3 sends them base64-encoded).
+    pub value: Vec<u8>,
+}
+
+/// The checksum algorithms a cold GET validates, cheapest first: the order in which one is
+/// chosen when a backend sends several.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChecksumAlgo {
+    Crc64Nvme,
+    Crc32c,
+    Crc32,
+    Sha256,
+}
+
+impl ChecksumAlgo {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChecksumAlgo::Crc64Nvme => "crc64nvme",
+            ChecksumAlgo::Crc32c => "crc32c",
+            ChecksumAlgo::Crc32 => "crc32",
+            ChecksumAlgo::Sha256 => "sha256",
+        }
+    }
+}
+
+impl RemoteChecksum {
+    /// From S3's base64 header value; `None` for a composite (per-part, `…-N`) checksum of a
+    /// multipart object, which says nothing about the whole object's bytes, or a malformed one.
+    pub fn from_s3(algo: ChecksumAlgo, value: &str) -> Option<Self> {
+        use base64::Engine;
+        if value.contains('-') {
+            return None;
+        }
+        let value = base64::engine::general_purpose::STANDARD
+            .decode(value.trim())
+            .ok()?;
+        let want = match algo {
+            ChecksumAlgo::Crc64Nvme => 8,
+            ChecksumAlgo::Crc32c | ChecksumAlgo::Crc32 => 4,
+            ChecksumAlgo::Sha256 => 32,
+        };
+        (value.len() == want).then_some(Self { algo, value })
+    }
 }
 
 impl RemoteAttrs {

@@ -11,9 +11,12 @@
 //! Per-byte work is pipelined: the download task only receives chunks, keeps the most recent
 //! ones in a bounded in-memory ring (readers that keep up take them from there, zero-copy) and
 //! hands them in batches to a blocking writer thread (file writes with `writev`, xxhash, and a
-//! final `fdatasync`) and — when the remote's ETag is an MD5 to check — to a second blocking
-//! thread that computes the MD5. The last chunk reaches readers only after the commit, so a
-//! download whose MD5 does not match never completes a client's body. The copy's index entry
+//! final `fdatasync`) and — when the bucket validates cold GETs (`checksum.validate_cold_get`)
+//! — to a second blocking thread that computes the checksum to check: the cheapest
+//! whole-object checksum the backend sent (CRC64-NVME, CRC32C, CRC32, SHA-256; S3 sends them
+//! for `x-amz-checksum-mode: ENABLED`), else the MD5 when the ETag is a plain MD5. The last
+//! chunk reaches readers only after the commit, so a download whose checksum does not match
+//! never completes a client's body and caches nothing. The copy's index entry
 //! commits without its own fsync (`relaxed_index`): its data file is synced first, so a crash
 //! can lose the entry (the object is fetched again) but never expose a torn copy.
 
@@ -220,9 +223,22 @@ async fn start(
         .admit_cached(&t.bmd(), bck, name, attrs.size)
         .await
         .map_err(fail)?;
-    // A plain S3 ETag is the MD5 of the object: check it, so a corrupted transfer is never
-    // cached (multipart ETags, `<md5>-<parts>`, and other origins' tags are opaque).
-    let expected_md5 = (attrs.etag.len() == 32
+    // What the download is checked against, when the bucket validates cold GETs
+    // (`checksum.validate_cold_get`, on by default): the cheapest whole-object checksum the
+    // backend sent (CRC64-NVME, CRC32C, CRC32, SHA-256), else a plain S3 ETag, which is the
+    // object's MD5 (multipart ETags, `<md5>-<parts>`, and other origins' tags are opaque).
+    let validate = t
+        .bmd()
+        .get(bck)
+        .is_none_or(|r| r.props.checksum.validate_cold_get);
+    let check = if validate {
+        attrs.checksum.clone()
+    } else {
+        None
+    };
+    let expected_md5 = (validate
+        && check.is_none()
+        && attrs.etag.len() == 32
         && attrs.etag.bytes().all(|b| b.is_ascii_hexdigit()))
     .then(|| attrs.etag.to_ascii_lowercase());
     let mut custom = std::collections::BTreeMap::new();
@@ -282,14 +298,20 @@ async fn start(
             let (wtx, wrx) = mpsc::channel::<Batch>(BATCHES_QUEUED);
             let ring_fill = done_fill.clone();
             let writer = tokio::task::spawn_blocking(move || write_file(out, wrx, &ring_fill.ring));
-            let (mtx, md5_task) = if want_md5 {
-                let (mtx, mrx) = mpsc::channel::<Batch>(BATCHES_QUEUED);
-                (
-                    Some(mtx),
-                    Some(tokio::task::spawn_blocking(move || hash_md5(mrx))),
-                )
-            } else {
-                (None, None)
+            // The checksum runs on its own thread, beside the writer: never on the path that
+            // feeds waiting readers.
+            let hasher = match &check {
+                Some(c) => Some(Hasher::for_algo(c.algo)),
+                None if want_md5 => Some(Hasher::Md5(Default::default())),
+                None => None,
+            };
+            let (mtx, hash_task) = match hasher {
+                Some(hasher) => {
+                    let (mtx, mrx) = mpsc::channel::<Batch>(BATCHES_QUEUED);
+                    let task = tokio::task::spawn_blocking(move || hasher.consume(mrx));
+                    (Some(mtx), Some(task))
+                }
+                None => (None, None),
             };
             let received: Result<u64, String> = async {
                 let (mut received, mut published) = (0u64, 0u64);
@@ -341,7 +363,7 @@ async fn start(
             // so nothing writes the temp file once it is removed.
             drop((wtx, mtx));
             let written = writer.await.map_err(|e| e.to_string())?;
-            let md5 = match md5_task {
+            let digest = match hash_task {
                 Some(t) => Some(t.await.map_err(|e| e.to_string())?),
                 None => None,
             };
@@ -352,9 +374,33 @@ async fn start(
                     "backend: download of {what} ended after {received} of {expected} bytes"
                 ));
             }
+            let md5 = match (digest, &check) {
+                (Some(Hasher::Md5(md5)), _) => Some(md5),
+                (Some(computed), Some(expected)) => {
+                    let algo = expected.algo.as_str();
+                    let got = computed.finish();
+                    if got != expected.value {
+                        metrics::counter!("grist_cold_get_checksum_mismatch_total", "algo" => algo)
+                            .increment(1);
+                        return Err(format!(
+                            "backend: {what} arrived corrupt: its {algo} is {}, the backend \
+                             stored {}; nothing was cached",
+                            hex::encode(&got),
+                            hex::encode(&expected.value)
+                        ));
+                    }
+                    metrics::counter!("grist_cold_get_validated_total", "algo" => algo)
+                        .increment(1);
+                    None
+                }
+                _ => None,
+            };
             pending
                 .set_written(size, xxhash, md5)
                 .map_err(|e| format!("caching {what}: {e}"))?;
+            if want_md5 {
+                metrics::counter!("grist_cold_get_validated_total", "algo" => "md5").increment(1);
+            }
             // The last bytes become readable only with the commit: a client that read the
             // whole object will find the cached copy on its next request.
             pending
@@ -556,7 +602,7 @@ fn ranged_body(
     Box::pin(head.chain(tail))
 }
 
-/// Chunks handed to the writer and MD5 threads together.
+/// Chunks handed to the writer and checksum threads together.
 type Batch = Arc<Vec<Bytes>>;
 
 async fn hand_on(
@@ -568,7 +614,7 @@ async fn hand_on(
     if let Some(m) = md5 {
         m.send(batch.clone())
             .await
-            .map_err(|_| "the MD5 thread stopped".to_owned())?;
+            .map_err(|_| "the checksum thread stopped".to_owned())?;
     }
     writer
         .send(batch)
@@ -611,15 +657,54 @@ fn write_file(
     Ok((size, xxhash))
 }
 
-/// The MD5 thread of one download.
-fn hash_md5(mut batches: mpsc::Receiver<Batch>) -> md5::Md5 {
-    let mut md5 = <md5::Md5 as md5::Digest>::new();
-    while let Some(batch) = batches.blocking_recv() {
-        for b in batch.iter() {
-            md5::Digest::update(&mut md5, b);
+/// The checksum a download is validated with, as it is computed on its own thread.
+enum Hasher {
+    Crc(crc_fast::Digest, crate::backend::ChecksumAlgo),
+    Sha256(sha2::Sha256),
+    /// Checked by the store at commit (`PutOptions::expected_md5`).
+    Md5(md5::Md5),
+}
+
+impl Hasher {
+    fn for_algo(algo: crate::backend::ChecksumAlgo) -> Self {
+        use crate::backend::ChecksumAlgo as A;
+        use crc_fast::CrcAlgorithm as C;
+        match algo {
+            A::Crc64Nvme => Hasher::Crc(crc_fast::Digest::new(C::Crc64Nvme), algo),
+            A::Crc32c => Hasher::Crc(crc_fast::Digest::new(C::Crc32Iscsi), algo),
+            A::Crc32 => Hasher::Crc(crc_fast::Digest::new(C::Crc32IsoHdlc), algo),
+            A::Sha256 => Hasher::Sha256(Default::default()),
         }
     }
-    md5
+
+    fn update(&mut self, b: &[u8]) {
+        match self {
+            Hasher::Crc(d, _) => d.update(b),
+            Hasher::Sha256(d) => sha2::Digest::update(d, b),
+            Hasher::Md5(d) => md5::Digest::update(d, b),
+        }
+    }
+
+    /// The checksum thread of one download: hashes every batch until the channel closes.
+    fn consume(mut self, mut batches: mpsc::Receiver<Batch>) -> Self {
+        while let Some(batch) = batches.blocking_recv() {
+            for b in batch.iter() {
+                self.update(b);
+            }
+        }
+        self
+    }
+
+    /// The digest's bytes as S3 sends them (CRCs big-endian, 4 or 8 bytes).
+    fn finish(self) -> Vec<u8> {
+        use crate::backend::ChecksumAlgo as A;
+        match self {
+            Hasher::Crc(d, A::Crc64Nvme) => d.finalize().to_be_bytes().to_vec(),
+            Hasher::Crc(d, _) => (d.finalize() as u32).to_be_bytes().to_vec(),
+            Hasher::Sha256(d) => sha2::Digest::finalize(d).to_vec(),
+            Hasher::Md5(d) => md5::Digest::finalize(d).to_vec(),
+        }
+    }
 }
 
 #[cfg(test)]

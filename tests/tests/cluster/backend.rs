@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_sdk_s3::primitives::ByteStream;
@@ -168,6 +168,10 @@ pub struct Relay {
     pub stall: Arc<AtomicBool>,
     /// Answer every request with a 500 and an S3 error body.
     pub fail500: Arc<AtomicBool>,
+    /// Flip one byte in the body of this many GetObject answers (then pass them through).
+    pub corrupt_gets: Arc<AtomicUsize>,
+    /// GetObject answers that had a byte flipped.
+    pub corrupted: Arc<AtomicUsize>,
     /// Bumped to cut every open connection.
     cut: tokio::sync::watch::Sender<u64>,
 }
@@ -186,6 +190,8 @@ impl Relay {
             down: Arc::default(),
             stall: Arc::default(),
             fail500: Arc::default(),
+            corrupt_gets: Arc::default(),
+            corrupted: Arc::default(),
             cut,
         };
         let (gets, throttle, forwarded, down, cut) = (
@@ -196,6 +202,7 @@ impl Relay {
             r.cut.clone(),
         );
         let (stall, fail500) = (r.stall.clone(), r.fail500.clone());
+        let (corrupt_gets, corrupted) = (r.corrupt_gets.clone(), r.corrupted.clone());
         tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
                 if down.load(Ordering::SeqCst) {
@@ -234,9 +241,12 @@ impl Relay {
                 let (gets, throttle, forwarded) =
                     (gets.clone(), throttle.clone(), forwarded.clone());
                 let mut cut_rx = cut.subscribe();
+                let (corrupt_gets, corrupted) = (corrupt_gets.clone(), corrupted.clone());
                 tokio::spawn(async move {
                     let (mut cr, mut cw) = client.into_split();
                     let (mut sr, mut sw) = server.into_split();
+                    let asked = Arc::new(Mutex::new(Requests::default()));
+                    let mut answers = Answers::new(asked.clone(), corrupt_gets, corrupted);
                     let up = async {
                         let mut buf = vec![0u8; 64 * 1024];
                         loop {
@@ -249,6 +259,7 @@ impl Relay {
                                 text.matches("x-id=GetObject").count(),
                                 Ordering::SeqCst,
                             );
+                            asked.lock().unwrap().feed(&buf[..n]);
                             if sw.write_all(&buf[..n]).await.is_err() {
                                 break;
                             }
@@ -261,6 +272,7 @@ impl Relay {
                                 Ok(0) | Err(_) => break,
                                 Ok(n) => n,
                             };
+                            answers.feed(&mut buf[..n]);
                             if cw.write_all(&buf[..n]).await.is_err() {
                                 break;
                             }
@@ -289,6 +301,149 @@ impl Relay {
 
     pub fn revive(&self) {
         self.down.store(false, Ordering::SeqCst);
+    }
+}
+
+/// What kind of request each answer on a relayed connection belongs to, parsed from the
+/// requests as they pass (heads; bodies skipped by `Content-Length`). A chunked request body
+/// stops the tracking for the connection (nothing is corrupted there).
+#[derive(Default)]
+struct Requests {
+    buf: Vec<u8>,
+    body_left: usize,
+    /// Per request, in order: (is a HEAD, is a GetObject).
+    kinds: std::collections::VecDeque<(bool, bool)>,
+    lost: bool,
+}
+
+fn header_value<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+impl Requests {
+    fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() && !self.lost {
+            if self.body_left > 0 {
+                let n = self.body_left.min(data.len());
+                self.body_left -= n;
+                data = &data[n..];
+                continue;
+            }
+            self.buf.extend_from_slice(data);
+            data = &[];
+            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&self.buf[..end]).into_owned();
+                let rest = self.buf.split_off(end + 4);
+                self.buf.clear();
+                if header_value(&head, "transfer-encoding").is_some() {
+                    self.lost = true;
+                    return;
+                }
+                let len: usize = header_value(&head, "content-length")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                let first = head.lines().next().unwrap_or_default();
+                self.kinds.push_back((
+                    first.starts_with("HEAD "),
+                    first.starts_with("GET ") && first.contains("x-id=GetObject"),
+                ));
+                self.body_left = len;
+                // Whatever followed the head: body bytes first, then the next request.
+                self.feed(&rest);
+                return;
+            }
+        }
+    }
+}
+
+/// The answers on a relayed connection: finds each body and flips one byte in the middle of
+/// the next GetObject body when asked to.
+struct Answers {
+    asked: Arc<Mutex<Requests>>,
+    corrupt_gets: Arc<AtomicUsize>,
+    corrupted: Arc<AtomicUsize>,
+    head: Vec<u8>,
+    /// Body bytes left of the current answer, and the body offset to flip (if any).
+    body_left: u64,
+    flip_in: Option<u64>,
+    lost: bool,
+}
+
+impl Answers {
+    fn new(
+        asked: Arc<Mutex<Requests>>,
+        corrupt_gets: Arc<AtomicUsize>,
+        corrupted: Arc<AtomicUsize>,
+    ) -> Self {
+        Self {
+            asked,
+            corrupt_gets,
+            corrupted,
+            head: Vec::new(),
+            body_left: 0,
+            flip_in: None,
+            lost: false,
+        }
+    }
+
+    fn feed(&mut self, data: &mut [u8]) {
+        let mut at = 0;
+        while at < data.len() && !self.lost {
+            if self.body_left > 0 {
+                let n = (self.body_left as usize).min(data.len() - at);
+                if let Some(k) = self.flip_in
+                    && (k as usize) < n
+                {
+                    data[at + k as usize] ^= 0x20;
+                    self.corrupted.fetch_add(1, Ordering::SeqCst);
+                    self.flip_in = None;
+                }
+                if let Some(k) = self.flip_in.as_mut() {
+                    *k -= n as u64;
+                }
+                self.body_left -= n as u64;
+                at += n;
+                continue;
+            }
+            self.head.push(data[at]);
+            at += 1;
+            if !self.head.ends_with(b"\r\n\r\n") {
+                continue;
+            }
+            let head = String::from_utf8_lossy(&self.head).into_owned();
+            self.head.clear();
+            let status = head.get(9..12).unwrap_or_default();
+            if status == "100" {
+                continue;
+            }
+            let Some((is_head, is_get)) = self.asked.lock().unwrap().kinds.pop_front() else {
+                self.lost = true;
+                return;
+            };
+            if header_value(&head, "transfer-encoding").is_some() {
+                self.lost = true;
+                return;
+            }
+            let len: u64 = header_value(&head, "content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            self.body_left = if is_head || status == "304" || status == "204" {
+                0
+            } else {
+                len
+            };
+            let armed = is_get
+                && status.starts_with('2')
+                && self.body_left > 1
+                && self
+                    .corrupt_gets
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+            self.flip_in = armed.then_some(self.body_left / 2);
+        }
     }
 }
 

@@ -767,3 +767,99 @@ async fn large_cold_get_downloads_parts_in_parallel() {
         "served from the cache"
     );
 }
+
+/// Cold GET validation by the backend's checksum (`checksum.validate_cold_get`, on by
+/// default): SeaweedFS stores the CRC32 the SDK sent with the PUT and returns it with
+/// `x-amz-checksum-mode: ENABLED`. One byte flipped on the wire (the relay) is caught: the
+/// client never gets a complete body and nothing is cached. The check used the CRC, not the
+/// ETag's MD5. With validation off the flip is not checked (and is cached: what the property
+/// trades away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cold_get_checks_the_backends_crc_and_caches_nothing_corrupt() {
+    let weed = Weed::start().await;
+    let s3 = weed.client();
+    s3.create_bucket().bucket("gm-crc").send().await.unwrap();
+    let data = content(21, 5 << 20);
+    put_direct(&s3, "gm-crc", "obj.bin", data.clone()).await;
+    put_direct(&s3, "gm-crc", "unchecked.bin", data.clone()).await;
+    let stored = s3
+        .head_object()
+        .bucket("gm-crc")
+        .key("obj.bin")
+        .checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        stored.checksum_crc32().is_some(),
+        "the origin keeps a CRC32"
+    );
+    let relay = Relay::start(&weed.endpoint).await;
+    let c = remote_cluster_with(&relay, 1, &[("GRISTD_COLD_GET_PARALLEL_ABOVE", "1GiB")]).await;
+    let smap = c.smap().await.unwrap();
+    let complete = |url: String| {
+        let http = c.http.clone();
+        async move {
+            let r = http.get(&url).send().await.unwrap();
+            if !r.status().is_success() {
+                return None;
+            }
+            let mut body = r.bytes_stream();
+            let mut out = Vec::new();
+            while let Some(chunk) = body.next().await {
+                out.extend_from_slice(&chunk.ok()?);
+            }
+            Some(out)
+        }
+    };
+    let url = obj_url(&c, "gm-crc", "obj.bin");
+
+    relay.corrupt_gets.store(1, Ordering::SeqCst);
+    let got = complete(url.clone()).await;
+    assert_eq!(
+        relay.corrupted.load(Ordering::SeqCst),
+        1,
+        "the relay flipped a byte"
+    );
+    assert!(
+        got.is_none(),
+        "a body with a flipped byte was served complete"
+    );
+    let mismatch = r#"grist_cold_get_checksum_mismatch_total{algo="crc32"}"#;
+    assert_eq!(super::scrub::metric(&c, &smap, mismatch).await, 1);
+    // Nothing cached: the next GET downloads again, gets the good bytes, and caches them.
+    let before = relay.object_gets.load(Ordering::SeqCst);
+    assert!(complete(url.clone()).await.as_deref() == Some(&data[..]));
+    assert_eq!(relay.object_gets.load(Ordering::SeqCst), before + 1);
+    assert!(complete(url.clone()).await.as_deref() == Some(&data[..]));
+    assert_eq!(
+        relay.object_gets.load(Ordering::SeqCst),
+        before + 1,
+        "cached"
+    );
+    let validated = |algo: &str| format!(r#"grist_cold_get_validated_total{{algo="{algo}"}}"#);
+    assert_eq!(
+        super::scrub::metric(&c, &smap, &validated("crc32")).await,
+        1
+    );
+    assert_eq!(super::scrub::metric(&c, &smap, &validated("md5")).await, 0);
+
+    // Validation off: the flipped byte goes through unchecked.
+    c.grist_ok(&[
+        "bucket",
+        "props",
+        "set",
+        "s3://gm-crc",
+        "checksum.validate_cold_get=false",
+    ]);
+    relay.corrupt_gets.store(1, Ordering::SeqCst);
+    let got = complete(obj_url(&c, "gm-crc", "unchecked.bin"))
+        .await
+        .unwrap();
+    assert_eq!(relay.corrupted.load(Ordering::SeqCst), 2);
+    assert!(
+        got != data,
+        "validation off: the flipped byte is not caught"
+    );
+    assert_eq!(super::scrub::metric(&c, &smap, mismatch).await, 1);
+}
