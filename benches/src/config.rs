@@ -1,9 +1,6 @@
-//! Command-line options of `grist-bench` and their validation into a [`Config`].
-//!
-//! Flags for workloads that cannot run yet (S3 client, archive members, get-batch, evict for
-//! cold reads) are accepted by the parser so `--help` lists them, and then refused here with a
-//! clear message: a load generator that silently ignores a requested mode would report numbers for a
-//! workload nobody asked for.
+//! Command-line options of `grist-bench` and their validation into a [`Config`]: combinations
+//! that cannot mean what they say (a PUT of an archive member, verifying a get-batch archive
+//! against one object's bytes) are refused with a clear message rather than measured.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -21,7 +18,8 @@ pub enum Mode {
     Direct,
     /// Plain `GET <endpoint>/<name>` (nginx and other HTTP baselines); GET only.
     Http,
-    /// S3 API (grist-bench has no S3 client yet; refused).
+    /// S3 API of the endpoint (path-style `<endpoint>/<bucket>/<name>`), every request signed
+    /// with SigV4 (`--s3-access-key`, `--s3-secret-key`); native buckets only.
     S3,
 }
 
@@ -117,16 +115,35 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub write_files: Option<PathBuf>,
 
-    /// Read members of archives (shards). Not implemented by Gristmill yet: refused.
-    #[arg(long, hide_short_help = true)]
+    /// S3 access key (`--mode s3`); default: the key a cluster with auth off accepts.
+    #[arg(long, env = "AWS_ACCESS_KEY_ID", default_value = gristmill_core::api::s3_default::ACCESS_KEY)]
+    pub s3_access_key: String,
+    /// S3 secret key (`--mode s3`).
+    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", default_value = gristmill_core::api::s3_default::SECRET_KEY, hide_env_values = true)]
+    pub s3_secret_key: String,
+    /// Region the S3 signatures name.
+    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+    pub s3_region: String,
+    /// Read this member of every object instead of the object (each object is an archive:
+    /// a shard); GETs only, byte counts without --verify.
+    #[arg(long)]
     pub archpath: Option<String>,
-    /// Get-batch requests of this many objects. Not implemented by Gristmill yet: refused.
-    #[arg(long, hide_short_help = true)]
-    pub batch_size: Option<u64>,
-    /// Evict remote-bucket objects before reading (cold GET). Not implemented here: refused;
-    /// use `grist evict` (see benches/cold_get.sh).
-    #[arg(long, hide_short_help = true)]
+    /// Every GET is one get-batch request (`/v1/ml/moss`) for this many objects of the set,
+    /// answered as one streamed archive; GETs only (proxy mode), without --verify.
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Evict the remote bucket's cached objects (keeping the bucket) before the timed phase,
+    /// so it measures cold GETs.
+    #[arg(long)]
     pub evict_first: bool,
+}
+
+/// SigV4 credentials of `--mode s3`.
+#[derive(Debug, Clone)]
+pub struct S3Keys {
+    pub access_key: String,
+    pub secret_key: String,
+    pub region: String,
 }
 
 /// Validated options.
@@ -155,6 +172,11 @@ pub struct Config {
     pub timeout: Duration,
     pub seed: u64,
     pub write_files: Option<PathBuf>,
+    /// `--mode s3`: the signing keys.
+    pub s3: Option<S3Keys>,
+    pub archpath: Option<String>,
+    pub batch_size: Option<usize>,
+    pub evict_first: bool,
 }
 
 /// Longest object this tool generates (its content pool lives in memory).
@@ -162,21 +184,30 @@ const MAX_OBJECT_SIZE: u64 = 4 << 30;
 
 impl Args {
     pub fn validate(self) -> anyhow::Result<Config> {
-        if self.mode == Mode::S3 {
-            bail!(
-                "--mode s3 is not supported yet: grist-bench has no S3 client (SigV4) yet; use --mode proxy or --mode direct"
-            );
+        let writes = self.pct_put > 0 || self.put_first;
+        if let Some(member) = &self.archpath {
+            if member.is_empty() {
+                bail!("--archpath names a member: give its path inside each archive");
+            }
+            if writes || self.verify || self.batch_size.is_some() {
+                bail!(
+                    "--archpath reads members: no --pct-put, --put-first, --verify or --batch-size"
+                );
+            }
+            if !matches!(self.mode, Mode::Proxy | Mode::Direct) {
+                bail!("--archpath works with --mode proxy or direct (the native API)");
+            }
         }
-        if self.archpath.is_some() {
-            bail!("--archpath: archive (shard) member reads are not implemented by Gristmill yet");
-        }
-        if self.batch_size.is_some() {
-            bail!("--batch-size: get-batch is not implemented by Gristmill yet");
-        }
-        if self.evict_first {
-            bail!(
-                "--evict-first is not implemented in grist-bench: run `grist evict s3://BUCKET --keep-md` before the pass (benches/cold_get.sh does)"
-            );
+        if let Some(n) = self.batch_size {
+            if n == 0 {
+                bail!("--batch-size must be at least 1");
+            }
+            if writes || self.verify {
+                bail!("--batch-size is GETs only, without --verify (the answer is an archive)");
+            }
+            if self.mode != Mode::Proxy {
+                bail!("--batch-size works with --mode proxy (get-batch goes through the proxy)");
+            }
         }
         if self.pct_put > 100 {
             bail!("--pct-put must be 0..=100, got {}", self.pct_put);
@@ -231,6 +262,9 @@ impl Args {
         };
         let interval = parse_duration(&self.interval).context("--interval")?;
         let timeout = parse_duration(&self.timeout).context("--timeout")?;
+        if self.mode == Mode::Http && self.evict_first {
+            bail!("--mode http has no buckets (drop --evict-first)");
+        }
         let bucket = if self.mode == Mode::Http {
             // Unused, but keep the type simple.
             Bck::parse_uri("ais://http")?.0
@@ -239,6 +273,18 @@ impl Args {
                 .map_err(|e| anyhow::anyhow!("--bucket {}: {}", self.bucket, e.message))?;
             if !rest.is_empty() {
                 bail!("--bucket names a bucket, not an object: {}", self.bucket);
+            }
+            if self.mode == Mode::S3 && bck.provider.is_remote() {
+                bail!(
+                    "--mode s3 reads native buckets (ais://) only, got {}",
+                    self.bucket
+                );
+            }
+            if self.evict_first && !bck.provider.is_remote() {
+                bail!(
+                    "--evict-first evicts a remote bucket's cache; {} is native",
+                    self.bucket
+                );
             }
             // Remote buckets (s3://, ht://) are read through Gristmill's cache: GETs only,
             // since a PUT would write through to the remote and there is nothing to create.
@@ -279,6 +325,14 @@ impl Args {
             timeout,
             seed: self.seed.unwrap_or_else(rand::random),
             write_files: self.write_files,
+            s3: (self.mode == Mode::S3).then_some(S3Keys {
+                access_key: self.s3_access_key,
+                secret_key: self.s3_secret_key,
+                region: self.s3_region,
+            }),
+            archpath: self.archpath,
+            batch_size: self.batch_size,
+            evict_first: self.evict_first,
         })
     }
 }
@@ -400,12 +454,18 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_features_are_refused() {
+    fn contradictory_options_are_refused() {
         for extra in [
-            &["--mode", "s3"][..],
-            &["--archpath", "a/b.jpg"],
-            &["--batch-size", "8"],
+            &["--mode", "s3", "--bucket", "s3://x"][..],
+            &["--archpath", "a/b.jpg", "--verify"],
+            &["--archpath", "a/b.jpg", "--pct-put", "10"],
+            &["--archpath", "a/b.jpg", "--mode", "s3"],
+            &["--archpath", ""],
+            &["--batch-size", "8", "--verify"],
+            &["--batch-size", "8", "--mode", "direct"],
+            &["--batch-size", "0"],
             &["--evict-first"],
+            &["--evict-first", "--mode", "http"],
             &["--mode", "http", "--pct-put", "10"],
             &["--mode", "http", "--create-bucket"],
             &["--pct-put", "101"],
@@ -419,5 +479,23 @@ mod tests {
             let err = args(extra).validate().unwrap_err();
             assert!(!err.to_string().is_empty(), "{extra:?}");
         }
+    }
+
+    #[test]
+    fn new_modes_are_accepted() {
+        let c = args(&["--mode", "s3", "--pct-put", "50"])
+            .validate()
+            .unwrap();
+        assert_eq!(c.s3.unwrap().region, "us-east-1");
+        let c = args(&["--archpath", "a/b.jpg", "--mode", "direct"])
+            .validate()
+            .unwrap();
+        assert_eq!(c.archpath.as_deref(), Some("a/b.jpg"));
+        let c = args(&["--batch-size", "16"]).validate().unwrap();
+        assert_eq!(c.batch_size, Some(16));
+        let c = args(&["--evict-first", "--bucket", "s3://x"])
+            .validate()
+            .unwrap();
+        assert!(c.evict_first);
     }
 }

@@ -35,9 +35,17 @@ pub async fn run(cfg: Config) -> anyhow::Result<bool> {
         return Ok(true);
     }
     let client = client::build_client(&cfg)?;
-    let urls = Arc::new(client::object_urls(&cfg, &set).await?);
+    let mut urls = client::object_urls(&cfg, &set).await?;
+    if let Some(member) = &cfg.archpath {
+        urls = client::with_archpath(urls, member);
+    }
+    let urls = Arc::new(urls);
     if cfg.create_bucket {
         client::create_bucket(&cfg.endpoint, &cfg.bucket).await?;
+    }
+    if cfg.evict_first {
+        client::evict(&cfg.endpoint, &cfg.bucket).await?;
+        eprintln!("evicted {}: the timed GETs are cold", cfg.bucket);
     }
     eprintln!(
         "grist-bench: mode {:?}, {} objects of {}, {} workers, {} threads, put {}%, order {:?}, seed {}",
@@ -123,6 +131,11 @@ async fn run_phase(
         deadline: phase.duration.map(|d| start + d),
         pct_put: phase.pct_put,
         verify: cfg.verify,
+        signer: cfg.s3.as_ref().map(client::Signer::new),
+        member: cfg.archpath.is_some(),
+        batch: cfg.batch_size,
+        endpoint: cfg.endpoint.clone(),
+        bucket: cfg.bucket.clone(),
     });
     let recorders: Vec<Arc<Recorder>> = (0..cfg.workers)
         .map(|_| Arc::new(Recorder::default()))
@@ -233,6 +246,14 @@ struct Shared {
     deadline: Option<Instant>,
     pct_put: u32,
     verify: bool,
+    /// `--mode s3`: requests are signed.
+    signer: Option<client::Signer>,
+    /// `--archpath`: GETs read archive members (their sizes are not the objects').
+    member: bool,
+    /// `--batch-size`: every GET is a get-batch of this many objects.
+    batch: Option<usize>,
+    endpoint: String,
+    bucket: gristmill_core::Bck,
 }
 
 /// One closed-loop worker: next object, one request, record, repeat.
@@ -250,6 +271,21 @@ impl Worker {
                 return;
             }
             let Some(i) = s.schedule.next() else { return };
+            if let Some(n) = s.batch {
+                // This object and the next n - 1 of the schedule, in one request.
+                let mut names = vec![s.set.name(i)];
+                while names.len() < n {
+                    let Some(j) = s.schedule.next() else { break };
+                    names.push(s.set.name(j));
+                }
+                let started = Instant::now();
+                let result = client::get_batch(&s.client, &s.endpoint, &s.bucket, &names).await;
+                match result {
+                    Ok(bytes) => self.recorder.success(Op::Get, started.elapsed(), bytes),
+                    Err(e) => self.failed(Op::Get, e),
+                }
+                continue;
+            }
             let op = if s.pct_put >= 100
                 || (s.pct_put > 0 && self.rng.random_range(0..100) < s.pct_put)
             {
@@ -260,8 +296,15 @@ impl Worker {
             let url = &s.urls[i];
             let started = Instant::now();
             let result = match op {
-                Op::Get => client::get(&s.client, url, &s.set.content(i), s.verify).await,
-                Op::Put => client::put(&s.client, url, s.set.content(i)).await,
+                Op::Get => {
+                    let content = (!s.member).then(|| s.set.content(i));
+                    let signer = s.signer.as_ref();
+                    client::get(&s.client, url, content.as_ref(), s.verify, signer).await
+                }
+                Op::Put => {
+                    let signer = s.signer.as_ref();
+                    client::put(&s.client, url, s.set.content(i), signer).await
+                }
             };
             match result {
                 Ok(bytes) => self.recorder.success(op, started.elapsed(), bytes),
