@@ -13,6 +13,9 @@
 #           nothing cached: the target downloads from SeaweedFS while streaming to the client)
 #   warm    the same pass again (served from the targets' disks)
 #   evict   `grist evict s3://BUCKET --keep-md`, checked with `grist ls --cached`
+#   nginx   the baseline cache: nginx with `proxy_cache` (and `proxy_cache_lock`: one upstream
+#           fetch per object) in front of the same SeaweedFS, started with an empty cache per
+#           round: a cold pass (fills its cache) and a warm pass (hits), same client and flags
 # The same client (grist-bench, same flags, same concurrency) does all three passes. Rounds
 # alternate which system goes first; the table shows medians. A second direct reader, s5cmd
 # (SigV4, writing to /dev/shm), runs as a cross-check of the direct numbers. The targets run
@@ -151,6 +154,7 @@ pg_pid="" weed_pid=""
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  nginx_stop || true
   for p in $pg_pid $weed_pid; do
     kill -0 "$p" 2>/dev/null && kill -TERM "$p" 2>/dev/null # the playground stops its nodes
   done
@@ -244,6 +248,78 @@ for _ in $(seq 450); do
 done
 s5 ls >/dev/null 2>&1 || die "SeaweedFS S3 did not come up in 90 s (see $workdir/weed/weed.log)"
 s5 mb "s3://$bucket" >/dev/null
+
+# --- nginx proxy_cache: the baseline cache in front of the same SeaweedFS --------------------
+NGINX=$(command -v nginx || true)
+[ -n "$NGINX" ] || { [ -x /usr/sbin/nginx ] && NGINX=/usr/sbin/nginx; }
+if [ -z "$NGINX" ]; then
+  log "installing nginx (the proxy_cache baseline)"
+  if [ "$(id -u)" = 0 ]; then apt-get install -y -q nginx-light >/dev/null 2>&1 || apt-get install -y -q nginx >/dev/null 2>&1 || true
+  else sudo -n apt-get install -y -q nginx-light >/dev/null 2>&1 || true; fi
+  NGINX=$(command -v nginx || { [ -x /usr/sbin/nginx ] && echo /usr/sbin/nginx; } || true)
+fi
+[ -n "$NGINX" ] || die "nginx is not installed and could not be installed (the proxy_cache baseline)"
+nginx_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+nginx_url=http://127.0.0.1:$nginx_port
+nginx_pid="" nginx_pids="" nginx_dir=""
+nginx_start() { # a fresh nginx with an empty cache (its own directory: workers run as nobody)
+  nginx_dir=$(mktemp -d /tmp/grist-ncache.XXXXXX)
+  chmod 777 "$nginx_dir"
+  mkdir -p "$nginx_dir/cache" "$nginx_dir/tmp"
+  chmod 777 "$nginx_dir/cache" "$nginx_dir/tmp"
+  cat >"$nginx_dir/nginx.conf" <<EOF
+$( [ "$(id -u)" = 0 ] && echo "user nobody $(id -gn nobody 2>/dev/null || echo nogroup);" )
+worker_processes 2;
+pid $nginx_dir/nginx.pid;
+error_log $nginx_dir/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  tcp_nodelay on;
+  keepalive_requests 1000000;
+  client_body_temp_path $nginx_dir/tmp/body;
+  proxy_temp_path $nginx_dir/tmp/proxy;
+  fastcgi_temp_path $nginx_dir/tmp/fastcgi;
+  uwsgi_temp_path $nginx_dir/tmp/uwsgi;
+  scgi_temp_path $nginx_dir/tmp/scgi;
+  proxy_cache_path $nginx_dir/cache levels=1:2 keys_zone=cold:64m max_size=500g inactive=7d use_temp_path=off;
+  upstream seaweed {
+    server 127.0.0.1:$s3_port;
+    keepalive 64;
+  }
+  server {
+    listen 127.0.0.1:$nginx_port;
+    location / {
+      proxy_pass http://seaweed;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_cache cold;
+      proxy_cache_valid 200 7d;
+      proxy_cache_lock on;
+      proxy_cache_lock_timeout 600s;
+      proxy_cache_lock_age 600s;
+    }
+  }
+}
+EOF
+  "$NGINX" -p "$nginx_dir" -e "$nginx_dir/error.log" -c "$nginx_dir/nginx.conf" -g 'daemon off;' &
+  nginx_pid=$!
+  for _ in $(seq 100); do
+    curl -s -o /dev/null "$nginx_url/" && break
+    kill -0 "$nginx_pid" 2>/dev/null || { cat "$nginx_dir/error.log" >&2; die "nginx exited"; }
+    sleep 0.1
+  done
+  nginx_pids="$nginx_pid $(children_of "$nginx_pid" | tr '\n' ' ')"
+}
+nginx_stop() {
+  [ -n "$nginx_pid" ] || return 0
+  kill -TERM "$nginx_pid" 2>/dev/null || true
+  wait "$nginx_pid" 2>/dev/null || true
+  nginx_pid="" nginx_pids=""
+  rm -rf "$nginx_dir"
+}
 
 # --- upload the object sets straight to SeaweedFS -------------------------------------------
 set_args() { # key size count -> grist-bench flags naming the set
@@ -346,11 +422,13 @@ weed_pids="$weed_pid $(children_of "$weed_pid" | tr '\n' ' ')"
 # --- helpers -------------------------------------------------------------------------------
 declare -A CMD # row kind -> command line (first round)
 bench() { # res-key args... : one grist-bench pass; JSON in res/<key>.json, server CPU in .cpu
-  local key=$1 before_w before_g t0 t1
+  local key=$1 before_w before_g t0 t1 cache_pids=$grist_pids
   shift
   [ -n "${CMD[${key%.r*}]:-}" ] || CMD[${key%.r*}]="grist-bench $*"
+  # The cache server's CPU: gristd's, or nginx's in the baseline passes.
+  case "$key" in *-ncold.r* | *-nwarm.r*) cache_pids=$nginx_pids ;; esac
   # shellcheck disable=SC2086 # word splitting of the pid lists is intended
-  before_w=$(cpu_ticks $weed_pids) before_g=$(cpu_ticks $grist_pids)
+  before_w=$(cpu_ticks $weed_pids) before_g=$(cpu_ticks $cache_pids)
   t0=$(date +%s.%N)
   "$BENCH" "$@" --workers "$workers" --epochs 1 --json --interval 0 \
     >"$workdir/res/$key.json" 2>"$workdir/res/$key.err" || {
@@ -359,7 +437,7 @@ bench() { # res-key args... : one grist-bench pass; JSON in res/<key>.json, serv
   }
   t1=$(date +%s.%N)
   # shellcheck disable=SC2086
-  echo "$(($(cpu_ticks $weed_pids) - before_w)) $(($(cpu_ticks $grist_pids) - before_g)) $t0 $t1" \
+  echo "$(($(cpu_ticks $weed_pids) - before_w)) $(($(cpu_ticks $cache_pids) - before_g)) $t0 $t1" \
     >"$workdir/res/$key.cpu"
 }
 s5_direct() { # res-key prefix bytes : s5cmd GETs every object of the prefix once into /dev/shm
@@ -419,8 +497,7 @@ for s in "${sets[@]}"; do
   # shellcheck disable=SC2046
   bench "verify-$key-direct" $(direct_args "$key" "$size" "$count") --verify
   # shellcheck disable=SC2046
-  # --evict-first: grist-bench empties the bucket's cache itself (nothing is cached yet).
-  bench "verify-$key-cold" $(grist_args "$key" "$size" "$count") --verify --evict-first
+  bench "verify-$key-cold" $(grist_args "$key" "$size" "$count") --verify
   # shellcheck disable=SC2046
   bench "verify-$key-warm" $(grist_args "$key" "$size" "$count") --verify
   total=$((${total:-0} + count))
@@ -438,14 +515,21 @@ for r in $(seq "$rounds"); do
       # shellcheck disable=SC2046
       bench "$key-direct.r$r" $(direct_args "$key" "$size" "$count")
     fi
+    # --evict-first: grist-bench empties the bucket's cache itself before the pass (already
+    # empty here: the round's previous `evict` checked that).
     # shellcheck disable=SC2046
-    bench "$key-cold.r$r" $(grist_args "$key" "$size" "$count")
+    bench "$key-cold.r$r" $(grist_args "$key" "$size" "$count") --evict-first
     # shellcheck disable=SC2046
     bench "$key-warm.r$r" $(grist_args "$key" "$size" "$count")
     if [ $((r % 2)) = 0 ]; then
       # shellcheck disable=SC2046
       bench "$key-direct.r$r" $(direct_args "$key" "$size" "$count")
     fi
+    # The baseline cache: nginx proxy_cache, empty at the start of its cold pass.
+    nginx_start
+    bench "$key-ncold.r$r" --mode http --endpoint "$nginx_url/$bucket" $(set_args "$key" "$size" "$count")
+    bench "$key-nwarm.r$r" --mode http --endpoint "$nginx_url/$bucket" $(set_args "$key" "$size" "$count")
+    nginx_stop
     if [ "$use_s5cmd" = 1 ]; then
       bytes=$(python3 -c "import json; print(sum(json.loads(l).get('bytes', 0) for l in open('$workdir/res/$key-direct.r$r.json') if '\"final\"' in l))")
       s5_direct "$key-s5cmd.r$r" "$key" "$bytes"
@@ -657,22 +741,40 @@ report() {
     echo "| $count × $label | $(fmt "$d") MiB/s | $(fmt "$c") MiB/s | $rc | ≥ 0.9 | $met | $(fmt "$w") MiB/s | $(ratio "$w" "$c") |"
   done
   echo
+  echo "Against the baseline cache, nginx \`proxy_cache\` in front of the same SeaweedFS (empty cache per round):"
+  echo
+  echo "| objects | cold via nginx proxy_cache | cold via Gristmill | Gristmill / nginx | goal | met | warm via nginx | warm via Gristmill | Gristmill / nginx |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  local nc nw
+  for s in "${sets[@]}"; do
+    read -r key size count label <<<"$s"
+    read -r c _ <<<"$(stats "$key-cold.r*")"
+    read -r w _ <<<"$(stats "$key-warm.r*")"
+    read -r nc _ <<<"$(stats "$key-ncold.r*")"
+    read -r nw _ <<<"$(stats "$key-nwarm.r*")"
+    rc=$(ratio "$c" "$nc")
+    met=$(awk -v r="$rc" 'BEGIN { print (r != "n/a" && r + 0 >= 1.0) ? "yes" : "no" }')
+    echo "| $count × $label | $(fmt "$nc") MiB/s | $(fmt "$c") MiB/s | $rc | ≥ 1.0 | $met | $(fmt "$nw") MiB/s | $(fmt "$w") MiB/s | $(ratio "$w" "$nw") |"
+  done
+  echo
   echo "Per pass (MiB/s of every round in order; p50 = median latency of one whole-object GET;"
   echo "CPU in seconds per GiB delivered, from /proc/<pid>/stat of the SeaweedFS process, all gristd"
   echo "processes, and the client; busy = all three / (wall time × $(nproc) CPUs)):"
   echo
-  echo "| objects | pass | MiB/s (median) | rounds | p50 ms | SeaweedFS CPU s/GiB | gristd CPU s/GiB | client CPU s/GiB | machine busy |"
+  echo "| objects | pass | MiB/s (median) | rounds | p50 ms | SeaweedFS CPU s/GiB | cache CPU s/GiB (gristd, or nginx) | client CPU s/GiB | machine busy |"
   echo "|---|---|---|---|---|---|---|---|---|"
   local pass mibs p50 wc gc cc busy per
   for s in "${sets[@]}"; do
     read -r key size count label <<<"$s"
-    for pass in direct cold warm s5cmd; do
+    for pass in direct cold warm ncold nwarm s5cmd; do
       [ -n "$(ls "$workdir/res/$key-$pass".r*.json 2>/dev/null)" ] || continue
       read -r mibs p50 wc gc cc busy per <<<"$(stats "$key-$pass.r*")"
       case $pass in
         direct) pname="direct from SeaweedFS" ;;
         cold) pname="cold via Gristmill" ;;
         warm) pname="warm via Gristmill" ;;
+        ncold) pname="cold via nginx proxy_cache" ;;
+        nwarm) pname="warm via nginx proxy_cache" ;;
         s5cmd) pname="s5cmd from SeaweedFS (cross-check)"; p50="–" ;;
       esac
       echo "| $count × $label | $pname | $(fmt "$mibs") | $per | $p50 | $wc | $gc | $cc | $busy% |"
@@ -687,6 +789,7 @@ report() {
     read -r key size count label <<<"$s"
     echo "- $count × $label direct: \`${CMD[$key-direct]}\`"
     echo "- $count × $label cold and warm: \`${CMD[$key-cold]}\`"
+    echo "- $count × $label nginx proxy_cache cold and warm: \`${CMD[$key-ncold]}\`"
     [ -n "${CMD[$key-s5cmd]:-}" ] && echo "- $count × $label s5cmd: \`${CMD[$key-s5cmd]}\`"
   done
   if [ "$profile" = 1 ]; then profile_report; fi

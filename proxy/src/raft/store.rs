@@ -280,14 +280,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StoreResult<()> {
         write(&self.db, ErrorSubject::Logs, move |tx| {
-            let mut table = tx.open_table(LOG)?;
-            let doomed: Vec<u64> = table
-                .range(log_id.index..)?
-                .map(|r| r.map(|(k, _)| k.value()))
-                .collect::<Result<_, _>>()?;
-            for k in doomed {
-                table.remove(k)?;
-            }
+            // Conflicting entries from `log_id` on.
+            tx.open_table(LOG)?
+                .retain_in(log_id.index.., |_, _| false)?;
             Ok(())
         })
         .await
@@ -296,14 +291,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StoreResult<()> {
         write(&self.db, ErrorSubject::Logs, move |tx| {
             put_meta_in(tx, "last_purged", &log_id)?;
-            let mut table = tx.open_table(LOG)?;
-            let doomed: Vec<u64> = table
-                .range(..=log_id.index)?
-                .map(|r| r.map(|(k, _)| k.value()))
-                .collect::<Result<_, _>>()?;
-            for k in doomed {
-                table.remove(k)?;
-            }
+            // Entries up to `log_id`, now covered by the snapshot.
+            tx.open_table(LOG)?
+                .retain_in(..=log_id.index, |_, _| false)?;
             Ok(())
         })
         .await

@@ -297,14 +297,20 @@ async fn start(
         let result: Result<u64, String> = async {
             let (wtx, wrx) = mpsc::channel::<Batch>(BATCHES_QUEUED);
             let ring_fill = done_fill.clone();
-            let writer = tokio::task::spawn_blocking(move || write_file(out, wrx, &ring_fill.ring));
-            // The checksum runs on its own thread, beside the writer: never on the path that
-            // feeds waiting readers.
+            // The checksum is never computed on the path that feeds waiting readers: a CRC
+            // (tens of GB/s) in the writer thread, beside the xxhash; SHA-256 and MD5 on a
+            // thread of their own (one thread hand-off per batch less for the CRCs).
             let hasher = match &check {
                 Some(c) => Some(Hasher::for_algo(c.algo)),
                 None if want_md5 => Some(Hasher::Md5(Default::default())),
                 None => None,
             };
+            let (inline, hasher) = match hasher {
+                Some(h @ Hasher::Crc(..)) => (Some(h), None),
+                other => (None, other),
+            };
+            let writer =
+                tokio::task::spawn_blocking(move || write_file(out, wrx, &ring_fill.ring, inline));
             let (mtx, hash_task) = match hasher {
                 Some(hasher) => {
                     let (mtx, mrx) = mpsc::channel::<Batch>(BATCHES_QUEUED);
@@ -363,11 +369,11 @@ async fn start(
             // so nothing writes the temp file once it is removed.
             drop((wtx, mtx));
             let written = writer.await.map_err(|e| e.to_string())?;
+            let (size, xxhash, inline) = written.map_err(|e| format!("caching {what}: {e}"))?;
             let digest = match hash_task {
                 Some(t) => Some(t.await.map_err(|e| e.to_string())?),
-                None => None,
+                None => inline,
             };
-            let (size, xxhash) = written.map_err(|e| format!("caching {what}: {e}"))?;
             let received = received?;
             if received != expected || size != received {
                 return Err(format!(
@@ -623,13 +629,14 @@ async fn hand_on(
 }
 
 /// The writer thread of one download: writes every batch to the temp file (`writev`, no
-/// copy), computes the xxhash, tells the ring what is written, and syncs the file at the end.
-/// Returns the size and the xxhash state.
+/// copy), computes the xxhash (and `check`, a CRC to validate with), tells the ring what is
+/// written, and syncs the file at the end. Returns the size, the xxhash state and `check`.
 fn write_file(
     mut out: std::fs::File,
     mut batches: mpsc::Receiver<Batch>,
     ring: &Mutex<Ring>,
-) -> std::io::Result<(u64, Xxh64)> {
+    mut check: Option<Hasher>,
+) -> std::io::Result<(u64, Xxh64, Option<Hasher>)> {
     use std::io::{IoSlice, Write};
     let mut xxhash = Xxh64::new(0);
     let mut size = 0u64;
@@ -648,13 +655,16 @@ fn write_file(
         }
         for b in batch.iter() {
             xxhash.update(b);
+            if let Some(c) = check.as_mut() {
+                c.update(b);
+            }
             size += b.len() as u64;
         }
         ring.lock().expect("ring lock").set_written(size);
     }
     // On disk before the (relaxed) index commit can be: never a torn copy after a crash.
     out.sync_data()?;
-    Ok((size, xxhash))
+    Ok((size, xxhash, check))
 }
 
 /// The checksum a download is validated with, as it is computed on its own thread.

@@ -62,14 +62,10 @@ async fn leader(c: &ProxiesCluster) -> Option<usize> {
 }
 
 async fn wait_leader(c: &ProxiesCluster, within: Duration) -> usize {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(i) = leader(c).await {
-            return i;
-        }
-        assert!(Instant::now() < deadline, "no leader within {within:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll_until(within, Duration::from_millis(50), move || async move {
+        leader(c).await.ok_or_else(|| "no leader".to_owned())
+    })
+    .await
 }
 
 /// Bucket names on the node at `url`, linearized on proxies (`/v1/buckets`).
@@ -119,23 +115,19 @@ fn bucket_names(bmd: &Value) -> BTreeSet<String> {
 
 /// Every node (proxies and targets) holds the same bucket metadata version; returns it.
 async fn one_bmd(c: &ProxiesCluster, urls: &[String], within: Duration) -> Value {
-    let deadline = Instant::now() + within;
-    loop {
+    poll_until(within, Duration::from_millis(200), move || async move {
         let mut all = Vec::new();
         for u in urls {
             all.push(bmd_at(&c.http, u).await);
         }
         let v = |b: &Value| (b["version"].as_u64(), b["term"].as_u64());
         if all.iter().all(|b| v(b) == v(&all[0])) {
-            return all.swap_remove(0);
+            return Ok(all.swap_remove(0));
         }
         let versions: Vec<_> = all.iter().map(v).collect();
-        assert!(
-            Instant::now() < deadline,
-            "bucket metadata differs after {within:?}: {versions:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        Err(format!("bucket metadata differs: {versions:?}"))
+    })
+    .await
 }
 
 /// The scenario. Proxy B paused; a bucket created through the leader A is acknowledged
@@ -235,20 +227,33 @@ async fn a_paused_proxy_cannot_lead_without_an_acknowledged_change() {
     assert_eq!(bucket_names(&bmd), BTreeSet::from(["x".to_owned()]));
 }
 
-/// The first success of `f` within 30 s.
-async fn eventually<T, F, Fut>(f: F) -> T
+/// The first `Ok` of `f`, tried every `every` for at most `within`; after that the test fails
+/// with the last error.
+async fn poll_until<T, F, Fut>(within: Duration, every: Duration, mut f: F) -> T
 where
-    F: Fn() -> Fut,
+    F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, String>>,
 {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + within;
     loop {
         match f().await {
             Ok(v) => return v,
-            Err(e) => assert!(Instant::now() < deadline, "still failing after 30 s: {e}"),
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "still failing after {within:?}: {e}"
+            ),
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(every).await;
     }
+}
+
+/// The first success of `f` within 30 s.
+async fn eventually<T, F, Fut>(f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    poll_until(Duration::from_secs(30), Duration::from_millis(200), f).await
 }
 
 /// One client operation and how it ended.
@@ -800,18 +805,22 @@ async fn one_proxy_grows_to_three_voters_and_shrinks_back() {
     let urls: Vec<String> = std::iter::once(first.clone())
         .chain(joined.iter().map(|(u, _)| u.clone()))
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let mut counts = Vec::new();
-        for u in &urls {
-            counts.push(voters(&c.http, u).await);
-        }
-        if counts.iter().all(|n| *n == 3) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "voters per proxy: {counts:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let (http, urls_ref) = (&c.http, &urls);
+    poll_until(
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        move || async move {
+            let mut counts = Vec::new();
+            for u in urls_ref {
+                counts.push(voters(http, u).await);
+            }
+            if counts.iter().all(|n| *n == 3) {
+                return Ok(());
+            }
+            Err(format!("voters per proxy: {counts:?}"))
+        },
+    )
+    .await;
     let map = c
         .one_map(&urls, |m| m.pmap.len() == 3, Duration::from_secs(60))
         .await
