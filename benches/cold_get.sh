@@ -440,20 +440,27 @@ bench() { # res-key args... : one grist-bench pass; JSON in res/<key>.json, serv
   echo "$(($(cpu_ticks $weed_pids) - before_w)) $(($(cpu_ticks $cache_pids) - before_g)) $t0 $t1" \
     >"$workdir/res/$key.cpu"
 }
-s5_direct() { # res-key prefix bytes : s5cmd GETs every object of the prefix once into /dev/shm
-  local key=$1 prefix=$2 bytes=$3 before_w t0 t1
+s5_direct() { # res-key prefix bytes [url bucket] : s5cmd GETs every object of the prefix once
+  # into /dev/shm, from SeaweedFS (default) or, given `url bucket`, through Gristmill's S3 API
+  # (the key a cluster with auth off accepts; the gristd CPU goes in the cache column).
+  local key=$1 prefix=$2 bytes=$3 url=${4:-$s3_url} from=${5:-$bucket} before_w before_g t0 t1
+  local -a keys=()
+  [ "$url" = "$s3_url" ] || keys=(env AWS_ACCESS_KEY_ID=gristmill AWS_SECRET_ACCESS_KEY=gristmill-secret)
   shm_dir=$(mktemp -d /dev/shm/grist-coldget.XXXXXX)
   [ -n "${CMD[${key%.r*}]:-}" ] ||
-    CMD[${key%.r*}]="s5cmd --endpoint-url $s3_url --numworkers $workers cp -c 1 -p 1024 's3://$bucket/$prefix/*' /dev/shm/..."
+    CMD[${key%.r*}]="s5cmd --endpoint-url $url --numworkers $workers cp -c 1 -p 1024 's3://$from/$prefix/*' /dev/shm/..."
   # shellcheck disable=SC2086
-  before_w=$(cpu_ticks $weed_pids)
+  before_w=$(cpu_ticks $weed_pids) before_g=$(cpu_ticks $grist_pids)
   t0=$(date +%s.%N)
-  /usr/bin/time -f '%U %S' -o "$workdir/res/$key.time" \
-    "$S5CMD" --endpoint-url "$s3_url" --numworkers "$workers" cp -c 1 -p 1024 \
-    "s3://$bucket/$prefix/*" "$shm_dir/" >"$workdir/res/$key.log" 2>&1 || die "s5cmd failed (see $workdir/res/$key.log)"
+  "${keys[@]}" /usr/bin/time -f '%U %S' -o "$workdir/res/$key.time" \
+    "$S5CMD" --endpoint-url "$url" --numworkers "$workers" cp -c 1 -p 1024 \
+    "s3://$from/$prefix/*" "$shm_dir/" >"$workdir/res/$key.log" 2>&1 || die "s5cmd failed (see $workdir/res/$key.log)"
   t1=$(date +%s.%N)
+  local grist_ticks=0
   # shellcheck disable=SC2086
-  echo "$(($(cpu_ticks $weed_pids) - before_w)) 0 $t0 $t1" >"$workdir/res/$key.cpu"
+  [ "$url" = "$s3_url" ] || grist_ticks=$(($(cpu_ticks $grist_pids) - before_g))
+  # shellcheck disable=SC2086
+  echo "$(($(cpu_ticks $weed_pids) - before_w)) $grist_ticks $t0 $t1" >"$workdir/res/$key.cpu"
   python3 - "$bytes" "$t0" "$t1" "$workdir/res/$key.time" >"$workdir/res/$key.json" <<'EOF'
 import json, sys
 nbytes, t0, t1 = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
@@ -537,6 +544,24 @@ for r in $(seq "$rounds"); do
     evict
   done
 done
+
+# --- s5cmd through Gristmill's S3 API ------------------------------------------------------
+# The same objects PUT into a native bucket (S3 serves native buckets), read warm by s5cmd
+# through the proxy's S3 API: compare with the s5cmd rows straight from SeaweedFS.
+if [ "$use_s5cmd" = 1 ]; then
+  for s in "${sets[@]}"; do
+    read -r key size count _ <<<"$s"
+    log "s5cmd through Gristmill's S3 API: $count x $size, warm, native bucket s5-warm"
+    # shellcheck disable=SC2046
+    "$BENCH" --mode direct --endpoint "$endpoint" --bucket s5-warm --create-bucket $(set_args "$key" "$size" "$count") \
+      --pct-put 100 --epochs 1 --order seq --workers "$workers" --interval 0 >/dev/null 2>&1 || die "PUT into s5-warm failed"
+    bytes=$(python3 -c "import json; print(sum(json.loads(l).get('bytes', 0) for l in open('$workdir/res/$key-direct.r1.json') if '\"final\"' in l))")
+    s5_direct "$key-s5warmup" "$key" "$bytes" "$endpoint" s5-warm # page cache and zero-copy records
+    for r in $(seq "$rounds"); do
+      s5_direct "$key-s5grist.r$r" "$key" "$bytes" "$endpoint" s5-warm
+    done
+  done
+fi
 
 # --- profile (untimed) ----------------------------------------------------------------------
 target_pids=""
@@ -766,7 +791,7 @@ report() {
   local pass mibs p50 wc gc cc busy per
   for s in "${sets[@]}"; do
     read -r key size count label <<<"$s"
-    for pass in direct cold warm ncold nwarm s5cmd; do
+    for pass in direct cold warm ncold nwarm s5cmd s5grist; do
       [ -n "$(ls "$workdir/res/$key-$pass".r*.json 2>/dev/null)" ] || continue
       read -r mibs p50 wc gc cc busy per <<<"$(stats "$key-$pass.r*")"
       case $pass in
@@ -776,6 +801,7 @@ report() {
         ncold) pname="cold via nginx proxy_cache" ;;
         nwarm) pname="warm via nginx proxy_cache" ;;
         s5cmd) pname="s5cmd from SeaweedFS (cross-check)"; p50="–" ;;
+        s5grist) pname="s5cmd via Gristmill's S3 API (warm, native bucket)"; p50="–" ;;
       esac
       echo "| $count × $label | $pname | $(fmt "$mibs") | $per | $p50 | $wc | $gc | $cc | $busy% |"
     done
@@ -791,6 +817,7 @@ report() {
     echo "- $count × $label cold and warm: \`${CMD[$key-cold]}\`"
     echo "- $count × $label nginx proxy_cache cold and warm: \`${CMD[$key-ncold]}\`"
     [ -n "${CMD[$key-s5cmd]:-}" ] && echo "- $count × $label s5cmd: \`${CMD[$key-s5cmd]}\`"
+    [ -n "${CMD[$key-s5grist]:-}" ] && echo "- $count × $label s5cmd through Gristmill: \`${CMD[$key-s5grist]}\`"
   done
   if [ "$profile" = 1 ]; then profile_report; fi
   return 0
