@@ -136,9 +136,47 @@ pub async fn track_requests(req: Request, next: Next) -> Response {
     resp
 }
 
-/// `GET /v1/health`.
+/// `GET /v1/health`: liveness (the process answers).
 pub async fn health() -> StatusCode {
     StatusCode::OK
+}
+
+/// `GET /v1/health?ready=true`: whether the node can serve now. Each role decides
+/// (`not_ready`: why not); plain `/v1/health` stays a liveness probe.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct HealthQuery {
+    #[serde(default)]
+    pub ready: Option<String>,
+}
+
+impl HealthQuery {
+    pub fn wants_readiness(&self) -> bool {
+        self.ready
+            .as_deref()
+            .is_some_and(|v| v == "true" || v == "1" || v.is_empty())
+    }
+}
+
+/// The readiness answer: 200 `{"ready":true}`, or 503 with the reason as the error message
+/// (and `Retry-After: 1`).
+pub fn readiness(not_ready: Option<String>) -> Response {
+    match not_ready {
+        None => (
+            StatusCode::OK,
+            axum::Json(serde_json::json!({"ready": true})),
+        )
+            .into_response(),
+        Some(why) => {
+            let mut resp = ApiError::new(
+                gristmill_core::ErrorKind::Unavailable,
+                format!("not ready: {why}"),
+            )
+            .into_response();
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp
+        }
+    }
 }
 
 /// A 307 to `location` (object requests go to their owner this way).

@@ -74,7 +74,7 @@ pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<S3Service>) -> Router {
         .route("/v1/cluster/join", post(join))
         .route("/v1/cluster/keepalive", post(keepalive))
         .route("/v1/metasync", put(metasync))
-        .route("/v1/health", get(gristmill_node::server::health))
+        .route("/v1/health", get(health))
         // Only GET /metrics is ours; other methods on /metrics are S3 requests for a bucket of
         // that name, answered by the S3 front (which refuses the name with an S3 error).
         .route(
@@ -191,6 +191,30 @@ async fn drain_unless_expect_continue(req: Request) {
 }
 
 /// `GET /v1/buckets {"action":"list"}`: JSON array of buckets.
+/// `GET /v1/health`: liveness; with `?ready=true`, whether this proxy can serve: it holds a
+/// cluster map that lists it, and the control plane has a leader. (No target is required:
+/// targets join through ready proxies.)
+async fn health(
+    State(p): State<Arc<Proxy>>,
+    Query(q): Query<gristmill_node::server::HealthQuery>,
+) -> Response {
+    if !q.wants_readiness() {
+        return StatusCode::OK.into_response();
+    }
+    let smap = p.smap();
+    let why = if smap.version == 0 || !smap.pmap.contains_key(&p.id) {
+        Some(format!(
+            "proxy {} has no cluster map that lists it yet (version {})",
+            p.id, smap.version
+        ))
+    } else if p.primary_url().is_empty() {
+        Some("the control plane has no leader (no quorum of proxies)".to_owned())
+    } else {
+        None
+    };
+    gristmill_node::server::readiness(why)
+}
+
 async fn list_buckets(State(p): State<Arc<Proxy>>, Query(params): Params) -> ApiResult {
     p.linearize().await?;
     let provider = match params.get(q::PROVIDER).map(String::as_str) {

@@ -30,6 +30,8 @@ mod exact;
 mod hardening;
 #[path = "cluster/jobs.rs"]
 mod jobs;
+#[path = "cluster/ops.rs"]
+mod ops;
 #[path = "cluster/proxies.rs"]
 mod proxies;
 #[path = "cluster/remote.rs"]

@@ -54,7 +54,7 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
             "/v1/daemon/mountpaths",
             put(crate::cluster::resilver::change),
         )
-        .route("/v1/health", get(gristmill_node::server::health))
+        .route("/v1/health", get(node::health))
         .route("/metrics", get(gristmill_node::server::metrics_endpoint));
     let router = router.merge(crate::shards::routes());
     gristmill_node::server::with_fallbacks(router)

@@ -11,6 +11,60 @@ use gristmill_core::ApiError;
 use gristmill_core::api::query as q;
 use std::sync::Arc;
 
+/// `GET /v1/health`: liveness; with `?ready=true`, whether this target can take requests and
+/// new objects: it is in the cluster map, not in maintenance, and has at least one mountpath
+/// attached and writable (a probe file is created and removed in each one's `tmp/`).
+pub(crate) async fn health(
+    State(t): State<Arc<Target>>,
+    Query(q): Query<gristmill_node::server::HealthQuery>,
+) -> Response {
+    if !q.wants_readiness() {
+        return axum::http::StatusCode::OK.into_response();
+    }
+    gristmill_node::server::readiness(not_ready(&t).await)
+}
+
+async fn not_ready(t: &Target) -> Option<String> {
+    use gristmill_core::smap::{FLAG_DECOMMISSION, FLAG_MAINTENANCE};
+    let smap = t.smap();
+    let Some(me) = smap.tmap.get(&t.id) else {
+        return Some(format!(
+            "target {} is not in the cluster map (version {}) yet",
+            t.id, smap.version
+        ));
+    };
+    if me.flags & (FLAG_MAINTENANCE | FLAG_DECOMMISSION) != 0 {
+        return Some(format!(
+            "target {} is in maintenance: it takes no new placements",
+            t.id
+        ));
+    }
+    let mountpaths: Vec<std::path::PathBuf> = t
+        .store
+        .mountpaths()
+        .iter()
+        .map(|m| m.path.clone())
+        .collect();
+    if mountpaths.is_empty() {
+        return Some("no mountpath is attached".to_owned());
+    }
+    let probe = tokio::task::spawn_blocking(move || {
+        for mp in mountpaths {
+            let file = mp
+                .join("tmp")
+                .join(format!(".ready-{}", std::process::id()));
+            let written = std::fs::write(&file, b"ready");
+            let _ = std::fs::remove_file(&file);
+            if let Err(e) = written {
+                return Some(format!("mountpath {} is not writable: {e}", mp.display()));
+            }
+        }
+        None
+    })
+    .await;
+    probe.unwrap_or_else(|e| Some(format!("mountpath probe failed: {e}")))
+}
+
 pub(crate) async fn daemon(State(t): State<Arc<Target>>, Query(params): Params) -> ApiResult {
     match params.get(q::WHAT).map(String::as_str) {
         Some("smap") => Ok(axum::Json(t.smap().as_ref().clone()).into_response()),
