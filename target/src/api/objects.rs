@@ -4,12 +4,22 @@
 use super::route::{Params, Routed};
 use crate::ApiResult;
 use crate::Target;
-use crate::read::local::object_headers;
+use crate::read::local::{ReadRequest, object_headers};
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::response::IntoResponse;
 use gristmill_core::ApiError;
 use std::sync::Arc;
+
+/// A GET through the read path, with the request's query, headers and connection.
+async fn get(
+    t: &Target,
+    bck: &gristmill_core::Bck,
+    name: &str,
+    read: crate::read::local::ReadRequest<'_>,
+) -> ApiResult {
+    crate::read::get_object(t, bck, name, &read).await
+}
 
 pub(crate) async fn object(
     State(t): State<Arc<Target>>,
@@ -28,13 +38,7 @@ pub(crate) async fn object(
     if !remote && matches!(*req.method(), Method::GET | Method::HEAD) {
         let method = req.method().clone();
         let local = if method == Method::GET {
-            crate::read::get_object(
-                &t,
-                &bck,
-                &name,
-                &crate::read::local::ReadRequest::of(&params, &req),
-            )
-            .await
+            get(&t, &bck, &name, ReadRequest::of(&params, &req)).await
         } else {
             crate::read::local::head_object(&t, &bck, &name, req.headers())
         };
@@ -54,13 +58,7 @@ pub(crate) async fn object(
                     // It may have arrived here while we asked elsewhere (the sender drops its
                     // copy only after ours is committed): look once more.
                     None if method == Method::GET => {
-                        let again = crate::read::get_object(
-                            &t,
-                            &bck,
-                            &name,
-                            &crate::read::local::ReadRequest::of(&params, &req),
-                        )
-                        .await;
+                        let again = get(&t, &bck, &name, ReadRequest::of(&params, &req)).await;
                         if again.is_err() {
                             tracing::debug!(object = %name, smap = t.smap().version, "GET: not here nor at a past owner");
                         }
@@ -73,15 +71,7 @@ pub(crate) async fn object(
         };
     }
     match *req.method() {
-        Method::GET => {
-            crate::read::get_object(
-                &t,
-                &bck,
-                &name,
-                &crate::read::local::ReadRequest::of(&params, &req),
-            )
-            .await
-        }
+        Method::GET => get(&t, &bck, &name, ReadRequest::of(&params, &req)).await,
         Method::HEAD if remote => {
             crate::read::remote::head_object(&t, &bck, &name, req.headers()).await
         }

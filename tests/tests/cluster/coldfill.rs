@@ -88,7 +88,7 @@ fn md5_hex(data: &[u8]) -> String {
 }
 
 /// GETs `url`; Some(bytes) only when the status and the whole body stream succeeded.
-async fn get_complete(c: &Cluster, url: &str) -> Option<Vec<u8>> {
+pub(super) async fn get_complete(c: &Cluster, url: &str) -> Option<Vec<u8>> {
     let r = c.http.get(url).send().await.unwrap();
     if !r.status().is_success() {
         return None;

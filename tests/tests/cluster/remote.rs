@@ -798,19 +798,8 @@ async fn cold_get_checks_the_backends_crc_and_caches_nothing_corrupt() {
     let c = remote_cluster_with(&relay, 1, &[("GRISTD_COLD_GET_PARALLEL_ABOVE", "1GiB")]).await;
     let smap = c.smap().await.unwrap();
     let complete = |url: String| {
-        let http = c.http.clone();
-        async move {
-            let r = http.get(&url).send().await.unwrap();
-            if !r.status().is_success() {
-                return None;
-            }
-            let mut body = r.bytes_stream();
-            let mut out = Vec::new();
-            while let Some(chunk) = body.next().await {
-                out.extend_from_slice(&chunk.ok()?);
-            }
-            Some(out)
-        }
+        let c = &c;
+        async move { super::coldfill::get_complete(c, &url).await }
     };
     let url = obj_url(&c, "gm-crc", "obj.bin");
 
