@@ -329,42 +329,31 @@ for s in "${sets[@]}"; do
   read -r key size count _ <<<"$s"
   # shellcheck disable=SC2046 # set_args is a word list
   "$BENCH" --write-files "$workdir/src" $(set_args "$key" "$size" "$count") 2>/dev/null
-  if [ "$crc" = 1 ]; then
-    log "uploading $count x $size to s3://$bucket/$key/ (boto3, single-part PUTs with a CRC32)"
-    "$PYTHON" - "$s3_url" "$bucket" "$workdir/src" "$key" >"$workdir/res/upload-$key.log" 2>&1 <<'EOF' \
-      || die "upload failed (see $workdir/res/upload-$key.log)"
-import os, sys
-from concurrent.futures import ThreadPoolExecutor
-import boto3
-url, bucket, src, key = sys.argv[1:]
-s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1")
-def up(name):
-    obj = f"{key}/{name}"
-    with open(os.path.join(src, key, name), "rb") as f:
-        s3.put_object(Bucket=bucket, Key=obj, Body=f.read(), ChecksumAlgorithm="CRC32")
-    head = s3.head_object(Bucket=bucket, Key=obj, ChecksumMode="ENABLED")
-    assert head.get("ChecksumCRC32"), f"{obj}: SeaweedFS kept no CRC32"
-with ThreadPoolExecutor(8) as pool:
-    list(pool.map(up, sorted(os.listdir(os.path.join(src, key)))))
-EOF
-  elif [ "$multipart" = 0 ]; then
+  if [ "$crc" = 0 ] && [ "$multipart" = 0 ]; then
     log "uploading $count x $size to s3://$bucket/$key/ (s5cmd, single-part PUTs)"
     s5 --numworkers 8 cp -p 1024 "$workdir/src/$key/*" "s3://$bucket/$key/" >"$workdir/res/upload-$key.log" \
       || die "upload failed (see $workdir/res/upload-$key.log)"
   else
-    log "uploading $count x $size to s3://$bucket/$key/ (boto3, one-part multipart uploads)"
-    "$PYTHON" - "$s3_url" "$bucket" "$workdir/src" "$key" >"$workdir/res/upload-$key.log" 2>&1 <<'EOF' \
+    how=$( [ "$crc" = 1 ] && echo crc || echo multipart )
+    log "uploading $count x $size to s3://$bucket/$key/ (boto3, $( [ "$how" = crc ] && echo "single-part PUTs with a CRC32" || echo "one-part multipart uploads"))"
+    "$PYTHON" - "$s3_url" "$bucket" "$workdir/src" "$key" "$how" >"$workdir/res/upload-$key.log" 2>&1 <<'EOF' \
       || die "upload failed (see $workdir/res/upload-$key.log)"
 import os, sys
 from concurrent.futures import ThreadPoolExecutor
 import boto3
-url, bucket, src, key = sys.argv[1:]
+url, bucket, src, key, how = sys.argv[1:]
 s3 = boto3.client("s3", endpoint_url=url, region_name="us-east-1")
 def up(name):
     obj = f"{key}/{name}"
-    mpu = s3.create_multipart_upload(Bucket=bucket, Key=obj)
     with open(os.path.join(src, key, name), "rb") as f:
-        part = s3.upload_part(Bucket=bucket, Key=obj, UploadId=mpu["UploadId"], PartNumber=1, Body=f.read())
+        body = f.read()
+    if how == "crc":
+        s3.put_object(Bucket=bucket, Key=obj, Body=body, ChecksumAlgorithm="CRC32")
+        head = s3.head_object(Bucket=bucket, Key=obj, ChecksumMode="ENABLED")
+        assert head.get("ChecksumCRC32"), f"{obj}: SeaweedFS kept no CRC32"
+        return
+    mpu = s3.create_multipart_upload(Bucket=bucket, Key=obj)
+    part = s3.upload_part(Bucket=bucket, Key=obj, UploadId=mpu["UploadId"], PartNumber=1, Body=body)
     s3.complete_multipart_upload(Bucket=bucket, Key=obj, UploadId=mpu["UploadId"],
         MultipartUpload={"Parts": [{"ETag": part["ETag"], "PartNumber": 1}]})
     etag = s3.head_object(Bucket=bucket, Key=obj)["ETag"].strip('"')

@@ -403,6 +403,21 @@ pub(crate) async fn fetch_copy(
     }
 }
 
+/// [`verified_stream`] of an opened object; a mismatch starts the copy's repair in the
+/// background (the response is already broken by then).
+pub(crate) fn verified_read(
+    t: &Target,
+    bck: &Bck,
+    open: crate::store::OpenObject,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
+    let (t2, bck2, meta) = (t.me.get().cloned(), bck.clone(), open.meta.clone());
+    verified_stream(open.file, open.meta, open.record, move |why| {
+        if let Some(t) = t2.and_then(|w| w.upgrade()) {
+            repair_in_background(t, &bck2, meta, why);
+        }
+    })
+}
+
 /// Starts the repair of a copy found corrupt while streaming it (the response is already
 /// broken; the next GET finds the repaired copy).
 pub(crate) fn repair_in_background(t: Arc<Target>, bck: &Bck, meta: ObjectMeta, why: String) {

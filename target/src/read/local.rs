@@ -242,20 +242,13 @@ pub(crate) async fn serve_local(
         let verified_before = open.record.as_ref().is_some_and(|r| r.verified());
         let stream_verified =
             validate && range.is_none() && (!verified_before || crate::verify::explicit(params));
-        let body = match open.data {
+        // The headers first: building the body may consume `open`.
+        let mut resp = Response::new(Body::empty());
+        object_headers(t, bck, &open.meta, resp.headers_mut());
+        let body = match open.data.take() {
             Some(data) => Body::from(data.slice(start as usize..(start + len) as usize)),
             None if stream_verified => {
-                let (t2, bck2, meta) = (t.me.get().cloned(), bck.clone(), open.meta.clone());
-                Body::from_stream(crate::verify::verified_stream(
-                    open.file,
-                    open.meta.clone(),
-                    open.record.clone(),
-                    move |why| {
-                        if let Some(t) = t2.and_then(|w| w.upgrade()) {
-                            crate::verify::repair_in_background(t, &bck2, meta, why);
-                        }
-                    },
-                ))
+                Body::from_stream(crate::verify::verified_read(t, bck, open))
             }
             None => match req.zero_copy {
                 Some(zc) if gristmill_node::zero_copy::resident(&open.file, start, len) => {
@@ -266,8 +259,7 @@ pub(crate) async fn serve_local(
                 _ => file_body(open.file, start, len).await?,
             },
         };
-        let mut resp = Response::new(body);
-        object_headers(t, bck, &open.meta, resp.headers_mut());
+        *resp.body_mut() = body;
         resp.headers_mut()
             .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
         resp.headers_mut().insert(

@@ -71,18 +71,7 @@ pub(crate) async fn stream_transformed(
     use futures::StreamExt;
     let len = open.meta.size;
     let input = if crate::verify::validates(t, bck, &HashMap::new()) {
-        let (t2, bck2, meta) = (t.me.get().cloned(), bck.clone(), open.meta.clone());
-        crate::verify::verified_stream(
-            open.file,
-            open.meta.clone(),
-            open.record.clone(),
-            move |why| {
-                if let Some(t) = t2.and_then(|w| w.upgrade()) {
-                    crate::verify::repair_in_background(t, &bck2, meta, why);
-                }
-            },
-        )
-        .boxed()
+        crate::verify::verified_read(t, bck, open).boxed()
     } else {
         file_stream(open.file, 0, open.meta.size).boxed()
     };
