@@ -61,6 +61,16 @@ async fn leader(c: &ProxiesCluster) -> Option<usize> {
     best.map(|(_, i)| i)
 }
 
+/// A random cluster secret written under `dir`; its path, for `--cluster-secret-file`.
+fn cluster_secret_file(dir: &std::path::Path) -> String {
+    let path = dir.join("cluster.secret");
+    let hex: String = (0..32)
+        .map(|_| format!("{:02x}", rand::random::<u8>()))
+        .collect();
+    std::fs::write(&path, hex).unwrap();
+    path.display().to_string()
+}
+
 async fn wait_leader(c: &ProxiesCluster, within: Duration) -> usize {
     poll_until(within, Duration::from_millis(50), move || async move {
         leader(c).await.ok_or_else(|| "no leader".to_owned())
@@ -487,12 +497,7 @@ async fn nemesis(proxies: usize, run_for: Duration) {
         .map(|x| format!("127.{}.{}.{x}", net.0, net.1))
         .collect();
     let scratch = tempfile::tempdir().unwrap();
-    let secret = scratch.path().join("cluster.secret");
-    let hex: String = (0..32)
-        .map(|_| format!("{:02x}", rand::random::<u8>()))
-        .collect();
-    std::fs::write(&secret, hex).unwrap();
-    let secret = secret.display().to_string();
+    let secret = cluster_secret_file(scratch.path());
     let mut sp = spec(
         proxies,
         3,
@@ -1102,12 +1107,7 @@ async fn a_create_through_one_proxy_is_seen_at_once_through_the_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_created_through_one_proxy_works_at_once_through_the_others() {
     let scratch = tempfile::tempdir().unwrap();
-    let secret = scratch.path().join("cluster.secret");
-    let hex: String = (0..32)
-        .map(|_| format!("{:02x}", rand::random::<u8>()))
-        .collect();
-    std::fs::write(&secret, hex).unwrap();
-    let secret = secret.display().to_string();
+    let secret = cluster_secret_file(scratch.path());
     let mut sp = spec(
         3,
         1,
