@@ -117,6 +117,9 @@ pub(crate) struct Target {
     drops: std::sync::atomic::AtomicU64,
     /// Replica copies staged for owners' PUTs, not yet committed.
     stages: cluster::replicas::Stages,
+    /// Writes in flight by the map they were admitted under (a rebalance walk waits for
+    /// the ones admitted under earlier maps).
+    gate: Arc<cluster::gate::WriteGate>,
     /// Active targets the last rebalance was started for (None: none yet in this process).
     rebalanced_for: std::sync::Mutex<Option<Vec<String>>>,
     /// This target, for starting jobs from `&self` contexts.
@@ -140,6 +143,12 @@ impl Target {
         let bmd = self.bmd();
         self.backends
             .for_bucket(bck, bmd.get(bck).map(|r| &r.props))
+    }
+
+    /// Admits a write that will create a record here, under the current map (see
+    /// [`cluster::gate`]).
+    pub(crate) fn admit_write(&self) -> cluster::gate::Admission {
+        self.gate.admit(|| self.smap())
     }
 
     /// Earlier cluster maps, oldest first.
@@ -277,7 +286,8 @@ const PAST_SMAPS: &str = "past_smaps.json";
 /// could still carry an older copy of the object.
 const TOMBSTONE_KEEP: Duration = Duration::from_secs(24 * 3600);
 
-/// Forgets tombstones older than [`TOMBSTONE_KEEP`], hourly.
+/// Forgets tombstones older than [`TOMBSTONE_KEEP`] and the answers of multipart uploads
+/// completed over an hour ago, hourly.
 struct TombstonePurge(Arc<Store>);
 
 impl gristmill_node::worker::Worker for TombstonePurge {
@@ -295,6 +305,7 @@ impl gristmill_node::worker::Worker for TombstonePurge {
             Ok(n) => tracing::info!(purged = n, "old tombstones purged"),
             Err(e) => tracing::warn!(error = %e, "tombstone purge failed"),
         }
+        self.0.mpu_forget_completed().await;
     }
 }
 
@@ -360,6 +371,7 @@ impl Target {
             ),
             drops: Default::default(),
             stages: Default::default(),
+            gate: Default::default(),
             rebalanced_for: Default::default(),
             me: Default::default(),
         });

@@ -514,6 +514,7 @@ impl GristS3 {
         if !algos.is_empty() {
             req = req.header(h::S3_CHECKSUMS, algos.join(","));
         }
+        let req = forward(req, headers, &CONDITIONAL_WRITES);
         let sent = req.send().await;
         if let Some(e) = failure.lock().expect("failure lock").take() {
             return Err(e);
@@ -619,6 +620,9 @@ pub(super) const CONDITIONALS: [&str; 4] = [
     "if-modified-since",
     "if-unmodified-since",
 ];
+
+/// A write's preconditions (S3 conditional writes), decided by the owner atomically.
+pub(super) const CONDITIONAL_WRITES: [&str; 2] = ["if-match", "if-none-match"];
 
 /// Copies the named client headers onto a request to a target.
 pub(super) fn forward(

@@ -13,7 +13,8 @@ pub(super) async fn list_objects(
     let prefix = input.prefix.clone().unwrap_or_default();
     let max = input.max_keys.unwrap_or(1000).clamp(0, 1000) as usize;
     let marker = input.marker.clone().unwrap_or_default();
-    let delimiter = input.delimiter.clone();
+    // An empty delimiter is none (S3 neither groups by it nor echoes it).
+    let delimiter = input.delimiter.clone().filter(|d| !d.is_empty());
     let after = resume_after(&marker, delimiter.as_deref());
     let (objects, prefixes, truncated, last) = s
         .walk(&bck, &prefix, delimiter.as_deref(), &after, max)
@@ -45,7 +46,8 @@ pub(super) async fn list_objects_v2(
     let bck = s.existing(&input.bucket).await?;
     let prefix = input.prefix.clone().unwrap_or_default();
     let max = input.max_keys.unwrap_or(1000).clamp(0, 1000) as usize;
-    let delimiter = input.delimiter.clone();
+    // An empty delimiter is none (S3 neither groups by it nor echoes it).
+    let delimiter = input.delimiter.clone().filter(|d| !d.is_empty());
     let after = match &input.continuation_token {
         Some(t) => decode_token(t)?,
         None => resume_after(input.start_after.as_deref().unwrap_or(""), None),
@@ -85,7 +87,8 @@ pub(super) async fn list_object_versions(
     let bck = s.existing(&input.bucket).await?;
     let prefix = input.prefix.clone().unwrap_or_default();
     let max = input.max_keys.unwrap_or(1000).clamp(0, 1000) as usize;
-    let delimiter = input.delimiter.clone();
+    // An empty delimiter is none (S3 neither groups by it nor echoes it).
+    let delimiter = input.delimiter.clone().filter(|d| !d.is_empty());
     let after = resume_after(
         input.key_marker.as_deref().unwrap_or(""),
         delimiter.as_deref(),

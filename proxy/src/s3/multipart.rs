@@ -113,6 +113,22 @@ pub(super) async fn upload_part(
     }))
 }
 
+/// `x-amz-copy-source-range: bytes=first-last`, both given and in order (S3 takes no other
+/// form).
+fn copy_source_range(v: &str) -> S3Result<(u64, u64)> {
+    let parsed = v.strip_prefix("bytes=").and_then(|r| {
+        let (a, b) = r.split_once('-')?;
+        Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?))
+    });
+    match parsed {
+        Some((first, last)) if first <= last => Ok((first, last)),
+        _ => Err(s3_error!(
+            InvalidArgument,
+            "x-amz-copy-source-range must be bytes=first-last with first <= last, not {v:?}"
+        )),
+    }
+}
+
 pub(super) async fn upload_part_copy(
     s: &GristS3,
     req: S3Request<UploadPartCopyInput>,
@@ -130,12 +146,39 @@ pub(super) async fn upload_part_copy(
     };
     let src = s.existing(&src_bucket).await?;
     let mut get = s.proxy.http.get(s.owner_url("objects", &src, &src_key)?);
-    if let Some(range) = &input.copy_source_range {
-        get = get.header("range", range.as_str());
+    let range = input
+        .copy_source_range
+        .as_deref()
+        .map(copy_source_range)
+        .transpose()?;
+    if let Some((first, last)) = range {
+        get = get.header("range", format!("bytes={first}-{last}"));
     }
     let resp = s.send(get).await?;
+    if resp.status() == reqwest::StatusCode::RANGE_NOT_SATISFIABLE {
+        return Err(s3_error!(
+            InvalidRange,
+            "x-amz-copy-source-range starts beyond the source object"
+        ));
+    }
     if !resp.status().is_success() {
         return Err(node_error(resp, true).await);
+    }
+    // S3 takes only a range inside the object (an HTTP server would shorten it).
+    if let Some((_, last)) = range {
+        let size = resp
+            .headers()
+            .get("content-range")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.rsplit('/').next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .or(resp.content_length());
+        if size.is_none_or(|size| last >= size) {
+            return Err(s3_error!(
+                InvalidRange,
+                "x-amz-copy-source-range ends beyond the source object"
+            ));
+        }
     }
     let len = resp.content_length();
     let url = format!(
@@ -193,13 +236,13 @@ pub(super) async fn complete_multipart_upload(
         s.owner_url("mpu", &bck, &input.key)?,
         input.upload_id
     );
+    let post = s
+        .proxy
+        .http
+        .post(url)
+        .json(&serde_json::json!({ "parts": parts }));
     let resp = s
-        .send(
-            s.proxy
-                .http
-                .post(url)
-                .json(&serde_json::json!({ "parts": parts })),
-        )
+        .send(forward(post, &req.headers, &CONDITIONAL_WRITES))
         .await?;
     if !resp.status().is_success() {
         return Err(node_error(resp, true).await);

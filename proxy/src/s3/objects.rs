@@ -254,7 +254,23 @@ pub(super) async fn copy_object(
     let dst = s.existing(&input.bucket).await?;
     let src_url = s.owner_url("objects", &src, &src_key)?;
     let dst_url = s.owner_url("objects", &dst, &input.key)?;
-    let resp = s.send(s.proxy.http.get(src_url)).await?;
+    // x-amz-copy-source-if-*: the source's conditions, as a GET's; any unmet one is a 412.
+    let mut get = s.proxy.http.get(src_url);
+    for cond in CONDITIONALS {
+        if let Some(v) = req
+            .headers
+            .get(format!("x-amz-copy-source-{cond}").as_str())
+        {
+            get = get.header(cond, v.as_bytes());
+        }
+    }
+    let resp = s.send(get).await?;
+    if resp.status() == StatusCode::NOT_MODIFIED {
+        return Err(s3_error!(
+            PreconditionFailed,
+            "a copy-source condition does not hold"
+        ));
+    }
     if !resp.status().is_success() {
         return Err(node_error(resp, true).await);
     }
@@ -287,11 +303,18 @@ pub(super) async fn copy_object(
             .collect()
     };
     let body = StreamingBlob::wrap(resp.bytes_stream());
+    // The destination's If-Match / If-None-Match go with the write.
+    let mut dst_headers = http::HeaderMap::new();
+    for k in CONDITIONAL_WRITES {
+        if let Some(v) = req.headers.get(k) {
+            dst_headers.insert(k, v.clone());
+        }
+    }
     let stored = s
         .put_stream(
             dst_url,
             body,
-            &http::HeaderMap::new(),
+            &dst_headers,
             Some(attrs.size as i64),
             &custom,
             TrailerSource::None,

@@ -27,11 +27,11 @@ pub(crate) async fn object(
     Query(params): Params,
     req: Request,
 ) -> ApiResult {
-    let bck = match t
+    let (bck, _admitted) = match t
         .route_object(&bucket, &name, &params, req.method(), req.uri())
         .await?
     {
-        Routed::Here(bck) => bck,
+        Routed::Here(bck, admitted) => (bck, admitted),
         Routed::Elsewhere(redirect) => return Ok(redirect),
     };
     let remote = bck.is_remote();
@@ -98,6 +98,28 @@ pub(crate) async fn object(
     }
 }
 
+/// The answer to a repeated completion: the object's headers while it is still the one that
+/// completion made, else just its ETag.
+fn completed_again(
+    t: &Target,
+    bck: &gristmill_core::Bck,
+    name: &str,
+    done: &crate::store::multipart::Completed,
+) -> axum::response::Response {
+    let mut resp = StatusCode::OK.into_response();
+    match t.store.head(bck, name) {
+        Ok(meta) if meta.custom.get(crate::store::ETAG_KEY) == Some(&done.etag) => {
+            object_headers(t, bck, &meta, resp.headers_mut());
+        }
+        _ => {
+            if let Ok(v) = axum::http::HeaderValue::from_str(&format!("\"{}\"", done.etag)) {
+                resp.headers_mut().insert(header::ETAG, v);
+            }
+        }
+    }
+    resp
+}
+
 #[derive(serde::Deserialize)]
 pub(crate) struct CompleteBody {
     parts: Vec<(u32, String)>,
@@ -113,11 +135,11 @@ pub(crate) async fn multipart(
     Query(params): Params,
     req: Request,
 ) -> ApiResult {
-    let bck = match t
+    let (bck, _admitted) = match t
         .route_object(&bucket, &name, &params, req.method(), req.uri())
         .await?
     {
-        Routed::Here(bck) => bck,
+        Routed::Here(bck, admitted) => (bck, admitted),
         Routed::Elsewhere(redirect) => return Ok(redirect),
     };
     let upload_id = params.get("upload_id").cloned().unwrap_or_default();
@@ -168,13 +190,17 @@ pub(crate) async fn multipart(
             Ok(axum::Json(t.store.mpu_list_parts(&bck, &name, &upload_id).await?).into_response())
         }
         (Method::POST, "complete") => {
+            let condition = crate::write::local::write_condition(req.headers())?;
             let body = axum::body::to_bytes(req.into_body(), 16 << 20)
                 .await
                 .map_err(|e| ApiError::bad_request(e.to_string()))?;
             let parts: CompleteBody = serde_json::from_slice(&body)
                 .map_err(|e| ApiError::bad_request(format!("invalid parts list: {e}")))?;
-            // Ordered after any copy a rebalance has not moved yet, like a PUT.
-            let floor = crate::cluster::placement::gen_floor(&t, &bck, &name).await?;
+            // Ordered after any copy a rebalance has not moved yet, and conditional, like a PUT.
+            let elsewhere = crate::cluster::placement::elsewhere(&t, &bck, &name).await?;
+            let condition =
+                crate::write::local::decide_here(&t, &bck, &name, condition, &elsewhere)?;
+            let floor = elsewhere.floor;
             let assembled = t
                 .store
                 .mpu_assemble(
@@ -185,13 +211,30 @@ pub(crate) async fn multipart(
                     !bck.is_remote(),
                     floor,
                 )
-                .await?;
+                .await;
+            let mut assembled = match assembled {
+                Ok(a) => a,
+                Err(crate::StoreError::Api(e))
+                    if e.kind == gristmill_core::ErrorKind::NoSuchUpload =>
+                {
+                    // A retry of a completion whose answer was lost gets the same answer.
+                    return match t.store.mpu_completed(&bck, &name, &upload_id).await {
+                        Some(done) if done.same_parts(&parts.parts) => {
+                            Ok(completed_again(&t, &bck, &name, &done))
+                        }
+                        _ => Err(e),
+                    };
+                }
+                Err(e) => return Err(e.into()),
+            };
+            assembled.pending.options_mut().condition = condition;
             // Like a PUT: staged on the replicas first, visible only once every copy is
             // stored; a failure leaves the previous version (and the parts, for a retry).
             let meta =
                 crate::write::local::commit_with_replicas(&t, &bck, &name, assembled.pending)
                     .await?;
-            t.store.mpu_finish(&assembled.dir).await;
+            assembled.done.completed_ns = crate::store::now_ns();
+            t.store.mpu_finish(&assembled.dir, &assembled.done).await;
             let mut resp = StatusCode::OK.into_response();
             object_headers(&t, &bck, &meta, resp.headers_mut());
             Ok(resp)

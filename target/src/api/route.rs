@@ -27,8 +27,9 @@ pub(crate) fn bucket_from(name: &str, params: &HashMap<String, String>) -> Resul
 
 /// Where an object request is served.
 pub(crate) enum Routed {
-    /// By this target, for this bucket.
-    Here(Bck),
+    /// By this target, for this bucket; a write holds its admission (see
+    /// [`crate::cluster::gate`]) until it has committed or failed.
+    Here(Bck, Option<crate::cluster::gate::Admission>),
     /// By the owner: the 307 to send.
     Elsewhere(Response),
 }
@@ -49,13 +50,16 @@ impl Target {
         gristmill_core::api::refuse_node_only_params(params.keys())?;
         self.await_first_map().await?;
         self.require_bucket(&bck).await?;
+        // Admitted before ownership is decided, so the decision's map is never older than the
+        // one the admission counts under.
+        let admitted = (!matches!(*method, Method::GET | Method::HEAD)).then(|| self.admit_write());
         Ok(
             match self
                 .redirect_if_not_owner(&bck, name, params, method, uri)
                 .await?
             {
                 Some(redirect) => Routed::Elsewhere(redirect),
-                None => Routed::Here(bck),
+                None => Routed::Here(bck, admitted),
             },
         )
     }

@@ -43,9 +43,25 @@ pub(crate) const HOLDER_TIMEOUT: std::time::Duration = std::time::Duration::from
 /// must order after it. A holder that does not answer makes the order unknown: the write is
 /// refused (503, retryable) rather than given a generation an old copy could beat.
 pub(crate) async fn gen_floor(t: &Target, bck: &Bck, name: &str) -> Result<u64, ApiError> {
+    Ok(elsewhere(t, bck, name).await?.floor)
+}
+
+/// What other possible holders of an object have (see [`gen_floor`]).
+#[derive(Debug, Default)]
+pub(crate) struct Elsewhere {
+    /// The highest generation reported: of a copy or a tombstone.
+    pub(crate) floor: u64,
+    /// The newest live copy reported: its generation and ETag (without quotes).
+    pub(crate) newest: Option<(u64, String)>,
+}
+
+/// Asks every other possible holder of an object what it has (nobody once placement is
+/// settled: replicas take their generation from this owner, so nobody can be ahead). A holder
+/// that does not answer makes the order unknown: the write is refused (503, retryable) rather
+/// than given a generation an old copy could beat.
+pub(crate) async fn elsewhere(t: &Target, bck: &Bck, name: &str) -> Result<Elsewhere, ApiError> {
     if t.placement_settled() {
-        // Replicas take their generation from this owner: nobody can be ahead.
-        return Ok(0);
+        return Ok(Elsewhere::default());
     }
     let asks = other_holders(t, bck, name)
         .into_iter()
@@ -58,19 +74,34 @@ pub(crate) async fn gen_floor(t: &Target, bck: &Bck, name: &str) -> Result<u64, 
                 .send()
                 .await;
             match resp {
-                Ok(r)
-                    if r.status().is_success() || r.status() == reqwest::StatusCode::NOT_FOUND =>
-                {
-                    Ok(gen_of(r.headers()).max(header_u64(r.headers(), h::TOMBSTONE_GEN)))
+                Ok(r) if r.status().is_success() => {
+                    let etag = r
+                        .headers()
+                        .get(reqwest::header::ETAG)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .trim_matches('"')
+                        .to_owned();
+                    Ok((gen_of(r.headers()), Some(etag)))
+                }
+                Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => {
+                    Ok((header_u64(r.headers(), h::TOMBSTONE_GEN), None))
                 }
                 Ok(r) => Err(format!("{}: {}", node.daemon_id, r.status())),
                 Err(e) => Err(format!("{}: {e}", node.daemon_id)),
             }
         });
-    let mut floor = 0;
+    let mut out = Elsewhere::default();
     for answer in futures::future::join_all(asks).await {
         match answer {
-            Ok(generation) => floor = floor.max(generation),
+            Ok((generation, etag)) => {
+                out.floor = out.floor.max(generation);
+                if let Some(etag) = etag
+                    && out.newest.as_ref().is_none_or(|(g, _)| generation > *g)
+                {
+                    out.newest = Some((generation, etag));
+                }
+            }
             Err(e) => {
                 return Err(ApiError::unavailable(format!(
                     "{bck}/{name}: a rebalance is in progress and a target that may hold a copy did not answer ({e}); try again"
@@ -78,7 +109,11 @@ pub(crate) async fn gen_floor(t: &Target, bck: &Bck, name: &str) -> Result<u64, 
             }
         }
     }
-    Ok(floor)
+    // A copy older than a delete reported elsewhere is that deleted object.
+    if out.newest.as_ref().is_some_and(|(g, _)| *g < out.floor) {
+        out.newest = None;
+    }
+    Ok(out)
 }
 
 /// After the owner buried an object (tombstone generation `generation`): the same delete on every

@@ -28,6 +28,15 @@ use std::sync::Arc;
 /// walk, since both mean "bring every copy to where the map and `mirror.copies` want it".
 pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
     let smap = t.smap();
+    // Writes admitted under an earlier map commit first, so the walk lists them.
+    let waiting = t.gate.before(&smap);
+    if waiting > 0 {
+        tracing::info!(job = %run.spec.id, writes = waiting, "rebalance: waiting for writes admitted under earlier maps");
+        let prune = || crate::cluster::replicas::drop_expired_stages(t);
+        if !t.gate.drain_before(&smap, &run.cancel, prune).await {
+            return Ok(()); // superseded while waiting
+        }
+    }
     let bmd = t.bmd();
     let me = t.id.clone();
     let store = t.store.clone();
@@ -261,6 +270,7 @@ pub(crate) async fn receive(
             h::GEN
         )));
     }
+    let _admitted = admit_copy(t, bck, name).await?;
     let mtime: i64 = get(h::MTIME).parse().unwrap_or(0);
     let custom = match get(h::CUSTOM_MD_JSON) {
         "" => Default::default(),
@@ -281,6 +291,40 @@ pub(crate) async fn receive(
             .put(bck, name, req.into_body().into_data_stream(), opts)
             .await,
     )
+}
+
+/// Admits a copy another node sends here (a rebalance or replica transfer, a staged replica)
+/// only if this target is one of the object's owners under its map: a copy that lands on a
+/// non-owner after this target's own walk would sit where nobody looks for it. A sender
+/// whose map is ahead of ours is caught up with first; one behind is refused (503) and
+/// retries under the next map.
+pub(crate) async fn admit_copy(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+) -> Result<crate::cluster::gate::Admission, ApiError> {
+    let uname = bck.object_uname(name);
+    let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
+    for caught_up in [false, true] {
+        let admitted = t.admit_write();
+        if admitted
+            .smap
+            .owners(&uname, copies)
+            .iter()
+            .any(|o| o.daemon_id == t.id)
+        {
+            return Ok(admitted);
+        }
+        drop(admitted);
+        if !caught_up {
+            t.refresh_smap().await;
+        }
+    }
+    Err(ApiError::unavailable(format!(
+        "{bck}/{name}: {} does not own it under cluster map v{}; retry",
+        t.id,
+        t.smap().version
+    )))
 }
 
 /// The answer to a copy sent by another node: the generation this node now holds. A copy

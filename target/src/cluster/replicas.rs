@@ -20,9 +20,23 @@ use gristmill_core::{ApiError, Bck, ErrorKind};
 /// Replica copies written and verified on this target for an owner's PUT that is not yet
 /// committed, by stage id: invisible until the owner commits them (or dropped after
 /// [`STAGE_TTL`], removing the temp file).
-pub(crate) type Stages = std::sync::Mutex<
-    std::collections::HashMap<String, (crate::store::PendingWrite, std::time::Instant)>,
->;
+pub(crate) type Stages = std::sync::Mutex<std::collections::HashMap<String, Stage>>;
+
+/// A staged replica: its bytes, when it was staged, and its admission (a rebalance walk
+/// waits for it to be committed or dropped).
+pub(crate) struct Stage {
+    pending: crate::store::PendingWrite,
+    at: std::time::Instant,
+    _admitted: crate::cluster::gate::Admission,
+}
+
+/// Drops staged replicas whose owner never committed them within [`STAGE_TTL`].
+pub(crate) fn drop_expired_stages(t: &Target) {
+    t.stages
+        .lock()
+        .expect("stages lock")
+        .retain(|_, s| s.at.elapsed() < STAGE_TTL);
+}
 
 /// How long a staged replica waits for its owner's commit.
 pub(crate) const STAGE_TTL: std::time::Duration = std::time::Duration::from_secs(120);
@@ -142,6 +156,7 @@ pub(crate) async fn stage_receive(
     let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).unwrap_or("");
     let expected_size: Option<u64> = get("content-length").parse().ok();
     t.space.check_room(bck, name, expected_size.unwrap_or(0))?;
+    let admitted = crate::cluster::rebalance::admit_copy(t, bck, name).await?;
     let opts = crate::store::PutOptions {
         durable: !bck.is_remote(),
         expected_size,
@@ -153,9 +168,15 @@ pub(crate) async fn stage_receive(
         .write_stream(req.into_body().into_data_stream())
         .await?;
     pending.verify().await?;
-    let mut stages = t.stages.lock().expect("stages lock");
-    stages.retain(|_, (_, at)| at.elapsed() < STAGE_TTL);
-    stages.insert(stage.to_owned(), (pending, std::time::Instant::now()));
+    drop_expired_stages(t);
+    t.stages.lock().expect("stages lock").insert(
+        stage.to_owned(),
+        Stage {
+            pending,
+            at: std::time::Instant::now(),
+            _admitted: admitted,
+        },
+    );
     Ok(Response::new(Body::empty()))
 }
 
@@ -178,7 +199,13 @@ pub(crate) async fn stage_commit(
         "" => Default::default(),
         v => gristmill_core::api::decode_custom_md(v)?,
     };
-    let Some((mut pending, _)) = t.stages.lock().expect("stages lock").remove(stage) else {
+    // Its admission is held until the commit is done.
+    let Some(Stage {
+        mut pending,
+        _admitted,
+        ..
+    }) = t.stages.lock().expect("stages lock").remove(stage)
+    else {
         return Err(ApiError::not_found(format!("no staged copy {stage}")));
     };
     let opts = pending.options_mut();

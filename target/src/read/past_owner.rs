@@ -1,12 +1,16 @@
 //! A GET or HEAD that missed on the owner during a rebalance: the copy at a past owner.
 
 use crate::Target;
+use crate::cluster::peer::bucket_query;
 use crate::cluster::peer::gen_of;
+use crate::cluster::peer::header_u64;
 use crate::cluster::peer::internal_url;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Uri};
 use axum::response::Response;
+use futures::StreamExt;
 use gristmill_core::Bck;
+use gristmill_core::api::header as h;
 
 /// A GET or HEAD that missed here: if the object's owner under a recent cluster map was
 /// another target, the object may not have moved yet — ask it (once, no chains).
@@ -49,41 +53,66 @@ pub(crate) async fn fetch_from_past_owner(
     }
     // A copy no newer than a delete seen here is that deleted object: never served.
     let buried = t.store.tombstone(bck, name).unwrap_or(0);
+    let mut holders: Vec<&gristmill_core::Node> = Vec::new();
     for owner in candidates.iter() {
-        if tried.contains(&owner.daemon_id) {
-            continue;
+        if !tried.contains(&owner.daemon_id) {
+            tried.push(owner.daemon_id.clone());
+            // A past owner may have moved: use its current address when it has one.
+            holders.push(current.node(&owner.daemon_id).unwrap_or(owner));
         }
-        tried.push(owner.daemon_id.clone());
-        // A past owner may have moved: use its current address when it has one.
-        let owner = current.node(&owner.daemon_id).unwrap_or(owner);
-        let query = uri.query().unwrap_or("");
-        let url = format!("{}?{query}", internal_url(owner, bck, name));
-        let mut req = t.relay.request(method.clone(), url);
-        for k in [
-            "range",
-            "if-match",
-            "if-none-match",
-            "if-modified-since",
-            "if-unmodified-since",
-        ] {
-            if let Some(v) = headers.get(k) {
-                req = req.header(k, v.as_bytes());
-            }
+    }
+    // Several may hold a copy (a leftover of an aborted rebalance beside the newest one):
+    // ask them all, and serve the newest generation — the first copy found may be older.
+    let asks = holders.iter().map(|node| async move {
+        let head = t
+            .relay
+            .head(internal_url(node, bck, name))
+            .query(&bucket_query(bck))
+            .timeout(HEAD_TIMEOUT)
+            .send()
+            .await;
+        match head {
+            Ok(r) if r.status().is_success() => Some(Held::Copy(gen_of(r.headers()))),
+            Ok(r) => Some(Held::Tombstone(header_u64(r.headers(), h::TOMBSTONE_GEN))),
+            Err(_) => None,
         }
-        // A paused or wedged holder must not hold the reader: its answer's head comes in
-        // seconds or not at all (the body may then stream for as long as it takes).
-        let Ok(Ok(resp)) =
-            tokio::time::timeout(std::time::Duration::from_secs(5), req.send()).await
-        else {
+    });
+    let answers = futures::future::join_all(asks).await;
+    let deleted = answers
+        .iter()
+        .filter_map(|a| match a {
+            Some(Held::Tombstone(g)) => Some(*g),
+            _ => None,
+        })
+        .fold(buried, u64::max);
+    let mut copies: Vec<(u64, &gristmill_core::Node)> = answers
+        .iter()
+        .zip(&holders)
+        .filter_map(|(a, node)| match a {
+            Some(Held::Copy(g)) if *g > deleted => Some((*g, *node)),
+            _ => None,
+        })
+        .collect();
+    if copies.is_empty() {
+        return None;
+    }
+    copies.sort_by_key(|(g, _)| std::cmp::Reverse(*g));
+    let newest = copies[0].0;
+    let same: Vec<gristmill_core::Node> = copies
+        .iter()
+        .filter(|(g, _)| *g == newest)
+        .map(|(_, n)| (*n).clone())
+        .collect();
+    for (i, owner) in same.iter().enumerate() {
+        let Some(resp) = request(t, owner, bck, name, method, uri, headers, None).await else {
             continue;
         };
         if !resp.status().is_success() && resp.status().as_u16() != 304 {
             tracing::debug!(object = %uname, at = %owner.daemon_id, status = %resp.status(), "not at a past owner");
             continue;
         }
-        if buried > 0 && resp.status().is_success() && gen_of(resp.headers()) <= buried {
-            tracing::debug!(object = %uname, at = %owner.daemon_id, "a past owner's copy is older than a delete here");
-            continue;
+        if resp.status().is_success() && gen_of(resp.headers()) != newest {
+            continue; // rewritten or moved since it answered the HEAD
         }
         let mut out = Response::builder().status(resp.status().as_u16());
         for (k, v) in resp.headers() {
@@ -91,8 +120,152 @@ pub(crate) async fn fetch_from_past_owner(
                 out = out.header(k.as_str(), v.as_bytes());
             }
         }
-        tracing::debug!(object = %uname, from = %owner.daemon_id, "served from a past owner");
-        return out.body(Body::from_stream(resp.bytes_stream())).ok();
+        tracing::debug!(object = %uname, from = %owner.daemon_id, generation = newest, "served from a past owner");
+        // A whole object's body that breaks off (its holder died mid-way) goes on from
+        // another holder of the same generation, from where it broke.
+        let whole = resp.status() == reqwest::StatusCode::OK
+            && *method == Method::GET
+            && !headers.contains_key("range");
+        let body = if whole {
+            let others: Vec<gristmill_core::Node> = same[i + 1..].to_vec();
+            Body::from_stream(resumable(
+                t.relay.clone(),
+                others,
+                bck.clone(),
+                name.to_owned(),
+                uri.query().unwrap_or("").to_owned(),
+                newest,
+                resp,
+            ))
+        } else {
+            Body::from_stream(resp.bytes_stream())
+        };
+        return out.body(body).ok();
     }
     None
+}
+
+/// How long a holder has to answer whether it has a copy.
+const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What a possible holder has of the object.
+enum Held {
+    Copy(u64),
+    Tombstone(u64),
+}
+
+/// Sends the reader's request (or a range of it) to one holder's own copy.
+#[allow(clippy::too_many_arguments)]
+async fn request(
+    t: &Target,
+    owner: &gristmill_core::Node,
+    bck: &Bck,
+    name: &str,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    from: Option<u64>,
+) -> Option<reqwest::Response> {
+    let query = uri.query().unwrap_or("");
+    let url = format!("{}?{query}", internal_url(owner, bck, name));
+    let mut req = t.relay.request(method.clone(), url);
+    for k in [
+        "range",
+        "if-match",
+        "if-none-match",
+        "if-modified-since",
+        "if-unmodified-since",
+    ] {
+        if let Some(v) = headers.get(k) {
+            req = req.header(k, v.as_bytes());
+        }
+    }
+    if let Some(from) = from {
+        req = req.header("range", format!("bytes={from}-"));
+    }
+    // A paused or wedged holder must not hold the reader: its answer's head comes in
+    // seconds or not at all (the body may then stream for as long as it takes).
+    match tokio::time::timeout(HEAD_TIMEOUT, req.send()).await {
+        Ok(Ok(resp)) => Some(resp),
+        _ => None,
+    }
+}
+
+/// A holder's body that, if it breaks off, continues with the rest of the same generation
+/// from the other holders in turn; an error only when none of them can.
+fn resumable(
+    relay: gristmill_node::auth::IntraClient,
+    others: Vec<gristmill_core::Node>,
+    bck: Bck,
+    name: String,
+    query: String,
+    generation: u64,
+    first: reqwest::Response,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> + Send + 'static {
+    struct Relay {
+        relay: gristmill_node::auth::IntraClient,
+        others: std::vec::IntoIter<gristmill_core::Node>,
+        bck: Bck,
+        name: String,
+        query: String,
+        generation: u64,
+        body: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+        sent: u64,
+        broken: bool,
+    }
+    // The next holder of the same generation that serves the rest.
+    async fn resume(
+        s: &mut Relay,
+    ) -> Option<futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>> {
+        for node in s.others.by_ref() {
+            let url = format!("{}?{}", internal_url(&node, &s.bck, &s.name), s.query);
+            let answer = s
+                .relay
+                .get(url)
+                .header("range", format!("bytes={}-", s.sent))
+                .timeout(HEAD_TIMEOUT)
+                .send();
+            if let Ok(r) = answer.await
+                && r.status() == reqwest::StatusCode::PARTIAL_CONTENT
+                && gen_of(r.headers()) == s.generation
+            {
+                tracing::info!(object = %s.name, from = %node.daemon_id, offset = s.sent, "relay resumed from another holder");
+                return Some(r.bytes_stream().boxed());
+            }
+        }
+        None
+    }
+    let state = Relay {
+        relay,
+        others: others.into_iter(),
+        bck,
+        name,
+        query,
+        generation,
+        body: first.bytes_stream().boxed(),
+        sent: 0,
+        broken: false,
+    };
+    futures::stream::unfold(state, |mut s| async move {
+        if s.broken {
+            return None;
+        }
+        loop {
+            match s.body.next().await {
+                None => return None,
+                Some(Ok(chunk)) => {
+                    s.sent += chunk.len() as u64;
+                    return Some((Ok(chunk), s));
+                }
+                Some(Err(e)) => match resume(&mut s).await {
+                    Some(body) => s.body = body,
+                    None => {
+                        s.broken = true;
+                        let msg = format!("relay of {} broke off: {e}", s.name);
+                        return Some((Err(std::io::Error::other(msg)), s));
+                    }
+                },
+            }
+        }
+    })
 }

@@ -59,6 +59,52 @@ impl Default for GenRule {
     }
 }
 
+/// A conditional write's precondition (`If-None-Match: *`, `If-Match`), decided against the
+/// record in the same index transaction that stores the new one: of two racing writes, one
+/// sees the other's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteCondition {
+    /// `If-None-Match: *`: no live record (a tombstone is no object).
+    Absent,
+    /// `If-Match: *`: some live record.
+    Exists,
+    /// `If-Match: "e1", "e2"`: a live record whose ETag is one of these (without quotes).
+    ETagIn(Vec<String>),
+    /// The live record still has this generation (`None`: there is still none): a condition
+    /// decided by a newer copy elsewhere, made atomic with the commit here.
+    Unchanged(Option<u64>),
+}
+
+impl WriteCondition {
+    /// Why the condition does not hold for `current`, if it does not.
+    pub fn unmet(&self, current: Option<&ObjectMeta>) -> Option<&'static str> {
+        if let WriteCondition::Unchanged(expected) = self {
+            let now = current.map(ObjectMeta::effective_gen);
+            return (now != *expected).then_some("the object changed while the write was decided");
+        }
+        self.unmet_etag(current.map(|m| {
+            m.custom
+                .get(crate::store::ETAG_KEY)
+                .unwrap_or(&m.cksum_value)
+                .as_str()
+        }))
+    }
+
+    /// Why the condition does not hold for an object with this ETag (`None`: no object).
+    pub fn unmet_etag(&self, etag: Option<&str>) -> Option<&'static str> {
+        match (self, etag) {
+            (WriteCondition::Absent, Some(_)) => Some("If-None-Match: the object exists"),
+            (WriteCondition::Exists | WriteCondition::ETagIn(_), None) => {
+                Some("If-Match: the object does not exist")
+            }
+            (WriteCondition::ETagIn(tags), Some(etag)) => {
+                (!tags.iter().any(|t| t == etag)).then_some("If-Match: the ETag differs")
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The generation of a tombstone a delete writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BuryGen {
@@ -74,6 +120,8 @@ pub enum IndexOp {
     Put {
         meta: ObjectMeta,
         generation: GenRule,
+        /// Stored only if this holds for the current record.
+        condition: Option<WriteCondition>,
     },
     /// Remove the object (if older than the tombstone) and record a tombstone; answers with
     /// the removed record and the tombstone's generation.
@@ -142,6 +190,8 @@ pub struct Applied {
     pub dropped: u64,
     /// The generation of the tombstone a [`IndexOp::Bury`] left.
     pub tombstone: u64,
+    /// Why a conditional put was not stored (nothing changed).
+    pub unmet: Option<&'static str>,
 }
 
 pub type IndexReply = Result<Applied, StoreError>;
@@ -394,12 +444,22 @@ fn apply_one(
     op: &IndexOp,
 ) -> Result<Applied, StoreError> {
     match op {
-        IndexOp::Put { meta, generation } => {
+        IndexOp::Put {
+            meta,
+            generation,
+            condition,
+        } => {
             let key = object_key(&meta.bucket, &meta.name);
             let replaced = match table.get(key.as_slice())? {
                 Some(v) => Some(ObjectMeta::decode(v.value())?),
                 None => None,
             };
+            if let Some(unmet) = condition.as_ref().and_then(|c| c.unmet(replaced.as_ref())) {
+                return Ok(Applied {
+                    unmet: Some(unmet),
+                    ..Default::default()
+                });
+            }
             let known = || -> Result<u64, StoreError> {
                 let record = replaced.as_ref().map_or(0, ObjectMeta::effective_gen);
                 let tomb = read_tombstone(tombs, &key)?.map_or(0, |(g, _)| g);

@@ -103,6 +103,8 @@ pub struct PutOptions {
     /// before the commit (written and synced by the caller), or a power loss could leave an
     /// entry whose bytes are not.
     pub relaxed_index: bool,
+    /// A conditional write's precondition, decided atomically with the commit.
+    pub condition: Option<crate::store::index::WriteCondition>,
 }
 
 /// Custom-metadata key holding an object's S3 ETag (without quotes).
@@ -761,6 +763,7 @@ impl Store {
                     .apply(IndexOp::Put {
                         meta: newer,
                         generation: crate::store::index::GenRule::AsIs,
+                        condition: None,
                     })
                     .await?;
                 Ok(false)

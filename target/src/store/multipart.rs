@@ -54,10 +54,42 @@ fn valid_upload_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
+/// How long a completed upload's answer is kept for retries of its completion.
+pub const COMPLETED_KEEP: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The file in an upload's directory that records its completion.
+const COMPLETED: &str = "completed.json";
+
+/// What a completion answered: a retry with the same part list gets the same answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Completed {
+    pub bucket: String,
+    pub key: String,
+    /// The part list as completed (numbers and ETags without quotes, lowercase).
+    pub parts: Vec<(u32, String)>,
+    /// The object's ETag (no quotes).
+    pub etag: String,
+    pub completed_ns: i64,
+}
+
+impl Completed {
+    /// Whether `parts` is the list this upload was completed with.
+    pub fn same_parts(&self, parts: &[(u32, String)]) -> bool {
+        self.parts.len() == parts.len()
+            && self
+                .parts
+                .iter()
+                .zip(parts)
+                .all(|(a, b)| a.0 == b.0 && a.1.eq_ignore_ascii_case(b.1.trim_matches('"')))
+    }
+}
+
 /// A completed upload's object, written but not committed, and its parts' directory.
 pub struct Assembled {
     pub pending: crate::store::PendingWrite,
     pub dir: PathBuf,
+    /// The completion's answer, to keep once the object is committed.
+    pub done: Completed,
 }
 
 impl Store {
@@ -273,7 +305,7 @@ impl Store {
             })
             .flatten();
         let mut custom = info.custom.clone();
-        custom.insert(ETAG_KEY.into(), etag);
+        custom.insert(ETAG_KEY.into(), etag.clone());
         let mut pending = self
             .begin_write(
                 bck,
@@ -287,13 +319,74 @@ impl Store {
             )
             .await?;
         pending.write_stream(body).await?;
-        Ok(Assembled { pending, dir })
+        let done = Completed {
+            bucket: bck.uname(),
+            key: key.to_owned(),
+            parts: parts
+                .iter()
+                .map(|(n, e)| (*n, e.trim_matches('"').to_ascii_lowercase()))
+                .collect(),
+            etag,
+            completed_ns: 0,
+        };
+        Ok(Assembled { pending, dir, done })
     }
 
-    /// The upload's directory goes once its object is committed (a retry of a failed commit
-    /// finds the parts still there).
-    pub async fn mpu_finish(&self, assembled_dir: &Path) {
-        let _ = tokio::fs::remove_dir_all(assembled_dir).await;
+    /// Once its object is committed, the upload's parts go (a retry of a failed commit finds
+    /// them still there) and its directory keeps only what the completion answered, for
+    /// [`COMPLETED_KEEP`]: SDKs retry a CompleteMultipartUpload whose answer was lost, and S3
+    /// answers that retry as it answered the first.
+    pub async fn mpu_finish(&self, assembled_dir: &Path, done: &Completed) {
+        let saved = async {
+            let tmp = assembled_dir.join("completed.json.tmp");
+            tokio::fs::write(
+                &tmp,
+                serde_json::to_vec(done).map_err(std::io::Error::other)?,
+            )
+            .await?;
+            tokio::fs::rename(&tmp, assembled_dir.join(COMPLETED)).await?;
+            tokio::fs::remove_file(assembled_dir.join("upload.json")).await?;
+            let mut rd = tokio::fs::read_dir(assembled_dir).await?;
+            while let Some(e) = rd.next_entry().await? {
+                if e.file_name().to_string_lossy().starts_with("part-") {
+                    tokio::fs::remove_file(e.path()).await?;
+                }
+            }
+            Ok::<(), std::io::Error>(())
+        };
+        if let Err(e) = saved.await {
+            tracing::warn!(dir = %assembled_dir.display(), error = %e, "completed upload: could not keep its answer");
+            let _ = tokio::fs::remove_dir_all(assembled_dir).await;
+        }
+    }
+
+    /// What a completed upload answered, if it completed within [`COMPLETED_KEEP`].
+    pub async fn mpu_completed(&self, bck: &Bck, key: &str, upload_id: &str) -> Option<Completed> {
+        let dir = self.upload_dir(bck, key, upload_id).ok()?;
+        let bytes = tokio::fs::read(dir.join(COMPLETED)).await.ok()?;
+        let done: Completed = serde_json::from_slice(&bytes).ok()?;
+        let fresh = now_ns() - done.completed_ns < COMPLETED_KEEP.as_nanos() as i64;
+        (done.key == key && done.bucket == bck.uname() && fresh).then_some(done)
+    }
+
+    /// Forgets completed uploads older than [`COMPLETED_KEEP`].
+    pub async fn mpu_forget_completed(&self) {
+        for mp in self.mountpaths() {
+            let Ok(mut rd) = tokio::fs::read_dir(mp.path.join("mpu")).await else {
+                continue;
+            };
+            while let Ok(Some(e)) = rd.next_entry().await {
+                let Ok(bytes) = tokio::fs::read(e.path().join(COMPLETED)).await else {
+                    continue;
+                };
+                let old = serde_json::from_slice::<Completed>(&bytes).map_or(true, |d| {
+                    now_ns() - d.completed_ns >= COMPLETED_KEEP.as_nanos() as i64
+                });
+                if old {
+                    let _ = tokio::fs::remove_dir_all(e.path()).await;
+                }
+            }
+        }
     }
 
     pub async fn mpu_abort(&self, bck: &Bck, key: &str, upload_id: &str) -> Result<(), StoreError> {

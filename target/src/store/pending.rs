@@ -262,6 +262,7 @@ impl PendingWrite {
         let put = IndexOp::Put {
             meta,
             generation: rule,
+            condition: self.opts.condition.clone(),
         };
         let applied = match if self.opts.relaxed_index {
             mp.index.apply_relaxed(put).await
@@ -274,6 +275,13 @@ impl PendingWrite {
                 return Err(e);
             }
         };
+        if let Some(unmet) = applied.unmet {
+            let _ = tokio::fs::remove_file(mp.path.join(&rel)).await;
+            return Err(StoreError::Api(gristmill_core::ApiError::new(
+                gristmill_core::ErrorKind::PreconditionFailed,
+                unmet,
+            )));
+        }
         if applied.stored.is_none()
             && let crate::store::index::GenRule::IfNewer(_) = rule
         {

@@ -5,6 +5,7 @@ use crate::ApiResult;
 use crate::Target;
 use crate::read::local::object_headers;
 use crate::store::PutOptions;
+use crate::store::index::WriteCondition;
 use crate::store::meta::ObjectMeta;
 use axum::extract::Request;
 use axum::http::{StatusCode, header};
@@ -47,9 +48,12 @@ pub(crate) async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) 
         Some(v) => api::decode_custom_md(v)?,
         None => Default::default(),
     };
+    let condition = write_condition(headers)?;
     t.space.check_room(bck, name, expected_size.unwrap_or(0))?;
     // Ordered after every copy a past owner may still hold (a rebalance not yet finished).
-    let floor = crate::cluster::placement::gen_floor(t, bck, name).await?;
+    let elsewhere = crate::cluster::placement::elsewhere(t, bck, name).await?;
+    let condition = decide_here(t, bck, name, condition, &elsewhere)?;
+    let floor = elsewhere.floor;
     let opts = PutOptions {
         generation: crate::store::index::GenRule::Next { floor },
         durable: !bck.is_remote(),
@@ -64,6 +68,7 @@ pub(crate) async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) 
             .map(|v| v.split(',').map(|a| a.trim().to_owned()).collect())
             .unwrap_or_default(),
         custom,
+        condition,
         ..Default::default()
     };
     let mut pending = t.store.begin_write(bck, name, opts).await?;
@@ -74,6 +79,79 @@ pub(crate) async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) 
     let mut resp = StatusCode::OK.into_response();
     object_headers(t, bck, &meta, resp.headers_mut());
     Ok(resp)
+}
+
+/// The precondition of a conditional write: `If-None-Match: *` (only if absent), `If-Match:
+/// *` or `If-Match: "etag", ...` (only if present, with one of these ETags).
+pub(crate) fn write_condition(
+    headers: &axum::http::HeaderMap,
+) -> Result<Option<WriteCondition>, ApiError> {
+    let value = |k: header::HeaderName| -> Result<Option<&str>, ApiError> {
+        headers
+            .get(&k)
+            .map(|v| {
+                v.to_str()
+                    .map(str::trim)
+                    .map_err(|_| ApiError::bad_request(format!("{k} is not ASCII")))
+            })
+            .transpose()
+    };
+    match (value(header::IF_NONE_MATCH)?, value(header::IF_MATCH)?) {
+        (None, None) => Ok(None),
+        (Some("*"), None) => Ok(Some(WriteCondition::Absent)),
+        (Some(other), None) => Err(ApiError::bad_request(format!(
+            "a write's If-None-Match takes only *, not {other}"
+        ))),
+        (None, Some("*")) => Ok(Some(WriteCondition::Exists)),
+        (None, Some(tags)) => Ok(Some(WriteCondition::ETagIn(
+            tags.split(',')
+                .map(|t| {
+                    t.trim()
+                        .trim_start_matches("W/")
+                        .trim_matches('"')
+                        .to_owned()
+                })
+                .filter(|t| !t.is_empty())
+                .collect(),
+        ))),
+        (Some(_), Some(_)) => Err(ApiError::bad_request(
+            "a write takes If-None-Match or If-Match, not both",
+        )),
+    }
+}
+
+/// Where a conditional write is decided. Normally by the record here, atomically with the
+/// commit. While a rebalance has not yet moved a newer copy (or a delete) here, by that copy
+/// — and the commit then requires that the record here did not change meanwhile, so of two
+/// racing conditional writes one still loses.
+pub(crate) fn decide_here(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    condition: Option<WriteCondition>,
+    elsewhere: &crate::cluster::placement::Elsewhere,
+) -> Result<Option<WriteCondition>, ApiError> {
+    let Some(condition) = condition else {
+        return Ok(None);
+    };
+    let here = t.store.head(bck, name).ok();
+    let known_here = here
+        .as_ref()
+        .map_or(0, ObjectMeta::effective_gen)
+        .max(t.store.tombstone(bck, name).unwrap_or(0));
+    if elsewhere.floor <= known_here {
+        return Ok(Some(condition));
+    }
+    let etag = elsewhere.newest.as_ref().map(|(_, etag)| etag.as_str());
+    if let Some(unmet) = condition.unmet_etag(etag) {
+        return Err(ApiError::new(
+            gristmill_core::ErrorKind::PreconditionFailed,
+            unmet,
+        ));
+    }
+    Ok(Some(WriteCondition::Unchanged(
+        here.as_ref().map(ObjectMeta::effective_gen),
+    )))
 }
 
 /// Commits an owner's PUT with `mirror.copies = N`: the bytes, written and verified here,

@@ -1068,3 +1068,156 @@ fn anonymous_s3(c: &Cluster) -> aws_sdk_s3::Client {
         .build();
     aws_sdk_s3::Client::from_conf(config)
 }
+
+/// A PUT the owner admitted under one map that commits after the next map arrived: the next
+/// rebalance waits for it and moves the new version, so readers never get the version it
+/// replaced — not after the primary declared every object placed, not after a later write
+/// and a map change back. (Without the wait, the walk sent the old copy and the new one was
+/// left on a target nobody asks: the GET after `placed` read the old version.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_put_admitted_under_the_old_map_is_moved_by_the_next_rebalance() {
+    const SIZE: usize = 64 << 10;
+    let c = cluster(3).await;
+    fill(&c, "gate", 20, SIZE).await;
+    let smap = c.smap().await.unwrap();
+    let bck = Bck::new("gate", Provider::Ais).unwrap();
+    let victim = name(7);
+    let owner = smap.owner(&bck.object_uname(&victim)).unwrap().clone();
+    let v1 = content(1_000, SIZE);
+    let v2 = content(2_000, SIZE);
+
+    // v1 goes straight to the owner, and stalls half-way until the map has changed.
+    let (go_on, wait) = tokio::sync::oneshot::channel::<()>();
+    let (first, rest) = (v1[..SIZE / 2].to_vec(), v1[SIZE / 2..].to_vec());
+    let body = futures::stream::once(async move { Ok::<_, std::io::Error>(first) }).chain(
+        futures::stream::once(async move {
+            let _ = wait.await;
+            Ok(rest)
+        }),
+    );
+    let put = tokio::spawn(
+        c.http
+            .put(format!("{}/v1/objects/gate/{victim}", owner.url()))
+            .header(reqwest::header::CONTENT_LENGTH, SIZE)
+            .body(reqwest::Body::wrap_stream(body))
+            .send(),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!put.is_finished(), "the PUT waits for the rest of its body");
+
+    // The owner goes into maintenance: the object's owner is now another target.
+    let r = c
+        .http
+        .put(c.url("/v1/cluster"))
+        .json(
+            &serde_json::json!({"action": "start-maintenance", "value": {"sid": owner.daemon_id}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let changed = c.smap().await.unwrap();
+    let heir = changed.owner(&bck.object_uname(&victim)).unwrap().clone();
+    assert_ne!(heir.daemon_id, owner.daemon_id);
+    let rb = format!("rb{}", changed.version);
+    // The owner has the new map and its rebalance, which is waiting for the PUT.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let theirs: ClusterMap = c
+            .http
+            .get(format!("{}/v1/daemon?what=smap", owner.url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if theirs.version >= changed.version {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the owner never got the new map");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let status: JobStatus = c
+        .http
+        .get(c.url(&format!("/v1/jobs/{rb}")))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        status.state,
+        JobState::Running,
+        "the rebalance waits for the write the old owner admitted under the old map: {status:?}"
+    );
+    assert!(
+        owner_log_says(
+            &c,
+            &owner.daemon_id,
+            "waiting for writes admitted under earlier maps"
+        ),
+        "the wait is logged"
+    );
+
+    go_on.send(()).unwrap();
+    let r = put.await.unwrap().unwrap();
+    assert!(
+        r.status().is_success(),
+        "PUT v1: {}",
+        r.text().await.unwrap()
+    );
+    let (_, job) = rebalanced(&c).await;
+    assert_eq!(job.unwrap().errors, 0);
+    // Placed: the targets forget the earlier map and stop asking past owners.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let get = || async {
+        let r = c
+            .http
+            .get(c.url(&format!("/v1/objects/gate/{victim}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap()
+    };
+    assert!(get().await == v1, "v1 after the rebalance and `placed`");
+    assert!(
+        c.names_on(heir.url(), "gate").await.contains(&victim),
+        "v1 moved to the new owner"
+    );
+    assert!(
+        !c.names_on(owner.url(), "gate").await.contains(&victim),
+        "no copy left on the target in maintenance"
+    );
+
+    // A later write and the map changing back: the newest version wins everywhere.
+    let r = c
+        .http
+        .put(c.url(&format!("/v1/objects/gate/{victim}")))
+        .body(v2.clone())
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let r = c
+        .http
+        .put(c.url("/v1/cluster"))
+        .json(&serde_json::json!({"action": "stop-maintenance", "value": {"sid": owner.daemon_id}}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    rebalanced(&c).await;
+    assert!(get().await == v2, "v2 after the map changed back");
+    assert_placement(&c, "gate", 20).await;
+}
+
+/// Whether the log of the target with id `id` contains `text`.
+fn owner_log_says(c: &Cluster, id: &str, text: &str) -> bool {
+    (0..c.targets.len())
+        .filter(|i| target_id(c, *i) == id)
+        .any(|i| c.targets[i].log_text().contains(text))
+}
