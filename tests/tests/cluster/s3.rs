@@ -5,6 +5,7 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
+use futures::StreamExt;
 use gristmill_tests::{Cluster, content};
 
 const USERS: &str = r#"[{"access_key":"admin","secret_key":"admin-secret","read":["*"],"write":["*"]},{"access_key":"reader","secret_key":"reader-secret","read":["*"],"write":[]}]"#;
@@ -517,4 +518,117 @@ async fn multipart_upload_is_replicated_before_complete_returns() {
         got.body.collect().await.unwrap().into_bytes().as_ref(),
         &big[..]
     );
+}
+
+/// Two clients race `If-None-Match: *` PUTs of one key, 100 rounds, on 3 targets with
+/// `mirror.copies = 2` — and rounds 40 to 70 while a target goes into maintenance and comes
+/// back (two rebalances): each round exactly one PUT wins, the other gets 412
+/// PreconditionFailed, and every later read returns the winner's bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_if_none_match_puts_have_exactly_one_winner() {
+    let c = Cluster::start(3, 1).await.unwrap();
+    let s3 = client(&c, "gristmill", "gristmill-secret");
+    s3.create_bucket().bucket("race").send().await.unwrap();
+    c.grist_ok(&["bucket", "props", "set", "ais://race", "mirror.copies=2"]);
+    // Enough objects that the rebalances take a while: the rounds run during them.
+    futures::stream::iter(0..1500usize)
+        .map(|i| {
+            let (http, url) = (c.http.clone(), c.url(&format!("/v1/objects/race/fill-{i}")));
+            async move {
+                let r = http
+                    .put(url)
+                    .body(content(i as u64, 16 << 10))
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(r.status().is_success());
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<()>()
+        .await;
+    let leaving = c.smap().await.unwrap().tmap.keys().next().unwrap().clone();
+    let maintenance = |action: &'static str| {
+        let (http, url, sid) = (c.http.clone(), c.url("/v1/cluster"), leaving.clone());
+        async move {
+            let r = http
+                .put(url)
+                .json(&serde_json::json!({"action": action, "value": {"sid": sid}}))
+                .send()
+                .await
+                .unwrap();
+            assert!(
+                r.status().is_success(),
+                "{action}: {}",
+                r.text().await.unwrap()
+            );
+        }
+    };
+    let mut winners = Vec::new();
+    let mut during_rebalance = 0;
+    for round in 0..100usize {
+        match round {
+            40 => maintenance("start-maintenance").await,
+            70 => maintenance("stop-maintenance").await,
+            _ => {}
+        }
+        let running: Vec<serde_json::Value> = c
+            .http
+            .get(c.url("/v1/jobs?kind=rebalance&running=true"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        during_rebalance += usize::from(!running.is_empty());
+        let key = format!("k{round:03}");
+        let bodies = [
+            content(round as u64 * 2, 4096),
+            content(round as u64 * 2 + 1, 4096),
+        ];
+        let put = |body: Vec<u8>| {
+            s3.put_object()
+                .bucket("race")
+                .key(&key)
+                .if_none_match("*")
+                .body(ByteStream::from(body))
+                .send()
+        };
+        let (a, b) = tokio::join!(put(bodies[0].clone()), put(bodies[1].clone()));
+        let won: Vec<usize> = [a.is_ok(), b.is_ok()]
+            .iter()
+            .enumerate()
+            .filter(|(_, ok)| **ok)
+            .map(|(i, _)| i)
+            .collect();
+        let lost: Vec<String> = [a.err(), b.err()]
+            .into_iter()
+            .flatten()
+            .map(|e| code(&e))
+            .collect();
+        assert_eq!(
+            won.len(),
+            1,
+            "round {round}: winners {won:?}, errors {lost:?}"
+        );
+        assert_eq!(lost, ["PreconditionFailed"], "round {round}");
+        winners.push(bodies[won[0]].clone());
+    }
+    assert!(during_rebalance > 0, "no round ran during a rebalance");
+    eprintln!("{during_rebalance} of 100 rounds started during a rebalance");
+    for (round, body) in winners.iter().enumerate() {
+        let got = s3
+            .get_object()
+            .bucket("race")
+            .key(format!("k{round:03}"))
+            .send()
+            .await
+            .unwrap();
+        let got = got.body.collect().await.unwrap().into_bytes();
+        assert!(
+            got.as_ref() == &body[..],
+            "round {round}: not the winner's bytes"
+        );
+    }
 }
