@@ -48,6 +48,24 @@ if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then
     || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q faketime >/dev/null; }
 fi
 
+step "kubectl (test_deploy.py renders deploy/kubernetes with kubectl kustomize)"
+if ! command -v kubectl >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  # Debian's kubectl is the package kubernetes-client (bookworm: 1.20, kustomize v2, which the
+  # kustomizations are written for); a machine with a `kubectl` package source gets that.
+  $sudo apt-get install -y -q kubectl >/dev/null 2>&1 \
+    || $sudo apt-get install -y -q kubernetes-client >/dev/null 2>&1 \
+    || { $sudo apt-get update -q >/dev/null 2>&1 \
+         && { $sudo apt-get install -y -q kubectl >/dev/null 2>&1 || $sudo apt-get install -y -q kubernetes-client >/dev/null; }; }
+fi
+
+step "systemd-analyze (test_deploy.py verifies deploy/systemd's units)"
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get install -y -q systemd >/dev/null 2>&1 \
+    || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q systemd >/dev/null; }
+fi
+
 step "Python venv (.venv): the gristmill SDK and clients that Rust integration tests drive too"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
