@@ -416,6 +416,10 @@ pub struct BucketProps {
     /// Copies on distinct targets (AIStore's `mirror`).
     #[serde(default)]
     pub mirror: MirrorProps,
+    /// The name S3 clients use for this bucket when it is not a native bucket's (remote
+    /// buckets whose names clash, or that need another). Not an AIStore property.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub s3_alias: String,
 }
 
 /// Replicas of a bucket's objects: `copies` on `copies` distinct targets in HRW order (the

@@ -15,8 +15,8 @@ use gristmill_core::smap::Node;
 use gristmill_core::{ApiError, Bck, ErrorKind, validate_object_name};
 use gristmill_node::server::{encode_page, redirect};
 
+use crate::membership;
 use crate::meta::{Changed, Proxy};
-use crate::{list, membership};
 use s3s::service::S3Service;
 
 type Params = Query<HashMap<String, String>>;
@@ -349,14 +349,7 @@ async fn list_objects(
     let bck = bucket_from(&bucket, &params)?;
     let lso = ListObjectsMsg::from_action_body(&body)?;
     crate::remote::ensure(&p, &bck).await?;
-    // AIStore's `LsCached` flag (bit 0): only what the cluster holds, i.e. the local listing.
-    let cached_only = lso.flags & 1 != 0;
-    let listable_remote = bck.provider == gristmill_core::Provider::Aws || bck.is_remote_ais();
-    let page = if listable_remote && !cached_only {
-        crate::remote::list(&p, &bck, lso).await?
-    } else {
-        list::list_objects(&p, &bck, lso).await?
-    };
+    let page = crate::remote::list_bucket(&p, &bck, lso).await?;
     Ok(encode_page(&page, &headers))
 }
 

@@ -98,6 +98,23 @@ pub(crate) async fn add_with(
     Ok(added)
 }
 
+/// A page of any bucket's listing: a listable remote bucket's from its backend (unless
+/// AIStore's `LsCached` flag, bit 0, asks for only what the cluster holds), else the
+/// cluster's own.
+pub(crate) async fn list_bucket(
+    p: &Proxy,
+    bck: &Bck,
+    lso: ListObjectsMsg,
+) -> Result<ListObjectsPage, ApiError> {
+    let cached_only = lso.flags & 1 != 0;
+    let listable_remote = bck.provider == gristmill_core::Provider::Aws || bck.is_remote_ais();
+    if listable_remote && !cached_only {
+        list(p, bck, lso).await
+    } else {
+        crate::list::list_objects(p, bck, lso).await
+    }
+}
+
 /// A page of a remote bucket's listing: the backend's names, through one target, each flagged
 /// if cached somewhere in the cluster.
 pub(crate) async fn list(

@@ -53,6 +53,13 @@ impl Directory {
         })
     }
 
+    /// The cluster's bucket metadata (empty without cluster users).
+    fn metadata(&self) -> Arc<gristmill_core::BucketMetadata> {
+        self.cluster
+            .as_ref()
+            .map_or_else(Default::default, |c| (c.metadata)())
+    }
+
     /// The cluster user owning `access_key`, with its derived secret.
     fn cluster_user(&self, access_key: &str) -> Option<(User, SecretKey)> {
         let c = self.cluster.as_ref()?;
@@ -122,7 +129,7 @@ impl S3Access for Grants {
         };
         if !self.directory.configured.contains_key(&creds.access_key) {
             return match self.directory.cluster_user(&creds.access_key) {
-                Some((user, _)) => check_cluster_user(cx, &user),
+                Some((user, _)) => check_cluster_user(cx, &user, self.directory.metadata()),
                 None => Err(s3_error!(AccessDenied)),
             };
         }
@@ -170,16 +177,23 @@ impl S3Access for Grants {
 /// A cluster user's S3 request: the same needs as the native API (write access for
 /// operations that change data, bucket creation and deletion included; read access
 /// otherwise; any valid user may list buckets), plus read access to a copy's source.
-fn check_cluster_user(cx: &mut S3AccessContext<'_>, user: &User) -> S3Result<()> {
+fn check_cluster_user(
+    cx: &mut S3AccessContext<'_>,
+    user: &User,
+    bmd: Arc<gristmill_core::BucketMetadata>,
+) -> S3Result<()> {
     let op = cx.s3_op().name();
     let bucket = match cx.s3_path() {
         s3s::path::S3Path::Root => return Ok(()),
         s3s::path::S3Path::Bucket { bucket } => bucket.to_string(),
         s3s::path::S3Path::Object { bucket, .. } => bucket.to_string(),
     };
-    let bck = |name: &str| {
-        gristmill_core::Bck::new(name, gristmill_core::Provider::Ais)
-            .map_err(|e| s3_error!(InvalidBucketName, "{}", e.message))
+    // The bucket the name means (a remote bucket's permissions are its own).
+    let bck = |name: &str| -> S3Result<gristmill_core::Bck> {
+        match super::common::resolve(&bmd, name)? {
+            Some(b) => Ok(b),
+            None => super::common::bucket(name),
+        }
     };
     let need = if is_write(op) {
         Need::Write(bck(&bucket)?)

@@ -13,16 +13,31 @@ pub(super) async fn list_buckets(
     _req: S3Request<ListBucketsInput>,
 ) -> S3Result<S3Response<ListBucketsOutput>> {
     let bmd = s.proxy.bmd();
-    let buckets = bmd
+    // Every bucket by the name S3 clients reach it with (see `resolve`): native ones, and
+    // remote ones by their alias or their own name when that is theirs alone.
+    let mut buckets: Vec<Bucket> = bmd
         .buckets
         .values()
-        .filter(|r| r.bck.provider == Provider::Ais && r.bck.namespace.is_global())
-        .map(|r| Bucket {
-            name: Some(r.bck.name.clone()),
-            creation_date: Some(timestamp(r.props.created)),
-            ..Default::default()
+        .filter_map(|r| {
+            let native = r.bck.provider == Provider::Ais && r.bck.namespace.is_global();
+            let name = if native || r.props.s3_alias.is_empty() {
+                r.bck.name.clone()
+            } else {
+                r.props.s3_alias.clone()
+            };
+            let reached = native
+                || resolve(&bmd, &name)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|b| b == r.bck);
+            reached.then(|| Bucket {
+                name: Some(name),
+                creation_date: Some(timestamp(r.props.created)),
+                ..Default::default()
+            })
         })
         .collect();
+    buckets.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(S3Response::new(ListBucketsOutput {
         buckets: Some(buckets),
         owner: Some(owner()),
@@ -70,6 +85,13 @@ pub(super) async fn delete_bucket(
     req: S3Request<DeleteBucketInput>,
 ) -> S3Result<S3Response<DeleteBucketOutput>> {
     let bck = s.existing(&req.input.bucket).await?;
+    if bck.is_remote() {
+        return Err(s3_error!(
+            InvalidRequest,
+            "{} is a remote bucket: Gristmill does not delete it over S3 (evict or remove it with `grist`)",
+            bck
+        ));
+    }
     if !s.list_page(&bck, "", "", 1).await?.entries.is_empty() {
         return Err(s3_error!(
             BucketNotEmpty,

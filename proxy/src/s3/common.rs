@@ -74,6 +74,48 @@ pub(super) fn bucket(name: &str) -> S3Result<Bck> {
         .map_err(|e| S3Error::with_message(S3ErrorCode::InvalidBucketName, e.message))
 }
 
+/// The bucket an S3 name means: the native (`ais://`) bucket of that name; else the bucket
+/// whose `s3_alias` property is that name; else the one remote bucket (`s3://`, `ht://`,
+/// `ais://@alias`...) of that name — several of them are ambiguous until one gets an alias.
+/// `None`: no such bucket (in this bucket metadata).
+pub(super) fn resolve(bmd: &gristmill_core::BucketMetadata, name: &str) -> S3Result<Option<Bck>> {
+    let native = bucket(name)?;
+    if bmd.contains(&native) {
+        return Ok(Some(native));
+    }
+    let records = || bmd.buckets.values();
+    if let Some(r) = records().find(|r| r.props.s3_alias == name) {
+        return Ok(Some(r.bck.clone()));
+    }
+    let remote: Vec<&Bck> = records()
+        .filter(|r| r.bck.name == name && r.props.s3_alias.is_empty())
+        .map(|r| &r.bck)
+        .collect();
+    match remote.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some((*one).clone())),
+        many => Err(s3_error!(
+            InvalidRequest,
+            "{name} names {} buckets ({}); give one of them the S3 name with `grist bucket props set <bucket> s3_alias=<name>`",
+            many.len(),
+            many.iter()
+                .map(|b| b.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// `provider=..` (and `namespace=..` outside the global one) of a request to a target.
+pub(super) fn bucket_query(bck: &Bck) -> String {
+    let mut q = format!("provider={}", bck.provider.as_str());
+    if !bck.namespace.is_global() {
+        q.push_str("&namespace=");
+        q.push_str(&gristmill_core::name::encode_path(&bck.namespace.uname()));
+    }
+    q
+}
+
 pub(super) fn check_key(key: &str) -> S3Result<()> {
     if key.len() > gristmill_core::name::MAX_OBJECT_NAME {
         return Err(s3_error!(
@@ -416,21 +458,22 @@ pub(super) fn client_body_error(e: s3s::StdError) -> S3Error {
 impl GristS3 {
     /// An existing native bucket (one created through another proxy moments ago included:
     /// a miss is checked again after a linearizable read).
+    /// The bucket an S3 request names (see [`resolve`]), after catching up with the
+    /// bucket metadata once if it is not known here.
     pub(super) async fn existing(&self, name: &str) -> S3Result<Bck> {
-        let bck = bucket(name)?;
-        if !self.proxy.bmd().contains(&bck) {
-            self.proxy
-                .linearize()
-                .await
-                .map_err(|e| s3_error!(ServiceUnavailable, "{}", e.message))?;
-            if !self.proxy.bmd().contains(&bck) {
-                return Err(s3_error!(NoSuchBucket, "bucket {name} does not exist"));
-            }
+        bucket(name)?;
+        if let Some(bck) = resolve(&self.proxy.bmd(), name)? {
+            return Ok(bck);
         }
-        Ok(bck)
+        self.proxy
+            .linearize()
+            .await
+            .map_err(|e| s3_error!(ServiceUnavailable, "{}", e.message))?;
+        resolve(&self.proxy.bmd(), name)?
+            .ok_or_else(|| s3_error!(NoSuchBucket, "bucket {name} does not exist"))
     }
 
-    /// `<owner>/v1/<area>/<bucket>/<key>?provider=ais`.
+    /// `<owner>/v1/<area>/<bucket>/<key>?provider=..&namespace=..`.
     pub(super) fn owner_url(&self, area: &str, bck: &Bck, key: &str) -> S3Result<String> {
         check_key(key)?;
         let smap = self.proxy.smap();
@@ -438,10 +481,11 @@ impl GristS3 {
             .owner(&bck.object_uname(key))
             .ok_or_else(|| s3_error!(ServiceUnavailable, "no targets in the cluster yet"))?;
         Ok(format!(
-            "{}/v1/{area}/{}/{}?provider=ais",
+            "{}/v1/{area}/{}/{}?{}",
             owner.url(),
             bck.name,
-            gristmill_core::name::encode_path(key)
+            gristmill_core::name::encode_path(key),
+            bucket_query(bck)
         ))
     }
 
@@ -546,7 +590,7 @@ impl GristS3 {
             props: "name,size,checksum".into(),
             ..Default::default()
         };
-        crate::list::list_objects(&self.proxy, bck, lso)
+        crate::remote::list_bucket(&self.proxy, bck, lso)
             .await
             .map_err(|e| s3_error_from(e, false))
     }

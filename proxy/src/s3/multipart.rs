@@ -13,6 +13,13 @@ pub(super) async fn create_multipart_upload(
 ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
     let input = req.input;
     let bck = s.existing(&input.bucket).await?;
+    if bck.is_remote() {
+        // The assembled object would be cached here and never written to the remote.
+        return Err(s3_error!(
+            NotImplemented,
+            "multipart uploads into remote bucket {bck} are not supported yet; use PutObject"
+        ));
+    }
     let url = s.owner_url("mpu", &bck, &input.key)?;
     let custom = custom_md(
         input.content_type.as_deref(),
@@ -334,7 +341,7 @@ pub(super) async fn list_multipart_uploads(
     let smap = s.proxy.smap();
     let urls: Vec<String> = smap
         .active_targets()
-        .map(|t| format!("{}/v1/mpu/{}?provider=ais", t.url(), bck.name))
+        .map(|t| format!("{}/v1/mpu/{}?{}", t.url(), bck.name, bucket_query(&bck)))
         .collect();
     let requests = urls.into_iter().map(|url| async move {
         let resp = s.send(s.proxy.http.get(url)).await?;

@@ -10,6 +10,7 @@ use gristmill_tests::{Cluster, content, free_port};
 use tokio::net::TcpStream;
 
 use super::backend::*;
+use aws_sdk_s3::primitives::ByteStream;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cold_get_one_download_streamed_to_all_and_broken_download_caches_nothing() {
@@ -851,4 +852,265 @@ async fn cold_get_checks_the_backends_crc_and_caches_nothing_corrupt() {
         "validation off: the flipped byte is not caught"
     );
     assert_eq!(super::scrub::metric(&c, &smap, mismatch).await, 1);
+}
+
+/// The workspace root (for `.venv/bin/...` clients).
+fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_owned()
+}
+
+/// Runs a client from the venv with S3 credentials for Gristmill's S3 front; its stdout.
+fn venv_client(bin: &str, args: &[&str]) -> Vec<u8> {
+    let out = Command::new(workspace_root().join(".venv/bin").join(bin))
+        .args(args)
+        .env("AWS_ACCESS_KEY_ID", "gristmill")
+        .env("AWS_SECRET_ACCESS_KEY", "gristmill-secret")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .unwrap_or_else(|e| panic!("{bin}: {e}"));
+    assert!(
+        out.status.success(),
+        "{bin} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Issue 18: an `s3://` bucket on SeaweedFS read and written through Gristmill's S3 API by
+/// aws-sdk-s3, boto3 and s5cmd: the first GET downloads once, later GETs (and ranges) are
+/// served from the cache, the listing shows the remote's objects and the cache shows which
+/// are cached, PUT and DELETE write through. A native bucket of the same name takes the name
+/// over; an `s3_alias` property reaches the remote one again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_bucket_through_the_s3_api() {
+    let weed = Weed::start().await;
+    let direct = weed.client();
+    direct
+        .create_bucket()
+        .bucket("gm-front")
+        .send()
+        .await
+        .unwrap();
+    let a = content(1, 300_000);
+    put_direct(&direct, "gm-front", "a", a.clone()).await;
+    put_direct(&direct, "gm-front", "b", b"bee".to_vec()).await;
+    put_direct(&direct, "gm-front", "dir/c", b"sea".to_vec()).await;
+    let relay = Relay::start(&weed.endpoint).await;
+    let c = remote_cluster(&relay).await;
+    // The bucket joins the cluster on first access, as on the native API.
+    c.grist_ok(&["ls", "s3://gm-front"]);
+    // Gristmill's own S3 front (auth off: its built-in key).
+    let s3 = aws_sdk_s3::Client::from_conf(
+        aws_sdk_s3::config::Builder::new()
+            .behavior_version_latest()
+            .region(aws_sdk_s3::config::Region::new("us-east-1"))
+            .endpoint_url(&c.endpoint)
+            .force_path_style(true)
+            .credentials_provider(aws_sdk_s3::config::Credentials::new(
+                "gristmill",
+                "gristmill-secret",
+                None,
+                None,
+                "test",
+            ))
+            .build(),
+    );
+    let read = |key: &'static str| {
+        let s3 = s3.clone();
+        async move {
+            let r = s3.get_object().bucket("gm-front").key(key).send().await;
+            r.unwrap()
+                .body
+                .collect()
+                .await
+                .unwrap()
+                .into_bytes()
+                .to_vec()
+        }
+    };
+
+    let before = relay.object_gets.load(Ordering::SeqCst);
+    assert_eq!(read("a").await, a, "cold GET");
+    assert_eq!(relay.object_gets.load(Ordering::SeqCst), before + 1);
+    assert_eq!(read("a").await, a, "warm GET");
+    let part = s3
+        .get_object()
+        .bucket("gm-front")
+        .key("a")
+        .range("bytes=1000-1999")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(part.content_length(), Some(1000));
+    assert_eq!(
+        part.body.collect().await.unwrap().into_bytes().as_ref(),
+        &a[1000..2000]
+    );
+    let head = s3
+        .head_object()
+        .bucket("gm-front")
+        .key("a")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length(), Some(a.len() as i64));
+    assert_eq!(
+        relay.object_gets.load(Ordering::SeqCst),
+        before + 1,
+        "served from the cache"
+    );
+
+    // The listing has the remote's objects; the cache has only what was read.
+    let listed = s3
+        .list_objects_v2()
+        .bucket("gm-front")
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, ["a", "b", "dir/c"]);
+    let cached = c.grist_ok(&["ls", "s3://gm-front", "--cached"]);
+    assert!(
+        cached.contains('a') && !cached.contains("dir/c"),
+        "{cached}"
+    );
+    let buckets = s3.list_buckets().send().await.unwrap();
+    assert!(
+        buckets
+            .buckets()
+            .iter()
+            .any(|b| b.name() == Some("gm-front"))
+    );
+
+    // Writes go through to SeaweedFS.
+    s3.put_object()
+        .bucket("gm-front")
+        .key("new")
+        .body(ByteStream::from_static(b"written through"))
+        .send()
+        .await
+        .unwrap();
+    let there = direct
+        .get_object()
+        .bucket("gm-front")
+        .key("new")
+        .send()
+        .await;
+    assert_eq!(
+        there
+            .unwrap()
+            .body
+            .collect()
+            .await
+            .unwrap()
+            .into_bytes()
+            .as_ref(),
+        b"written through"
+    );
+    s3.delete_object()
+        .bucket("gm-front")
+        .key("b")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        direct
+            .head_object()
+            .bucket("gm-front")
+            .key("b")
+            .send()
+            .await
+            .is_err()
+    );
+    let refused = s3
+        .create_multipart_upload()
+        .bucket("gm-front")
+        .key("m")
+        .send()
+        .await;
+    assert!(
+        refused.is_err(),
+        "multipart into a remote bucket is refused, not cached only"
+    );
+
+    // boto3 and s5cmd, unmodified, through the same front.
+    let boto = venv_client(
+        "python",
+        &[
+            "-c",
+            "import boto3, sys; s3 = boto3.client('s3', endpoint_url=sys.argv[1]); \
+             s3.put_object(Bucket='gm-front', Key='from-boto3', Body=b'boto3 bytes'); \
+             sys.stdout.write(s3.get_object(Bucket='gm-front', Key='dir/c')['Body'].read().decode())",
+            &c.endpoint,
+        ],
+    );
+    assert_eq!(boto, b"sea");
+    let got = venv_client(
+        "s5cmd",
+        &[
+            "--endpoint-url",
+            &c.endpoint,
+            "cat",
+            "s3://gm-front/from-boto3",
+        ],
+    );
+    assert_eq!(got, b"boto3 bytes");
+    let ls = venv_client(
+        "s5cmd",
+        &["--endpoint-url", &c.endpoint, "ls", "s3://gm-front/*"],
+    );
+    let ls = String::from_utf8_lossy(&ls);
+    assert!(
+        ls.contains("from-boto3") && ls.contains("new") && !ls.contains(" b\n"),
+        "{ls}"
+    );
+    let there = direct
+        .get_object()
+        .bucket("gm-front")
+        .key("from-boto3")
+        .send()
+        .await;
+    assert!(there.is_ok(), "boto3's PUT reached SeaweedFS");
+
+    // A native bucket of the same name takes the name; an alias reaches the remote one.
+    c.create_bucket("gm-front").await.unwrap();
+    let shadowed = s3.get_object().bucket("gm-front").key("a").send().await;
+    assert_eq!(
+        shadowed
+            .err()
+            .and_then(|e| e.into_service_error().meta().code().map(str::to_owned)),
+        Some("NoSuchKey".to_owned())
+    );
+    c.grist_ok(&[
+        "bucket",
+        "props",
+        "set",
+        "s3://gm-front",
+        "s3_alias=gm-front-remote",
+    ]);
+    let by_alias = s3
+        .get_object()
+        .bucket("gm-front-remote")
+        .key("a")
+        .send()
+        .await;
+    assert_eq!(
+        by_alias
+            .unwrap()
+            .body
+            .collect()
+            .await
+            .unwrap()
+            .into_bytes()
+            .as_ref(),
+        &a[..]
+    );
+    assert_eq!(
+        relay.object_gets.load(Ordering::SeqCst),
+        before + 2,
+        "one more download: dir/c for boto3"
+    );
 }
