@@ -6,6 +6,7 @@ use crate::store::index::{IndexOp, ObjectIndex};
 use crate::store::meta::META_XATTR;
 use gristmill_core::hrw;
 use std::collections::HashSet;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_128};
@@ -19,12 +20,28 @@ pub(super) fn open_mountpath(
     std::fs::create_dir_all(p)?;
     let path = std::fs::canonicalize(p)?;
     // Only the target's user may enter: ETL workers (another user) and others never
-    // read object files directly.
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    // read object files directly. A mountpath that is a volume's root belongs to root (a
+    // Kubernetes PVC, say, with the pod's group): then what the target creates in it is
+    // closed instead.
+    let private = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700));
+    let closed_root = match private(&path) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            tracing::warn!(mountpath = %path.display(), "mountpath not owned by this user: closing its subdirectories instead");
+            false
+        }
+        Err(e) => return Err(e.into()),
+    };
     for sub in ["obj", "tmp", "trash", "mpu"] {
         std::fs::create_dir_all(path.join(sub))?;
+        if !closed_root {
+            private(&path.join(sub))?;
+        }
     }
     let index = ObjectIndex::open(&path.join("index.redb"), hot, index_cache_bytes)?;
+    if !closed_root {
+        std::fs::set_permissions(path.join("index.redb"), std::fs::Permissions::from_mode(0o600))?;
+    }
     let digest = hrw::digest(&path.to_string_lossy());
     Ok(Mountpath {
         path,
