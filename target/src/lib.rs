@@ -39,7 +39,6 @@ use gristmill_core::{BucketMetadata, MetaSync, persist};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-pub use backend::AwsFiles;
 pub use backend::BackendConfig;
 pub use store::error::StoreError;
 

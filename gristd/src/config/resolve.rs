@@ -152,7 +152,6 @@ impl SpaceSettings {
 impl BackendSettings {
     pub fn resolve(&self) -> anyhow::Result<BackendConfig> {
         let d = BackendConfig::default();
-        let aws = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let endpoint = nonempty(&self.s3_endpoint).unwrap_or_default();
         let positive = |key: &str, v: Option<u64>, default: u64| match v {
             Some(0) => bail!("backend.{key} = 0: expected a number above 0"),
@@ -174,14 +173,8 @@ impl BackendSettings {
             parallel.workers as u64,
         )? as usize;
         Ok(BackendConfig {
-            s3_path_style: self.s3_path_style.unwrap_or(!endpoint.is_empty()),
+            s3_path_style: self.s3_path_style,
             s3_endpoint: endpoint,
-            s3_region: aws("AWS_REGION")
-                .or_else(|| aws("AWS_DEFAULT_REGION"))
-                .unwrap_or(d.s3_region),
-            s3_access_key: aws("AWS_ACCESS_KEY_ID").unwrap_or_default(),
-            s3_secret_key: aws("AWS_SECRET_ACCESS_KEY").unwrap_or_default(),
-            s3_session_token: aws("AWS_SESSION_TOKEN"),
             ht_allow_private: self.ht_allow_private.unwrap_or(false),
             timeout: Duration::from_secs(positive(
                 "timeout_secs",
@@ -190,25 +183,7 @@ impl BackendSettings {
             )?),
             parallel,
             remote_ais: remote_ais(self.remote_ais.as_deref().unwrap_or_default())?,
-            aws_files: aws_files(),
         })
-    }
-}
-
-/// The AWS shared files: `AWS_SHARED_CREDENTIALS_FILE` / `AWS_CONFIG_FILE`, else `~/.aws/`.
-fn aws_files() -> gristmill_target::AwsFiles {
-    let var = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    let home = var("HOME");
-    let file = |env: &str, name: &str| {
-        var(env).or_else(|| home.as_ref().map(|h| h.join(".aws").join(name)))
-    };
-    gristmill_target::AwsFiles {
-        credentials: file("AWS_SHARED_CREDENTIALS_FILE", "credentials"),
-        config: file("AWS_CONFIG_FILE", "config"),
     }
 }
 

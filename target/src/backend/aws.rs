@@ -1,62 +1,135 @@
-//! `aws` (`s3://`) backend: any S3 server through aws-sdk-s3, with an explicit endpoint,
-//! region, path-style switch and static credentials from the environment.
+//! `aws` (`s3://`) backend: any S3 server through aws-sdk-s3, configured by the standard AWS
+//! chain (`aws-config`): credentials from the environment, the shared config and credentials
+//! files and their profiles (also `credential_process`, SSO, assume-role), a web identity
+//! token file (EKS IRSA), ECS or EC2 instance metadata — refreshed before they expire; the
+//! region and endpoint likewise (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_S3`, a profile's
+//! `endpoint_url`). Gristmill's own settings (`GRISTD_S3_ENDPOINT`, a bucket's
+//! `extra.aws.endpoint` and `cloud_region`) override them.
 
+use aws_config::BehaviorVersion;
+use aws_config::meta::region::RegionProviderChain;
 use aws_sdk_s3::Client;
+use aws_sdk_s3::config::Region;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
-use aws_sdk_s3::config::{Credentials, Region};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream as SdkStream;
 use gristmill_core::Bck;
 
 use super::{
-    Backend, BackendConfig, BackendError, BackendErrorKind, ByteStream, ChecksumAlgo, PutSource,
-    RemoteAttrs, RemoteChecksum, RemoteEntry, RemotePage,
+    Backend, BackendError, BackendErrorKind, ByteStream, ChecksumAlgo, PutSource, RemoteAttrs,
+    RemoteChecksum, RemoteEntry, RemotePage,
 };
 
+/// What makes one `s3://` client: an account (profile) and Gristmill's overrides.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub(super) struct AwsClientSpec {
+    /// A named profile of the shared files (`s3://#acct/b`, or `extra.aws.profile`); empty =
+    /// the default chain.
+    pub(super) profile: String,
+    /// Endpoint override: a bucket's `extra.aws.endpoint`.
+    pub(super) endpoint: String,
+    /// Region override: a bucket's `extra.aws.cloud_region`.
+    pub(super) region: String,
+    /// The target-wide endpoint (`GRISTD_S3_ENDPOINT`): below a profile's own, above the
+    /// default chain's.
+    pub(super) default_endpoint: String,
+    /// Path-style addressing when set; else on whenever an endpoint is configured.
+    pub(super) path_style: Option<bool>,
+}
+
 pub(super) struct AwsBackend {
-    client: Client,
-    /// Metadata calls (HEAD, LIST, DELETE, PUT responses) time out after this.
+    spec: AwsClientSpec,
+    /// Built on first use (loading the chain's config is async).
+    client: tokio::sync::OnceCell<Client>,
+    /// Connect timeout, and the time limit of metadata calls.
     timeout: std::time::Duration,
-    /// Whether credentials were configured; without them every call fails with a clear reason.
-    has_credentials: bool,
 }
 
 impl AwsBackend {
-    pub(super) fn new(c: &BackendConfig) -> Self {
-        let mut b = aws_sdk_s3::config::Builder::new()
-            .behavior_version_latest()
-            .response_checksum_validation(
-                aws_sdk_s3::config::ResponseChecksumValidation::WhenRequired,
-            )
-            .region(Region::new(c.s3_region.clone()))
-            .force_path_style(c.s3_path_style)
-            .timeout_config(TimeoutConfig::builder().connect_timeout(c.timeout).build())
-            .credentials_provider(Credentials::new(
-                c.s3_access_key.clone(),
-                c.s3_secret_key.clone(),
-                c.s3_session_token.clone(),
-                None,
-                "gristd-environment",
-            ));
-        if !c.s3_endpoint.is_empty() {
-            b = b.endpoint_url(c.s3_endpoint.clone());
-        }
+    pub(super) fn new(spec: AwsClientSpec, timeout: std::time::Duration) -> Self {
         Self {
-            client: Client::from_conf(b.build()),
-            timeout: c.timeout,
-            has_credentials: !c.s3_access_key.is_empty(),
+            spec,
+            client: tokio::sync::OnceCell::new(),
+            timeout,
         }
     }
 
-    fn check(&self) -> Result<(), BackendError> {
-        if self.has_credentials {
-            Ok(())
-        } else {
-            Err(BackendError::new(
-                BackendErrorKind::Forbidden,
-                "no S3 credentials configured on the target (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)",
-            ))
+    /// The client, loading the AWS config chain the first time. A named profile that gives no
+    /// credentials is a clear 403 (and is looked at again next time).
+    async fn client(&self) -> Result<&Client, BackendError> {
+        self.client.get_or_try_init(|| self.build()).await
+    }
+
+    async fn build(&self) -> Result<Client, BackendError> {
+        let spec = &self.spec;
+        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        if !spec.profile.is_empty() {
+            // An account's profile only: the environment's keys belong to the default account.
+            let creds = aws_config::profile::ProfileFileCredentialsProvider::builder()
+                .profile_name(&spec.profile)
+                .build();
+            use aws_credential_types::provider::ProvideCredentials;
+            if let Err(e) = creds.provide_credentials().await {
+                return Err(BackendError::new(
+                    BackendErrorKind::Forbidden,
+                    format!(
+                        "no AWS profile {:?} with credentials in the shared credentials/config files \
+                         (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE, ~/.aws): {}",
+                        spec.profile,
+                        DisplayErrorContext(&e)
+                    ),
+                ));
+            }
+            loader = loader
+                .profile_name(&spec.profile)
+                .credentials_provider(creds);
         }
+        let region = RegionProviderChain::first_try(
+            Some(spec.region.clone())
+                .filter(|r| !r.is_empty())
+                .map(Region::new),
+        )
+        .or_else(
+            aws_config::default_provider::region::DefaultRegionChain::builder()
+                .profile_name(&spec.profile)
+                .build(),
+        )
+        .or_else(Region::new("us-east-1"));
+        let sdk = loader.region(region).load().await;
+        let chain_endpoint = sdk
+            .service_config()
+            .and_then(|c| {
+                c.load_config(
+                    aws_types::service_config::ServiceConfigKey::builder()
+                        .service_id("S3")
+                        .env("AWS_ENDPOINT_URL")
+                        .profile("endpoint_url")
+                        .build()
+                        .ok()?,
+                )
+            })
+            .or_else(|| sdk.endpoint_url().map(str::to_owned));
+        let mut endpoints = vec![Some(spec.endpoint.clone())];
+        if spec.profile.is_empty() {
+            endpoints.extend([Some(spec.default_endpoint.clone()), chain_endpoint]);
+        } else {
+            endpoints.extend([chain_endpoint, Some(spec.default_endpoint.clone())]);
+        }
+        let endpoint = endpoints.into_iter().flatten().find(|e| !e.is_empty());
+        let mut b = aws_sdk_s3::config::Builder::from(&sdk)
+            .response_checksum_validation(
+                aws_sdk_s3::config::ResponseChecksumValidation::WhenRequired,
+            )
+            .force_path_style(spec.path_style.unwrap_or(endpoint.is_some()))
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(self.timeout)
+                    .build(),
+            );
+        if let Some(e) = endpoint {
+            b = b.endpoint_url(e);
+        }
+        Ok(Client::from_conf(b.build()))
     }
 
     /// Runs a metadata call under the configured timeout.
@@ -97,6 +170,20 @@ where
             BackendErrorKind::Timeout,
             format!("{what}: timed out: {}", DisplayErrorContext(&e)),
         ),
+        // Signing needs credentials: none found anywhere in the chain (or they could not be
+        // refreshed).
+        SdkError::ConstructionFailure(_) | SdkError::DispatchFailure(_)
+            if format!("{}", DisplayErrorContext(&e)).contains("credentials") =>
+        {
+            BackendError::new(
+                BackendErrorKind::Forbidden,
+                format!(
+                    "{what}: no usable S3 credentials on the target (environment, shared config and \
+                     credentials files, web identity token, SSO, ECS, EC2 instance metadata): {}",
+                    DisplayErrorContext(&e)
+                ),
+            )
+        }
         SdkError::DispatchFailure(d) if d.is_timeout() => BackendError::new(
             BackendErrorKind::Timeout,
             format!("{what}: timed out: {}", DisplayErrorContext(&e)),
@@ -120,10 +207,10 @@ fn http_date(t: Option<&aws_sdk_s3::primitives::DateTime>) -> String {
 #[async_trait::async_trait]
 impl Backend for AwsBackend {
     async fn head_bucket(&self, bck: &Bck) -> Result<(), BackendError> {
-        self.check()?;
+        let client = self.client().await?;
         let what = format!("HEAD s3://{}", bck.name);
         self.timed(&what, async {
-            self.client
+            client
                 .head_bucket()
                 .bucket(&bck.name)
                 .send()
@@ -135,11 +222,10 @@ impl Backend for AwsBackend {
     }
 
     async fn head(&self, bck: &Bck, obj: &str) -> Result<RemoteAttrs, BackendError> {
-        self.check()?;
+        let client = self.client().await?;
         let what = format!("HEAD s3://{}/{obj}", bck.name);
         self.timed(&what, async {
-            let out = self
-                .client
+            let out = client
                 .head_object()
                 .bucket(&bck.name)
                 .key(obj)
@@ -163,9 +249,9 @@ impl Backend for AwsBackend {
         obj: &str,
         range: Option<(u64, u64)>,
     ) -> Result<(RemoteAttrs, ByteStream), BackendError> {
-        self.check()?;
+        let client = self.client().await?;
         let what = format!("GET s3://{}/{obj}", bck.name);
-        let mut req = self.client.get_object().bucket(&bck.name).key(obj);
+        let mut req = client.get_object().bucket(&bck.name).key(obj);
         if let Some((start, len)) = range {
             req = req.range(format!("bytes={start}-{}", start + len.saturating_sub(1)));
         }
@@ -216,7 +302,7 @@ impl Backend for AwsBackend {
     }
 
     async fn put(&self, bck: &Bck, obj: &str, src: PutSource) -> Result<RemoteAttrs, BackendError> {
-        self.check()?;
+        let client = self.client().await?;
         let what = format!("PUT s3://{}/{obj}", bck.name);
         let body = SdkStream::read_from()
             .path(&src.path)
@@ -224,8 +310,7 @@ impl Backend for AwsBackend {
             .build()
             .await
             .map_err(|e| BackendError::new(BackendErrorKind::Failed, format!("{what}: {e}")))?;
-        let out = self
-            .client
+        let out = client
             .put_object()
             .bucket(&bck.name)
             .key(obj)
@@ -244,10 +329,10 @@ impl Backend for AwsBackend {
     }
 
     async fn delete(&self, bck: &Bck, obj: &str) -> Result<(), BackendError> {
-        self.check()?;
+        let client = self.client().await?;
         let what = format!("DELETE s3://{}/{obj}", bck.name);
         self.timed(&what, async {
-            self.client
+            client
                 .delete_object()
                 .bucket(&bck.name)
                 .key(obj)
@@ -266,11 +351,10 @@ impl Backend for AwsBackend {
         after: &str,
         limit: usize,
     ) -> Result<RemotePage, BackendError> {
-        self.check()?;
+        let client = self.client().await?;
         let what = format!("LIST s3://{}", bck.name);
         self.timed(&what, async {
-            let mut req = self
-                .client
+            let mut req = client
                 .list_objects_v2()
                 .bucket(&bck.name)
                 .max_keys(limit.min(1000) as i32);

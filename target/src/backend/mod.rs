@@ -8,8 +8,6 @@
 mod ais;
 mod aws;
 mod ht;
-mod profile;
-pub use profile::AwsFiles;
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -252,16 +250,14 @@ impl Default for ParallelDownload {
 /// Backend settings of a target. Environment: see `docs/operations.md`.
 #[derive(Debug, Clone)]
 pub struct BackendConfig {
-    /// S3 endpoint URL (SeaweedFS, MinIO...); empty = AWS itself (`GRISTD_S3_ENDPOINT`).
+    /// S3 endpoint URL (SeaweedFS, MinIO...) for every `s3://` bucket without its own
+    /// (`GRISTD_S3_ENDPOINT`); empty = the AWS chain's (`AWS_ENDPOINT_URL[_S3]`, a profile's
+    /// `endpoint_url`), else AWS itself. Credentials and the region come from the AWS chain
+    /// (see `backend/aws.rs`).
     pub s3_endpoint: String,
-    /// S3 region (`AWS_REGION`, default `us-east-1`).
-    pub s3_region: String,
-    /// Path-style S3 addressing (`GRISTD_S3_PATH_STYLE`; default on when an endpoint is set).
-    pub s3_path_style: bool,
-    /// Static credentials (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`).
-    pub s3_access_key: String,
-    pub s3_secret_key: String,
-    pub s3_session_token: Option<String>,
+    /// Path-style S3 addressing (`GRISTD_S3_PATH_STYLE`); unset = on whenever an endpoint is
+    /// configured.
+    pub s3_path_style: Option<bool>,
     /// Allow `ht://` origins on loopback, private or link-local addresses
     /// (`GRISTD_HT_ALLOW_PRIVATE=true`); refused by default.
     pub ht_allow_private: bool,
@@ -270,8 +266,6 @@ pub struct BackendConfig {
     pub timeout: Duration,
     /// Cold GETs of objects above a size are fetched with parallel range requests.
     pub parallel: ParallelDownload,
-    /// The AWS shared credentials and config files (named profiles).
-    pub aws_files: profile::AwsFiles,
     /// Attached clusters for `ais://@alias/...` buckets: (alias, proxy URL)
     /// (`GRISTD_REMOTE_AIS=alias=http://host:port,...`).
     pub remote_ais: Vec<(String, String)>,
@@ -281,16 +275,11 @@ impl Default for BackendConfig {
     fn default() -> Self {
         Self {
             s3_endpoint: String::new(),
-            s3_region: "us-east-1".into(),
-            s3_path_style: false,
-            s3_access_key: String::new(),
-            s3_secret_key: String::new(),
-            s3_session_token: None,
+            s3_path_style: None,
             ht_allow_private: false,
             timeout: Duration::from_secs(30),
             parallel: ParallelDownload::default(),
             remote_ais: Vec::new(),
-            aws_files: Default::default(),
         }
     }
 }
@@ -375,36 +364,14 @@ impl Backends {
         if let Some(b) = self.aws.lock().expect("backends lock").get(&key) {
             return Ok(b.clone());
         }
-        let mut c = self.config.clone();
-        if !profile.is_empty() {
-            let p = profile::load(&profile, &self.config.aws_files).ok_or_else(|| {
-                ApiError::new(
-                    ErrorKind::Forbidden,
-                    format!(
-                        "no AWS profile {profile:?} for {bck} in the shared credentials/config files \
-                         (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE, ~/.aws)"
-                    ),
-                )
-            })?;
-            c.s3_access_key = p.access_key;
-            c.s3_secret_key = p.secret_key;
-            c.s3_session_token = p.session_token;
-            if !p.region.is_empty() {
-                c.s3_region = p.region;
-            }
-            if !p.endpoint.is_empty() {
-                c.s3_endpoint = p.endpoint;
-                c.s3_path_style = true;
-            }
-        }
-        if !extra.endpoint.is_empty() {
-            c.s3_endpoint = extra.endpoint.clone();
-            c.s3_path_style = true;
-        }
-        if !extra.cloud_region.is_empty() {
-            c.s3_region = extra.cloud_region.clone();
-        }
-        let b: Arc<dyn Backend> = Arc::new(aws::AwsBackend::new(&c));
+        let spec = aws::AwsClientSpec {
+            profile,
+            endpoint: extra.endpoint.clone(),
+            region: extra.cloud_region.clone(),
+            default_endpoint: self.config.s3_endpoint.clone(),
+            path_style: self.config.s3_path_style,
+        };
+        let b: Arc<dyn Backend> = Arc::new(aws::AwsBackend::new(spec, self.config.timeout));
         self.aws
             .lock()
             .expect("backends lock")

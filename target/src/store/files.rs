@@ -40,7 +40,10 @@ pub(super) fn open_mountpath(
     }
     let index = ObjectIndex::open(&path.join("index.redb"), hot, index_cache_bytes)?;
     if !closed_root {
-        std::fs::set_permissions(path.join("index.redb"), std::fs::Permissions::from_mode(0o600))?;
+        std::fs::set_permissions(
+            path.join("index.redb"),
+            std::fs::Permissions::from_mode(0o600),
+        )?;
     }
     let digest = hrw::digest(&path.to_string_lossy());
     Ok(Mountpath {

@@ -1114,3 +1114,89 @@ async fn remote_bucket_through_the_s3_api() {
         "one more download: dir/c for boto3"
     );
 }
+
+/// Issue 18: `s3://` credentials come from the standard AWS chain. A target whose only
+/// credentials are a web identity token file and a role (EKS IRSA), with `AWS_ENDPOINT_URL`
+/// pointing at moto (whose STS answers AssumeRoleWithWebIdentity), reads a bucket; a named
+/// profile whose credentials come from a `credential_process` that hands out keys expiring
+/// in two seconds is asked again as they expire (refreshed, not cached past expiry).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aws_credential_chain_web_identity_and_refresh() {
+    let moto = Moto::start().await;
+    let mo = s3_client(&moto.endpoint);
+    mo.create_bucket().bucket("gm-wi").send().await.unwrap();
+    for i in 0..3 {
+        put_direct(&mo, "gm-wi", &format!("o{i}"), content(900 + i, 5000)).await;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJnbSJ9.c2ln").unwrap();
+    // A credential process that counts its runs and hands out 2-second credentials.
+    let runs = dir.path().join("runs");
+    let script = dir.path().join("creds.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho run >> {}\nexp=$(date -u -d '+2 seconds' +%Y-%m-%dT%H:%M:%SZ)\n\
+             printf '{{\"Version\":1,\"AccessKeyId\":\"testing\",\"SecretAccessKey\":\"testing\",\"SessionToken\":\"t\",\"Expiration\":\"%s\"}}' \"$exp\"\n",
+            runs.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let config = dir.path().join("config");
+    std::fs::write(
+        &config,
+        format!(
+            "[profile expiring]\nregion = us-east-1\nendpoint_url = {}\ncredential_process = {}\n",
+            moto.endpoint,
+            script.display()
+        ),
+    )
+    .unwrap();
+    let env: Vec<(String, String)> = [
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", token.to_str().unwrap()),
+        (
+            "AWS_ROLE_ARN",
+            "arn:aws:iam::123456789012:role/gristmill-cache",
+        ),
+        ("AWS_ROLE_SESSION_NAME", "gristmill"),
+        ("AWS_ENDPOINT_URL", moto.endpoint.as_str()),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_CONFIG_FILE", config.to_str().unwrap()),
+        ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let c = Cluster::start_full(1, 1, &[], &env).await.unwrap();
+    // No keys anywhere but the token: the chain assumed the role through moto's STS.
+    assert_eq!(
+        get_bytes(&c, "gm-wi", "o0", "aws", "").await,
+        content(900, 5000)
+    );
+
+    // The profile's process runs again once its credentials expire.
+    let count = || {
+        std::fs::read_to_string(&runs)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        get_bytes(&c, "gm-wi", "o1", "aws", "#expiring").await,
+        content(901, 5000)
+    );
+    let first = count();
+    assert!(first >= 1, "the credential process ran");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        get_bytes(&c, "gm-wi", "o2", "aws", "#expiring").await,
+        content(902, 5000)
+    );
+    assert!(
+        count() > first,
+        "expired credentials were fetched again ({first} runs before, {} after)",
+        count()
+    );
+}
