@@ -59,6 +59,13 @@ if ! command -v kubectl >/dev/null 2>&1; then
          && { $sudo apt-get install -y -q kubectl >/dev/null 2>&1 || $sudo apt-get install -y -q kubernetes-client >/dev/null; }; }
 fi
 
+step "prometheus + promtool (test_metrics.py checks /metrics with promtool and scrapes a playground)"
+if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get install -y -q prometheus >/dev/null 2>&1 \
+    || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q prometheus >/dev/null; }
+fi
+
 step "systemd-analyze (test_deploy.py verifies deploy/systemd's units)"
 if ! command -v systemd-analyze >/dev/null 2>&1; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -81,15 +88,14 @@ else
 fi
 
 step "fuzz targets, short (10 s each; scripts/fuzz.sh SECONDS for longer runs)"
-if rustup run nightly rustc --version >/dev/null 2>&1; then
-  if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
-    cargo install -q --locked cargo-fuzz
-  fi
-  scripts/fuzz.sh 10
-else
-  echo "fuzzing needs the nightly toolchain (rustup toolchain install nightly); not installed here" >&2
-  exit 1
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+  # cargo-fuzz needs nightly (sanitizer flags): installed here when missing.
+  rustup toolchain install nightly --profile minimal
 fi
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+  cargo install -q --locked cargo-fuzz
+fi
+scripts/fuzz.sh 10
 
 step "Python tests"
 export GRISTD_BIN="$root/build/debug/gristd"

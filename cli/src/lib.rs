@@ -8,6 +8,7 @@ pub mod auth;
 pub mod cluster;
 pub mod etl;
 pub mod jobs;
+pub mod performance;
 pub mod shards;
 pub mod storage;
 

@@ -306,6 +306,7 @@ impl Etls {
             .acquire()
             .await
             .map_err(|_| EtlError::Unknown(name.into()))?;
+        let started = std::time::Instant::now();
         let result = match run.spec.runtime {
             Runtime::Python => self.framed(&run, data, path, args).await,
             Runtime::Command if run.spec.framed => self.framed(&run, data, path, args).await,
@@ -316,6 +317,7 @@ impl Etls {
         if result.is_err() {
             run.errors.fetch_add(1, Ordering::Relaxed);
         }
+        count_call(&run.spec.name, started, result.is_err());
         result
     }
 
@@ -363,6 +365,7 @@ impl Etls {
             .acquire_owned()
             .await
             .map_err(|_| EtlError::Unknown(name.into()))?;
+        let started = std::time::Instant::now();
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let (path, args) = (path.to_owned(), args.to_owned());
         let spec = &run.spec;
@@ -396,7 +399,7 @@ impl Etls {
                             })
                         }
                     };
-                    finish_stream(&run, &path, result, &tx).await;
+                    finish_stream(&run, &path, started, result, &tx).await;
                 });
             }
             Runtime::Command => {
@@ -419,7 +422,7 @@ impl Etls {
                     let _slot = slot;
                     let result =
                         stream::command(child, input, &tx, run.spec.timeout(), &run.log).await;
-                    finish_stream(&run, &path, result, &tx).await;
+                    finish_stream(&run, &path, started, result, &tx).await;
                 });
             }
             Runtime::Http => {
@@ -428,7 +431,7 @@ impl Etls {
                     let _slot = slot;
                     let idle = run.spec.timeout();
                     let result = stream::http(&run.http, &url, &args, input, len, &tx, idle).await;
-                    finish_stream(&run, &path, result, &tx).await;
+                    finish_stream(&run, &path, started, result, &tx).await;
                 });
             }
         }
@@ -593,13 +596,27 @@ fn failed(spec: &EtlSpec, path: &str, message: String) -> EtlError {
 }
 
 /// Counts a streamed object and, if it failed, ends its channel with the error.
+/// Metrics of one transform: `grist_etl_calls_total`, `_errors_total`, `_duration_seconds`
+/// by ETL name.
+fn count_call(etl: &str, started: std::time::Instant, failed: bool) {
+    let etl = etl.to_owned();
+    metrics::counter!("grist_etl_calls_total", "etl" => etl.clone()).increment(1);
+    if failed {
+        metrics::counter!("grist_etl_errors_total", "etl" => etl.clone()).increment(1);
+    }
+    metrics::histogram!("grist_etl_duration_seconds", "etl" => etl)
+        .record(started.elapsed().as_secs_f64());
+}
+
 async fn finish_stream(
     run: &EtlRun,
     path: &str,
+    started: std::time::Instant,
     result: Result<(), stream::StreamError>,
     tx: &tokio::sync::mpsc::Sender<Result<Bytes, EtlError>>,
 ) {
     run.objects.fetch_add(1, Ordering::Relaxed);
+    count_call(&run.spec.name, started, result.is_err());
     let error = match result {
         Ok(()) => return,
         Err(stream::StreamError::Stalled) => EtlError::Timeout {

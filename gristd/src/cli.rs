@@ -16,6 +16,13 @@ pub struct Cli {
     /// TOML configuration file (flags and GRISTD_* variables override it).
     #[arg(long, global = true, env = "GRISTD_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Log lines as plain text or as JSON objects (one per line, with the request id of the
+    /// request they belong to).
+    #[arg(long, global = true, env = "GRISTD_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+    /// Log one line per request (its id, method, path, status, time) at info level.
+    #[arg(long, global = true, env = "GRISTD_ACCESS_LOG")]
+    pub access_log: bool,
     #[command(subcommand)]
     pub command: Command,
 }

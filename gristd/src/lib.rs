@@ -17,13 +17,20 @@ pub mod config;
 pub mod playground;
 pub mod security;
 
-/// Sets up `tracing` from `RUST_LOG` (else the `default` filter), logging to stderr.
-pub fn init_tracing(default: &str) {
+/// Sets up `tracing` from `RUST_LOG` (else the `default` filter), logging to stderr as text
+/// or (`json`) one JSON object per line with the current spans (the request id).
+pub fn init_tracing(default: &str, format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = if format == "json" {
+        fmt.json()
+            .with_current_span(false)
+            .with_span_list(true)
+            .try_init()
+    } else {
+        fmt.with_target(false).try_init()
+    };
 }

@@ -33,8 +33,14 @@ async fn bind(addr: &str) -> anyhow::Result<tokio::net::TcpListener> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    gristmill_daemon::init_tracing("info");
     let cli = Cli::parse();
+    gristmill_daemon::init_tracing("info", &cli.log_format);
+    gristmill_node::metrics::set_access_log(cli.access_log);
+    // Playground children log the same way.
+    playground::child_env(vec![
+        ("GRISTD_LOG_FORMAT".into(), cli.log_format.clone()),
+        ("GRISTD_ACCESS_LOG".into(), cli.access_log.to_string()),
+    ]);
     let file = FileConfig::load(cli.config.as_deref())?;
     match cli.command {
         Command::Proxy(args) => {

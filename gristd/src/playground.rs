@@ -112,6 +112,14 @@ fn auth_args(o: &PlaygroundOptions, specs: &mut [NodeSpec]) {
     }
 }
 
+/// Environment every child node gets (how the playground itself was told to log).
+static CHILD_ENV: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+
+/// Sets the environment of the nodes a playground starts (once).
+pub fn child_env(env: Vec<(String, String)>) {
+    let _ = CHILD_ENV.set(env);
+}
+
 fn spawn(spec: &NodeSpec, data_dir: &std::path::Path) -> anyhow::Result<Child> {
     spawn_with(spec, data_dir, &[])
 }
@@ -133,6 +141,7 @@ fn spawn_with(
     let child = Command::new(exe)
         .args(&spec.args)
         .env(PARENT_PID_ENV, std::process::id().to_string())
+        .envs(CHILD_ENV.get().into_iter().flatten().map(|(k, v)| (k, v)))
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)

@@ -9,6 +9,7 @@
 
 pub mod auth;
 pub mod conn;
+pub mod metrics;
 pub mod s3;
 pub mod server;
 pub mod tls;

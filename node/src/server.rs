@@ -1,15 +1,12 @@
 //! HTTP server plumbing shared by proxies and targets (feature `server`): the serve loop with
 //! TCP_NODELAY and graceful shutdown, JSON error responses, request metrics and `/metrics`.
 
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -44,29 +41,14 @@ pub async fn serve_with(
     crate::conn::serve(listener, app, shutdown, opts).await
 }
 
-/// The process-wide Prometheus recorder (installed on first use).
-pub fn metrics_handle() -> &'static PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE.get_or_init(|| {
-        let builder = PrometheusBuilder::new().set_buckets(&[
-            0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-            2.5, 5.0, 10.0,
-        ]);
-        match builder.and_then(|b| b.install_recorder()) {
-            Ok(h) => h,
-            Err(e) => {
-                // Another recorder is installed (e.g. tests running several nodes in one
-                // process with a custom recorder); render an empty registry.
-                tracing::warn!(error = %e, "prometheus recorder not installed");
-                PrometheusBuilder::new().build_recorder().handle()
-            }
-        }
-    })
+/// The process-wide Prometheus recorder (see [`crate::metrics`]).
+pub fn metrics_handle() -> &'static metrics_exporter_prometheus::PrometheusHandle {
+    crate::metrics::handle()
 }
 
 /// `GET /metrics`.
 pub async fn metrics_endpoint() -> Response {
-    let body = metrics_handle().render();
+    let body = crate::metrics::render();
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
@@ -75,66 +57,7 @@ pub async fn metrics_endpoint() -> Response {
         .into_response()
 }
 
-/// Operation label of a request, for metrics: `get`, `put`, `head`, `delete` on objects, else
-/// the first path segment after `/v1/`.
-fn op_label(method: &axum::http::Method, path: &str) -> &'static str {
-    use axum::http::Method;
-    let area = path
-        .strip_prefix("/v1/")
-        .and_then(|p| p.split('/').next())
-        .unwrap_or("");
-    match (area, method) {
-        ("objects", &Method::GET) => "get",
-        ("objects", &Method::PUT) => "put",
-        ("objects", &Method::HEAD) => "head",
-        ("objects", &Method::DELETE) => "delete",
-        ("objects", _) => "object_other",
-        ("buckets", &Method::GET) => "list",
-        ("buckets", _) => "bucket",
-        ("cluster", _) | ("daemon", _) | ("metasync", _) => "control",
-        ("health", _) => "health",
-        _ if path == "/metrics" => "metrics",
-        _ => "other",
-    }
-}
-
-/// Middleware recording request counts, errors, bytes and latency by operation.
-pub async fn track_requests(req: Request, next: Next) -> Response {
-    let op = op_label(req.method(), req.uri().path());
-    let started = Instant::now();
-    let in_bytes = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
-    let resp = next.run(req).await;
-    let status = resp.status();
-    let out_bytes = resp
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(0);
-    metrics::counter!("grist_requests_total", "op" => op).increment(1);
-    if status.is_client_error() || status.is_server_error() {
-        let class = if status.is_server_error() {
-            "5xx"
-        } else {
-            "4xx"
-        };
-        metrics::counter!("grist_errors_total", "op" => op, "class" => class).increment(1);
-    }
-    if in_bytes > 0 {
-        metrics::counter!("grist_bytes_in_total", "op" => op).increment(in_bytes);
-    }
-    if out_bytes > 0 && status != StatusCode::TEMPORARY_REDIRECT {
-        metrics::counter!("grist_bytes_out_total", "op" => op).increment(out_bytes);
-    }
-    metrics::histogram!("grist_request_seconds", "op" => op)
-        .record(started.elapsed().as_secs_f64());
-    resp
-}
+pub use crate::metrics::track_requests;
 
 /// `GET /v1/health`: liveness (the process answers).
 pub async fn health() -> StatusCode {

@@ -99,6 +99,7 @@ pub async fn run(
         .store(proxy.smap().version, std::sync::atomic::Ordering::SeqCst);
     leader::lead_if_alone(&proxy).await?;
     tracing::info!(node = %proxy.id, url = %proxy.url, primary = proxy.is_primary(), "proxy starting");
+    gristmill_node::metrics::node_info("proxy", &proxy.id);
     if let Some(tls) = &config.serve.tls {
         tls.reload_on_sighup(shutdown.clone());
     }

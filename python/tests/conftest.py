@@ -119,6 +119,38 @@ def _playground(extra_env: dict | None = None):
             shutil.rmtree(data_dir, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def http_origin(files: dict):
+    """A local HTTP origin (`python -m http.server`) serving `files` ({path: bytes}); yields the
+    name of the `ht://` bucket that reads it (`127.0.0.1_<port>`)."""
+    import sys
+
+    root = tempfile.mkdtemp(prefix="grist-origin-")
+    for name, data in files.items():
+        os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+        Path(root, name).write_bytes(data)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
+                            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        first = next(iter(files))
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/{first}", timeout=1).read()
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "origin did not start"
+                time.sleep(0.1)
+        yield f"127.0.0.1_{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def cluster():
     """Starts `gristd playground` (S3 auth off) on a free port range; yields the proxy endpoint."""

@@ -2,7 +2,7 @@
 (`BatchDataset`, `ObjectDataset(get_batch=True)`), against a real 3-target cluster. Requests
 are counted on the targets' /metrics (`grist_batch_requests_total` on the designated target,
 `grist_requests_total{op="get"}` for plain object GETs) and, for direct mode, on the proxy's
-(where a get-batch request would count as `grist_requests_total{op="other"}`)."""
+(where a get-batch request counts as `grist_requests_total{op="batch"}`)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def batch_requests_by_target(client) -> dict:
 
 
 def proxy_requests(client) -> dict:
-    """{op: grist_requests_total{op} at the proxy} (get-batch requests count as op "other",
+    """{op: grist_requests_total{op} at the proxy} (get-batch requests count as op "batch",
     object GETs as "get"), leaving out its own /metrics scrapes and "control" (the targets'
     keepalives, every 2 s, and cluster-map fetches)."""
     text = client._request("GET", "/metrics").data.decode()
@@ -291,7 +291,7 @@ def test_direct_batch_goes_to_the_designated_target_without_the_proxy(cluster, c
     batch.add("obj-001")
     proxy0 = proxy_requests(client)
     assert [d for _, d in batch.get()] == [content[(bucket, "obj-001", "")]]
-    assert proxy_requests(client).get("other", 0) == proxy0.get("other", 0) + 1
+    assert proxy_requests(client).get("batch", 0) == proxy0.get("batch", 0) + 1
 
 
 def test_direct_batch_needs_no_proxy_and_falls_back_to_it(cluster, client, bucket, content):
@@ -315,12 +315,12 @@ def test_direct_batch_needs_no_proxy_and_falls_back_to_it(cluster, client, bucke
     batch = c.batch(bucket)
     for n in names:
         batch.add(n)
-    before = proxy_requests(client).get("other", 0)
+    before = proxy_requests(client).get("batch", 0)
     assert [d for _, d in batch.get()] == want
     assert c._smap is None  # the map was dropped...
-    assert proxy_requests(client).get("other", 0) == before + 1  # ...and the proxy routed the batch
+    assert proxy_requests(client).get("batch", 0) == before + 1  # ...and the proxy routed the batch
     assert [d for _, d in batch.get()] == want  # the next one: a fresh map, direct again
-    assert c._smap is not None and proxy_requests(client).get("other", 0) == before + 1
+    assert c._smap is not None and proxy_requests(client).get("batch", 0) == before + 1
 
 
 def test_designated_target_rule():

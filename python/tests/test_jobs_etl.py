@@ -4,54 +4,22 @@
 inline and offline."""
 
 import os
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-import urllib.request
 import uuid
 
 import pytest
 
-from conftest import _playground
+from conftest import _playground, http_origin
 from gristmill import Client, JobFailed
 from gristmill.jobs import EtlError
 from wheelutil import make_wheel
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def origin():
     """An HTTP origin serving 40 files; yields (ht bucket name, {name: bytes})."""
-    root = tempfile.mkdtemp(prefix="grist-origin-")
-    files = {}
-    for i in range(40):
-        name = f"d/f-{i:02d}.bin"
-        data = os.urandom(1000 + i)
-        os.makedirs(os.path.join(root, "d"), exist_ok=True)
-        with open(os.path.join(root, name), "wb") as f:
-            f.write(data)
-        files[name] = data
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
-                            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/d/f-00.bin", timeout=1).read()
-            break
-        except Exception:
-            assert time.monotonic() < deadline, "origin did not start"
-            time.sleep(0.1)
-    yield f"127.0.0.1_{port}", files
-    proc.kill()
-    proc.wait()
+    files = {f"d/f-{i:02d}.bin": os.urandom(1000 + i) for i in range(40)}
+    with http_origin(files) as host:
+        yield host, files
 
 
 @pytest.fixture(scope="module")
@@ -113,10 +81,10 @@ def test_direct_batch_of_a_remote_bucket_the_cluster_forgot(remote_cluster, orig
     for n in names:
         batch.add(n)
 
-    def batches_at_proxy() -> int:  # get-batch requests count as op "other"
+    def batches_at_proxy() -> int:  # get-batch requests count as op "batch"
         text = c._request("GET", "/metrics").data.decode()
         return sum(int(float(line.split()[-1])) for line in text.splitlines()
-                   if line.startswith('grist_requests_total{op="other"}'))
+                   if line.startswith('grist_requests_total{op="batch"}'))
 
     before = batches_at_proxy()
     assert [(i.name, d) for i, d in batch.get()] == [(n, files[n]) for n in names]

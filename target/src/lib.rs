@@ -410,6 +410,15 @@ pub async fn run(
     let target = Target::open(&config, url.clone()).await?;
     let id = target.id.clone();
     let space = target.space.clone();
+    gristmill_node::metrics::node_info("target", &id);
+    {
+        let jobs = Arc::downgrade(&target);
+        gristmill_node::metrics::on_scrape(move || {
+            if let Some(t) = jobs.upgrade() {
+                t.jobs.report_progress();
+            }
+        });
+    }
     target.etls.apply(&target.bmd().etls);
     if target.store.resilver_pending() {
         // A mountpath change not fully resilvered before the restart (or a new --mountpath).
@@ -460,7 +469,7 @@ pub async fn run(
     Ok(())
 }
 
-/// Publishes each mountpath's capacity (`grist_mountpath_bytes{mountpath,kind}`) every 10 s.
+/// Publishes each mountpath's capacity, free space and device busy time every 10 s.
 struct CapacityReport(Arc<Store>);
 
 impl gristmill_node::worker::Worker for CapacityReport {
@@ -485,21 +494,34 @@ impl gristmill_node::worker::Worker for CapacityReport {
                 .filter_map(|m| {
                     let total = fs4::total_space(&m.path).ok()?;
                     let avail = fs4::available_space(&m.path).ok()?;
-                    Some((m.path.display().to_string(), total, avail))
+                    let busy = device_busy_ms(&m.path);
+                    Some((m.path.display().to_string(), total, avail, busy))
                 })
                 .collect::<Vec<_>>()
         })
         .await
         .unwrap_or_default();
-        for (path, total, avail) in stats {
-            for (kind, v) in [
-                ("total", total),
-                ("available", avail),
-                ("used", total.saturating_sub(avail)),
-            ] {
-                metrics::gauge!("grist_mountpath_bytes", "mountpath" => path.clone(), "kind" => kind)
-                    .set(v as f64);
+        for (path, total, avail, busy) in stats {
+            metrics::gauge!("grist_mountpath_capacity_bytes", "mountpath" => path.clone())
+                .set(total as f64);
+            metrics::gauge!("grist_mountpath_available_bytes", "mountpath" => path.clone())
+                .set(avail as f64);
+            if let Some(ms) = busy {
+                metrics::counter!("grist_mountpath_io_time_seconds_total", "mountpath" => path)
+                    .absolute(ms / 1000);
             }
         }
     }
+}
+
+/// Milliseconds the block device under `path` has been busy (`io_ticks` in its sysfs `stat`);
+/// `None` without a block device (tmpfs, overlay).
+fn device_busy_ms(path: &std::path::Path) -> Option<u64> {
+    let dev = rustix::fs::stat(path).ok()?.st_dev;
+    let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+    if major == 0 {
+        return None;
+    }
+    let stat = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/stat")).ok()?;
+    stat.split_whitespace().nth(9)?.parse().ok()
 }

@@ -744,8 +744,8 @@ async fn metrics_on_every_node() {
     for want in [
         "grist_requests_total{op=\"put\"}",
         "grist_requests_total{op=\"get\"}",
-        "grist_request_seconds_bucket",
-        "grist_mountpath_bytes",
+        "grist_request_duration_seconds_bucket",
+        "grist_mountpath_capacity_bytes",
     ] {
         assert!(text.contains(want), "target metrics lack {want}:\n{text}");
     }

@@ -245,6 +245,17 @@ enum ShowCmd {
     Cluster,
     /// How to reach the S3 API, with example settings for common clients.
     S3,
+    /// Live per-node table from every node's metrics: GET/PUT ops/s, throughput, GET latency
+    /// percentiles, cache hit ratio, errors, disk utilization, running jobs (`--json`: one
+    /// report per line).
+    Performance {
+        /// Reports to print (0: until interrupted).
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+        /// Seconds each report covers.
+        #[arg(long, default_value_t = 2.0)]
+        interval: f64,
+    },
 }
 
 fn bucket(uri: &str) -> anyhow::Result<Bck> {
@@ -580,6 +591,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Command::Show(ShowCmd::Cluster) => show_cluster(&client, cli.json).await?,
+        Command::Show(ShowCmd::Performance { count, interval }) => {
+            if !(interval > 0.0 && interval.is_finite()) {
+                bail!("--interval must be a positive number of seconds");
+            }
+            gristmill_cli::performance::run(
+                &client,
+                count,
+                std::time::Duration::from_secs_f64(interval),
+                cli.json,
+            )
+            .await?
+        }
     }
     Ok(())
 }

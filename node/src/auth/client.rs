@@ -67,7 +67,11 @@ impl IntraClient {
         url: U,
     ) -> reqwest::RequestBuilder {
         let url = url.as_ref();
-        let rb = self.inner.request(method.clone(), url);
+        let mut rb = self.inner.request(method.clone(), url);
+        // The request this one serves keeps its id across nodes.
+        if let Some(id) = crate::metrics::current_request_id() {
+            rb = rb.header(crate::metrics::REQUEST_ID, &*id);
+        }
         match &self.signer {
             Some((keys, node)) => {
                 let path = reqwest::Url::parse(url)

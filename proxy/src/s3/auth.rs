@@ -121,6 +121,14 @@ fn is_write(op: &str) -> bool {
 #[async_trait::async_trait]
 impl S3Access for Grants {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        // Every routed S3 request passes here first: name its operation for the metrics.
+        let op = cx.s3_op().name().to_owned();
+        if let Some(label) = cx
+            .extensions_mut()
+            .get::<gristmill_node::metrics::OpLabel>()
+        {
+            label.set(&op);
+        }
         let Some(creds) = cx.credentials() else {
             if self.anonymous {
                 return Ok(());

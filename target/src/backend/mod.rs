@@ -8,6 +8,7 @@
 mod ais;
 mod aws;
 mod ht;
+mod metered;
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -306,15 +307,17 @@ impl Backends {
             .remote_ais
             .iter()
             .map(|(alias, url)| {
-                let b: Arc<dyn Backend> =
-                    Arc::new(ais::AisBackend::new(alias, url, config.timeout));
+                let b = metered::Metered::wrap(
+                    Arc::new(ais::AisBackend::new(alias, url, config.timeout)),
+                    "ais",
+                );
                 (alias.clone(), b)
             })
             .collect();
         Ok(Self {
             config: config.clone(),
             aws: Default::default(),
-            ht: Arc::new(ht::HtBackend::new(config)?),
+            ht: metered::Metered::wrap(Arc::new(ht::HtBackend::new(config)?), "ht"),
             ais,
             idle_timeout: config.timeout,
             parallel: config.parallel,
@@ -371,7 +374,10 @@ impl Backends {
             default_endpoint: self.config.s3_endpoint.clone(),
             path_style: self.config.s3_path_style,
         };
-        let b: Arc<dyn Backend> = Arc::new(aws::AwsBackend::new(spec, self.config.timeout));
+        let b = metered::Metered::wrap(
+            Arc::new(aws::AwsBackend::new(spec, self.config.timeout)),
+            "aws",
+        );
         self.aws
             .lock()
             .expect("backends lock")

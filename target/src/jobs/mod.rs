@@ -98,14 +98,23 @@ impl JobRun {
 
     pub(crate) fn record(&self, name: &str, result: Result<Outcome, ApiError>) {
         self.objects.fetch_add(1, Ordering::Relaxed);
+        let kind = self.spec.kind.as_str();
+        let outcome = |o: &'static str| {
+            metrics::counter!("grist_job_objects_total", "kind" => kind, "outcome" => o)
+                .increment(1);
+        };
         match result {
             Ok(Outcome::Done(bytes)) => {
                 self.bytes.fetch_add(bytes, Ordering::Relaxed);
+                outcome("done");
+                metrics::counter!("grist_job_bytes_total", "kind" => kind).increment(bytes);
             }
             Ok(Outcome::Skipped) => {
                 self.skipped.fetch_add(1, Ordering::Relaxed);
+                outcome("skipped");
             }
             Err(e) => {
+                outcome("error");
                 self.errors.fetch_add(1, Ordering::Relaxed);
                 let mut samples = self.samples.lock().expect("job samples lock");
                 if samples.len() < MAX_ERROR_SAMPLES {
@@ -134,6 +143,10 @@ impl JobRun {
             JobState::Finished
         };
         self.end_ns.store(now_ns(), Ordering::Relaxed);
+        let kind = self.spec.kind.as_str();
+        let state = if aborted { "aborted" } else { "finished" };
+        metrics::counter!("grist_jobs_ended_total", "kind" => kind, "state" => state).increment(1);
+        metrics::gauge!("grist_jobs_running", "kind" => kind).decrement(1.0);
     }
 }
 
@@ -166,6 +179,9 @@ impl Jobs {
             run
         };
         self.remember(&run.spec.id);
+        let kind = run.spec.kind.as_str();
+        metrics::counter!("grist_jobs_started_total", "kind" => kind).increment(1);
+        metrics::gauge!("grist_jobs_running", "kind" => kind).increment(1.0);
         tracing::info!(job = %run.spec.id, kind = %run.spec.kind, "job started");
         tokio::spawn(async move {
             if let Err(e) = execute(&t, &run).await {
@@ -215,6 +231,27 @@ impl Jobs {
             .map(|r| r.snap())
             .filter(|s| !running_only || s.state == JobState::Running)
             .collect()
+    }
+
+    /// Sets the progress gauges of running jobs, by kind (objects done and expected): the
+    /// progress of a rebalance or resilver is their ratio. Run when metrics are scraped.
+    pub(crate) fn report_progress(&self) {
+        let mut by_kind: HashMap<&'static str, (u64, u64)> = gristmill_core::job::JOB_TABLE
+            .iter()
+            .map(|k| (k.kind.as_str(), (0, 0)))
+            .collect();
+        for r in self.runs.lock().expect("jobs lock").values() {
+            if *r.state.lock().expect("job state lock") != JobState::Running {
+                continue;
+            }
+            let e = by_kind.entry(r.spec.kind.as_str()).or_default();
+            e.0 += r.objects.load(Ordering::Relaxed);
+            e.1 += r.total.lock().expect("job total lock").unwrap_or(0);
+        }
+        for (kind, (done, expected)) in by_kind {
+            metrics::gauge!("grist_job_progress_objects", "kind" => kind).set(done as f64);
+            metrics::gauge!("grist_job_expected_objects", "kind" => kind).set(expected as f64);
+        }
     }
 
     /// Aborts every running job of a kind (a newer rebalance supersedes an older one).

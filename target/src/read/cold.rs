@@ -288,6 +288,7 @@ async fn start(
 
     // The download belongs to no request: it runs to the end (or failure) on its own.
     let what = format!("{bck}/{name}");
+    let provider = bck.provider.as_str();
     let expected = attrs.size;
     let done_fill = fill.clone();
     let key = key.to_owned();
@@ -418,10 +419,16 @@ async fn start(
         .await;
         match result {
             Ok(size) => {
+                metrics::counter!("grist_cold_fills_total", "provider" => provider, "result" => "ok")
+                    .increment(1);
+                metrics::counter!("grist_cold_fill_bytes_total", "provider" => provider)
+                    .increment(size);
                 tracing::info!(object = %what, size, "remote object cached");
                 tx.send_replace(Progress::Done(size));
             }
             Err(why) => {
+                metrics::counter!("grist_cold_fills_total", "provider" => provider, "result" => "error")
+                    .increment(1);
                 // `pending` was dropped (or consumed by the failed commit): no temp file left.
                 tracing::warn!(object = %what, error = %why, "cold GET download failed");
                 tx.send_replace(Progress::Failed(why));

@@ -96,9 +96,14 @@ pub(crate) async fn get_object(
             }
         }
         if !refetch {
+            metrics::counter!("grist_cache_hits_total", "provider" => bck.provider.as_str())
+                .increment(1);
             return serve_local(t, bck, open, req).await;
         }
     }
+    let reason = if refetch { "stale" } else { "absent" };
+    metrics::counter!("grist_cache_misses_total", "provider" => bck.provider.as_str(), "reason" => reason)
+        .increment(1);
     match t.fills.join(t, backend, bck, name, refetch).await {
         Ok(fill) => serve_fill(t, fill, headers),
         Err(Start::Cached) => {

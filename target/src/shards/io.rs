@@ -18,7 +18,7 @@ use crate::store::meta::ObjectMeta;
 
 /// Counter of bytes read from shard files by archive operations (index builds, member reads,
 /// scans): with an index, reading a member adds the member's size and nothing more.
-pub(crate) const BYTES_READ_METRIC: &str = "grist_archive_bytes_read_total";
+pub(crate) const BYTES_READ_METRIC: &str = "grist_archive_read_bytes_total";
 
 /// Chunk of streamed member data and of pipe writes.
 pub(crate) const CHUNK: usize = 256 * 1024;

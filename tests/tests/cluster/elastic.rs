@@ -712,6 +712,31 @@ async fn decommission_and_remove_stay_out_until_added_back() {
     }
 }
 
+/// Waits until target `t` has cluster map `version` or a newer one (pushes are not waited for).
+async fn has_map(c: &Cluster, t: &gristmill_core::Node, version: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let theirs: ClusterMap = c
+            .http
+            .get(format!("{}/v1/daemon?what=smap", t.url()))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if theirs.version >= version {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} has no map v{version}",
+            t.daemon_id
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The id of the target process `i` (its state dir keeps it).
 fn target_id(c: &Cluster, i: usize) -> String {
     std::fs::read_to_string(c.dir.path().join(format!("target-{i}")).join("node_id"))
@@ -955,28 +980,7 @@ async fn a_delete_while_unsettled_waits_for_every_target_to_answer() {
     let smap = c.smap().await.unwrap();
     // The live targets have the new map (pushes are not waited for).
     for t in smap.tmap.values().filter(|t| t.daemon_id != paused) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let theirs: ClusterMap = c
-                .http
-                .get(format!("{}/v1/daemon?what=smap", t.url()))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            if theirs.version >= smap.version {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} has no map v{}",
-                t.daemon_id,
-                smap.version
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        has_map(&c, t, smap.version).await;
     }
     let bck = Bck::new("uns", Provider::Ais).unwrap();
     // Owned by target 1 under the new map (so its owner answers, and asks the paused one).
@@ -1121,23 +1125,7 @@ async fn a_put_admitted_under_the_old_map_is_moved_by_the_next_rebalance() {
     assert_ne!(heir.daemon_id, owner.daemon_id);
     let rb = format!("rb{}", changed.version);
     // The owner has the new map and its rebalance, which is waiting for the PUT.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let theirs: ClusterMap = c
-            .http
-            .get(format!("{}/v1/daemon?what=smap", owner.url()))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if theirs.version >= changed.version {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the owner never got the new map");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    has_map(&c, &owner, changed.version).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let status: JobStatus = c
         .http

@@ -94,3 +94,97 @@ async fn readiness_says_why_a_node_cannot_serve_and_liveness_stays_200() {
     assert!(body.contains("not ready"), "{body}");
     lone.stop();
 }
+
+/// Issue 19: every request has an id — the client's `X-Request-Id` or a new one — that the
+/// proxy and the target serving it both log (JSON log lines with `--log-format json`, one
+/// access line each with `--access-log`), that comes back on the answer and in a JSON error
+/// body, and that travels with the S3 front's own requests to the target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_id_is_logged_by_every_node_it_passes() {
+    let env = vec![
+        ("GRISTD_LOG_FORMAT".to_string(), "json".to_string()),
+        ("GRISTD_ACCESS_LOG".to_string(), "true".to_string()),
+    ];
+    let c = Cluster::start_full(2, 1, &["--log-format", "json", "--access-log"], &env)
+        .await
+        .unwrap();
+    c.create_bucket("rid").await.unwrap();
+    let put = c
+        .http
+        .put(c.url("/v1/objects/rid/obj"))
+        .header("x-request-id", "rid-put-0001")
+        .body(vec![7u8; 1000])
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success());
+    let get = c
+        .http
+        .get(c.url("/v1/objects/rid/obj"))
+        .header("x-request-id", "rid-get-0002")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.headers()["x-request-id"], "rid-get-0002");
+    assert_eq!(get.bytes().await.unwrap().len(), 1000);
+    // The S3 front fetches from the target itself: the id goes along.
+    let s3 = c
+        .http
+        .get(c.url("/rid/obj"))
+        .header("x-request-id", "rid-s3-0003")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(s3.status(), 200);
+    assert_eq!(s3.headers()["x-request-id"], "rid-s3-0003");
+    // An error body names the request; without an id from the client the node makes one.
+    let missing = c
+        .http
+        .get(c.url("/v1/objects/rid/nope"))
+        .header("x-request-id", "rid-404-0004")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    let body: serde_json::Value = missing.json().await.unwrap();
+    assert_eq!(body["request_id"], "rid-404-0004", "{body}");
+    let fresh = c.http.get(c.url("/v1/health")).send().await.unwrap();
+    let made = fresh.headers()["x-request-id"].to_str().unwrap().to_owned();
+    assert_eq!(made.len(), 32, "{made}");
+
+    let smap = c.smap().await.unwrap();
+    let bck = gristmill_core::Bck::new("rid", gristmill_core::Provider::Ais).unwrap();
+    let owner = &smap.owner(&bck.object_uname("obj")).unwrap().daemon_id;
+    let owner_log = (0..c.targets.len())
+        .find(|i| {
+            let dir = c.dir.path().join(format!("target-{i}"));
+            std::fs::read_to_string(dir.join("node_id")).unwrap().trim() == owner
+        })
+        .map(|i| c.targets[i].log_text())
+        .unwrap();
+    let proxy_log = c.proxy.log_text();
+    // JSON lines that name the id: the access line on each node, and everything logged inside
+    // the request's span.
+    let lines_with = |log: &str, id: &str| -> Vec<serde_json::Value> {
+        log.lines()
+            .filter(|l| l.contains(id))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    };
+    for id in [
+        "rid-put-0001",
+        "rid-get-0002",
+        "rid-s3-0003",
+        "rid-404-0004",
+    ] {
+        let p = lines_with(&proxy_log, id);
+        assert!(!p.is_empty(), "the proxy did not log {id}");
+        let t = lines_with(&owner_log, id);
+        assert!(!t.is_empty(), "the owner {owner} did not log {id}");
+        assert!(
+            t.iter()
+                .any(|l| l["target"] == "access" && l["fields"]["id"] == id),
+            "{t:?}"
+        );
+    }
+}

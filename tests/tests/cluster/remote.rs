@@ -862,6 +862,19 @@ fn workspace_root() -> std::path::PathBuf {
         .to_owned()
 }
 
+/// The body of a GetObject answer (which must have succeeded).
+async fn body_of<E: std::fmt::Debug>(
+    out: Result<aws_sdk_s3::operation::get_object::GetObjectOutput, E>,
+) -> Vec<u8> {
+    out.unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes()
+        .to_vec()
+}
+
 /// Runs a client from the venv with S3 credentials for Gristmill's S3 front; its stdout.
 fn venv_client(bin: &str, args: &[&str]) -> Vec<u8> {
     let out = Command::new(workspace_root().join(".venv/bin").join(bin))
@@ -920,16 +933,7 @@ async fn remote_bucket_through_the_s3_api() {
     );
     let read = |key: &'static str| {
         let s3 = s3.clone();
-        async move {
-            let r = s3.get_object().bucket("gm-front").key(key).send().await;
-            r.unwrap()
-                .body
-                .collect()
-                .await
-                .unwrap()
-                .into_bytes()
-                .to_vec()
-        }
+        async move { body_of(s3.get_object().bucket("gm-front").key(key).send().await).await }
     };
 
     let before = relay.object_gets.load(Ordering::SeqCst);
@@ -945,10 +949,7 @@ async fn remote_bucket_through_the_s3_api() {
         .await
         .unwrap();
     assert_eq!(part.content_length(), Some(1000));
-    assert_eq!(
-        part.body.collect().await.unwrap().into_bytes().as_ref(),
-        &a[1000..2000]
-    );
+    assert_eq!(body_of(Ok::<_, ()>(part)).await.as_slice(), &a[1000..2000]);
     let head = s3
         .head_object()
         .bucket("gm-front")
@@ -999,17 +1000,7 @@ async fn remote_bucket_through_the_s3_api() {
         .key("new")
         .send()
         .await;
-    assert_eq!(
-        there
-            .unwrap()
-            .body
-            .collect()
-            .await
-            .unwrap()
-            .into_bytes()
-            .as_ref(),
-        b"written through"
-    );
+    assert_eq!(body_of(there).await.as_slice(), b"written through");
     s3.delete_object()
         .bucket("gm-front")
         .key("b")
@@ -1097,17 +1088,7 @@ async fn remote_bucket_through_the_s3_api() {
         .key("a")
         .send()
         .await;
-    assert_eq!(
-        by_alias
-            .unwrap()
-            .body
-            .collect()
-            .await
-            .unwrap()
-            .into_bytes()
-            .as_ref(),
-        &a[..]
-    );
+    assert_eq!(body_of(by_alias).await.as_slice(), &a[..]);
     assert_eq!(
         relay.object_gets.load(Ordering::SeqCst),
         before + 2,

@@ -132,7 +132,7 @@ fn ustar_header(name: &str, size: u64) -> Vec<u8> {
 }
 
 /// Acceptance: `archpath` on a 2 GiB tar reads only the member — start, middle and end —
-/// counted by `grist_archive_bytes_read_total` on the target; the index is built once (at
+/// counted by `grist_archive_read_bytes_total` on the target; the index is built once (at
 /// PUT), persisted beside the data, and still used after a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn archpath_on_a_2gib_tar_reads_only_the_member() {
@@ -201,7 +201,7 @@ async fn archpath_on_a_2gib_tar_reads_only_the_member() {
         metric(&c, &target, "grist_archive_index_builds_total").await >= 1
     })
     .await;
-    let before = metric(&c, &target, "grist_archive_bytes_read_total").await;
+    let before = metric(&c, &target, "grist_archive_read_bytes_total").await;
     assert!(before < 64 * 1024, "the index build read {before} bytes");
     for (name, data) in &members {
         let t0 = Instant::now();
@@ -217,7 +217,7 @@ async fn archpath_on_a_2gib_tar_reads_only_the_member() {
             t0.elapsed()
         );
     }
-    let read = metric(&c, &target, "grist_archive_bytes_read_total").await - before;
+    let read = metric(&c, &target, "grist_archive_read_bytes_total").await - before;
     let want: u64 = members.iter().map(|(_, d)| d.len() as u64).sum();
     assert_eq!(read, want, "archpath reads exactly the members' bytes");
     // A range inside the last member.
@@ -245,7 +245,7 @@ async fn archpath_on_a_2gib_tar_reads_only_the_member() {
         0
     );
     assert_eq!(
-        metric(&c, &target, "grist_archive_bytes_read_total").await,
+        metric(&c, &target, "grist_archive_read_bytes_total").await,
         members[1].1.len() as u64
     );
 }
