@@ -172,7 +172,55 @@ impl Attrs {
     pub(super) fn checksum(&self, k: &str) -> Option<String> {
         self.custom.get(&format!("x-amz-checksum-{k}")).cloned()
     }
+
+    /// A multipart object's part sizes, in order; `None` for an object written whole.
+    pub(super) fn parts(&self) -> Option<Vec<u64>> {
+        let v = self.custom.get(PARTS)?;
+        Some(v.split(',').filter_map(|p| p.parse().ok()).collect())
+    }
+
+    /// Part `n` of the object. An object written whole is one part.
+    pub(super) fn part(&self, n: i32) -> S3Result<PartSpan> {
+        let sizes = self.parts();
+        let count = sizes.as_ref().map_or(1, Vec::len);
+        if n < 1 || n as usize > count {
+            let mut e = S3Error::with_message(
+                S3ErrorCode::Custom("InvalidPartNumber".into()),
+                format!("the object has {count} part(s); part {n} does not exist"),
+            );
+            e.set_status_code(http::StatusCode::RANGE_NOT_SATISFIABLE);
+            return Err(e);
+        }
+        let Some(sizes) = sizes else {
+            return Ok(PartSpan {
+                bytes: (self.size > 0).then(|| (0, self.size - 1)),
+                count: None,
+            });
+        };
+        let start: u64 = sizes[..n as usize - 1].iter().sum();
+        let len = sizes[n as usize - 1];
+        Ok(PartSpan {
+            bytes: (len > 0).then(|| (start, start + len - 1)),
+            count: Some(count as i32),
+        })
+    }
 }
+
+/// One part of an object: its first and last byte (`None`: empty), and the part count of a
+/// multipart object (`None`: an object written whole).
+pub(super) struct PartSpan {
+    pub(super) bytes: Option<(u64, u64)>,
+    pub(super) count: Option<i32>,
+}
+
+impl PartSpan {
+    pub(super) fn len(&self) -> u64 {
+        self.bytes.map_or(0, |(a, b)| b - a + 1)
+    }
+}
+
+/// Custom-metadata key of a multipart object's part sizes (the target's `PARTS_KEY`).
+pub(super) const PARTS: &str = "x-grist-parts";
 
 /// Custom metadata for a new object from S3 request fields.
 pub(super) fn custom_md(

@@ -50,7 +50,24 @@ pub(super) async fn get_object(
     let input = &req.input;
     let bck = s.existing(&input.bucket).await?;
     let url = s.owner_url("objects", &bck, &input.key)?;
-    let r = forward(s.proxy.http.get(url), &req.headers, &["range"]);
+    // `?partNumber=N`: that part's bytes (a HEAD first finds its boundaries).
+    let mut parts_count = None;
+    let mut r = s.proxy.http.get(&url);
+    if let Some(n) = input.part_number {
+        if req.headers.contains_key("range") {
+            return Err(s3_error!(
+                InvalidRequest,
+                "a GET takes a Range header or partNumber, not both"
+            ));
+        }
+        let part = part_of(s, &url, &req.headers, n).await?;
+        parts_count = part.count;
+        if let (Some((first, last)), Some(_)) = (part.bytes, part.count) {
+            r = r.header("range", format!("bytes={first}-{last}"));
+        }
+    } else {
+        r = forward(r, &req.headers, &["range"]);
+    }
     let r = forward(r, &req.headers, &CONDITIONALS);
     let resp = s.send(r).await?;
     if !resp.status().is_success() {
@@ -109,6 +126,7 @@ pub(super) async fn get_object(
         checksum_sha1: sum("sha1"),
         checksum_sha256: sum("sha256"),
         checksum_crc64nvme: sum("crc64nvme"),
+        parts_count,
         ..Default::default()
     };
     let mut out = S3Response::new(output);
@@ -137,10 +155,18 @@ pub(super) async fn head_object(
         });
     }
     let attrs = Attrs::from(resp.headers());
-    let want_checksums = req
-        .headers
-        .get("x-amz-checksum-mode")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"enabled"));
+    let (size, parts_count) = match input.part_number {
+        Some(n) => {
+            let part = attrs.part(n)?;
+            (part.len(), part.count)
+        }
+        None => (attrs.size, None),
+    };
+    let want_checksums = input.part_number.is_none()
+        && req
+            .headers
+            .get("x-amz-checksum-mode")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"enabled"));
     let sum = |k: &str| {
         if want_checksums {
             attrs.checksum(k)
@@ -148,8 +174,9 @@ pub(super) async fn head_object(
             None
         }
     };
-    Ok(S3Response::new(HeadObjectOutput {
-        content_length: Some(attrs.size as i64),
+    let mut out = S3Response::new(HeadObjectOutput {
+        content_length: Some(size as i64),
+        parts_count,
         accept_ranges: Some("bytes".into()),
         e_tag: Some(quoted(&attrs.etag)),
         last_modified: Some(timestamp(attrs.mtime_ns)),
@@ -166,6 +193,102 @@ pub(super) async fn head_object(
         checksum_sha1: sum("sha1"),
         checksum_sha256: sum("sha256"),
         checksum_crc64nvme: sum("crc64nvme"),
+        ..Default::default()
+    });
+    if parts_count.is_some() {
+        out.status = Some(http::StatusCode::PARTIAL_CONTENT);
+    }
+    Ok(out)
+}
+
+/// Part `n` of an object (its byte range and the part count of a multipart object), from a
+/// HEAD to the owner with the request's conditions.
+async fn part_of(s: &GristS3, url: &str, headers: &http::HeaderMap, n: i32) -> S3Result<PartSpan> {
+    let resp = s
+        .send(forward(s.proxy.http.head(url), headers, &CONDITIONALS))
+        .await?;
+    if !resp.status().is_success() {
+        return Err(node_error(resp, true).await);
+    }
+    Attrs::from(resp.headers()).part(n)
+}
+
+/// GetObjectAttributes: ETag, size, storage class, checksum and (multipart objects) the parts,
+/// paginated by `max-parts` and `part-number-marker`.
+pub(super) async fn get_object_attributes(
+    s: &GristS3,
+    req: S3Request<GetObjectAttributesInput>,
+) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+    let input = &req.input;
+    let bck = s.existing(&input.bucket).await?;
+    let url = s.owner_url("objects", &bck, &input.key)?;
+    let resp = s.send(s.proxy.http.head(url)).await?;
+    if !resp.status().is_success() {
+        return Err(match resp.status() {
+            StatusCode::NOT_FOUND => s3_error!(NoSuchKey),
+            _ => node_error(resp, true).await,
+        });
+    }
+    let attrs = Attrs::from(resp.headers());
+    // One header, `x-amz-object-attributes: ETag,ObjectSize,...` (s3s may hand it over whole).
+    let want = |a: &str| {
+        input
+            .object_attributes
+            .iter()
+            .flat_map(|x| x.as_str().split(','))
+            .any(|x| x.trim() == a)
+    };
+    let checksum = want(ObjectAttributes::CHECKSUM)
+        .then(|| Checksum {
+            checksum_crc32: attrs.checksum("crc32"),
+            checksum_crc32c: attrs.checksum("crc32c"),
+            checksum_sha1: attrs.checksum("sha1"),
+            checksum_sha256: attrs.checksum("sha256"),
+            checksum_crc64nvme: attrs.checksum("crc64nvme"),
+            ..Default::default()
+        })
+        .filter(|c| {
+            c.checksum_crc32.is_some()
+                || c.checksum_crc32c.is_some()
+                || c.checksum_sha1.is_some()
+                || c.checksum_sha256.is_some()
+                || c.checksum_crc64nvme.is_some()
+        });
+    let object_parts = match attrs.parts() {
+        Some(sizes) if want(ObjectAttributes::OBJECT_PARTS) => {
+            let max = input.max_parts.unwrap_or(1000).clamp(0, 1000) as usize;
+            let after = input.part_number_marker.unwrap_or(0).max(0) as usize;
+            let listed: Vec<ObjectPart> = sizes
+                .iter()
+                .enumerate()
+                .skip(after)
+                .take(max)
+                .map(|(i, size)| ObjectPart {
+                    part_number: Some(i as i32 + 1),
+                    size: Some(*size as i64),
+                    ..Default::default()
+                })
+                .collect();
+            let truncated = after + listed.len() < sizes.len();
+            Some(GetObjectAttributesParts {
+                total_parts_count: Some(sizes.len() as i32),
+                part_number_marker: Some(after as i32),
+                next_part_number_marker: listed.last().and_then(|p| p.part_number),
+                max_parts: Some(max as i32),
+                is_truncated: Some(truncated),
+                parts: Some(listed),
+            })
+        }
+        _ => None,
+    };
+    Ok(S3Response::new(GetObjectAttributesOutput {
+        e_tag: want(ObjectAttributes::ETAG).then(|| quoted(&attrs.etag)),
+        object_size: want(ObjectAttributes::OBJECT_SIZE).then_some(attrs.size as i64),
+        storage_class: want(ObjectAttributes::STORAGE_CLASS)
+            .then(|| StorageClass::from_static(StorageClass::STANDARD)),
+        last_modified: Some(timestamp(attrs.mtime_ns)),
+        checksum,
+        object_parts,
         ..Default::default()
     }))
 }
@@ -298,7 +421,9 @@ pub(super) async fn copy_object(
         attrs
             .custom
             .iter()
-            .filter(|(k, _)| k.as_str() != ETAG && !k.starts_with("x-amz-checksum-"))
+            .filter(|(k, _)| {
+                k.as_str() != ETAG && k.as_str() != PARTS && !k.starts_with("x-amz-checksum-")
+            })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     };

@@ -45,6 +45,13 @@ impl S3 for GristS3 {
         buckets::delete_bucket(self, req).await
     }
 
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
+        objects::get_object_attributes(self, req).await
+    }
+
     async fn put_object(
         &self,
         req: S3Request<PutObjectInput>,
