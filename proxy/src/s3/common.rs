@@ -368,6 +368,25 @@ pub(super) fn client_body(
     (body, content_length, source)
 }
 
+/// S3 takes an object's (or part's) length up front: a body sent with `Transfer-Encoding:
+/// chunked` and no length (neither `Content-Length` nor `x-amz-decoded-content-length`) is
+/// refused with 411 MissingContentLength, as S3 does, before anything is stored.
+pub(super) fn require_length(
+    headers: &http::HeaderMap,
+    content_length: Option<i64>,
+) -> S3Result<()> {
+    let chunked = headers
+        .get(http::header::TRANSFER_ENCODING)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"chunked"));
+    if content_length.is_none() && chunked {
+        return Err(s3_error!(
+            MissingContentLength,
+            "the body's length is needed: send Content-Length (or x-amz-decoded-content-length with aws-chunked)"
+        ));
+    }
+    Ok(())
+}
+
 pub(super) struct BodyCheck {
     pub(super) body: StreamingBlob,
     pub(super) hasher: Option<s3s::checksum::ChecksumHasher>,

@@ -72,6 +72,7 @@ pub(super) async fn upload_part(
         input.content_length,
         req.trailing_headers,
     );
+    require_length(&req.headers, content_length)?;
     let stream = checked_body(
         body,
         &req.headers,

@@ -29,6 +29,7 @@ pub(super) async fn put_object(
         input.content_length,
         req.trailing_headers,
     );
+    require_length(&req.headers, content_length)?;
     let attrs = s
         .put_stream(url, body, &req.headers, content_length, &custom, trailers)
         .await?;

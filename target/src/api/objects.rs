@@ -200,7 +200,7 @@ pub(crate) async fn multipart(
             let elsewhere = crate::cluster::placement::elsewhere(&t, &bck, &name).await?;
             let condition =
                 crate::write::local::decide_here(&t, &bck, &name, condition, &elsewhere)?;
-            let floor = elsewhere.floor;
+            let floor = elsewhere.write_floor();
             let assembled = t
                 .store
                 .mpu_assemble(
@@ -233,6 +233,7 @@ pub(crate) async fn multipart(
             let meta =
                 crate::write::local::commit_with_replicas(&t, &bck, &name, assembled.pending)
                     .await?;
+            crate::cluster::placement::retire_copies(&t, &bck, &name, &elsewhere).await;
             assembled.done.completed_ns = crate::store::now_ns();
             t.store.mpu_finish(&assembled.dir, &assembled.done).await;
             let mut resp = StatusCode::OK.into_response();

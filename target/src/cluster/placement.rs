@@ -53,6 +53,44 @@ pub(crate) struct Elsewhere {
     pub(crate) floor: u64,
     /// The newest live copy reported: its generation and ETag (without quotes).
     pub(crate) newest: Option<(u64, String)>,
+    /// Every live copy reported, by holder: copies a rebalance has not moved (or an aborted
+    /// one left behind) that the write makes stale.
+    pub(crate) copies: Vec<(gristmill_core::Node, u64)>,
+}
+
+impl Elsewhere {
+    /// The floor a new write takes its generation above: past every copy and tombstone
+    /// reported, with one generation to spare when copies are elsewhere, so that they can be
+    /// retired with a tombstone ([`retire_copies`]) that stays below the new write's.
+    pub(crate) fn write_floor(&self) -> u64 {
+        if self.copies.is_empty() {
+            self.floor
+        } else {
+            self.floor + 1
+        }
+    }
+}
+
+/// After a write committed here while copies of the object's older versions sat elsewhere (a
+/// rebalance not yet done, or one aborted half-way): those copies are removed — each with a
+/// tombstone one past its own generation, below the write's — so a holder that becomes the
+/// owner again before the new version reaches it cannot serve the old one. Best effort: a
+/// holder that does not answer keeps its copy, which the next rebalance replaces.
+pub(crate) async fn retire_copies(t: &Target, bck: &Bck, name: &str, elsewhere: &Elsewhere) {
+    let retire = elsewhere.copies.iter().map(|(node, generation)| async move {
+        let resp = t
+            .relay
+            .delete(internal_url(node, bck, name))
+            .query(&bucket_query(bck))
+            .header(h::GEN, generation + 1)
+            .timeout(HOLDER_TIMEOUT)
+            .send()
+            .await;
+        if let Err(e) = resp {
+            tracing::debug!(object = %name, holder = %node.daemon_id, error = %e, "an older copy was not retired");
+        }
+    });
+    futures::future::join_all(retire).await;
 }
 
 /// Asks every other possible holder of an object what it has (nobody once placement is
@@ -82,10 +120,10 @@ pub(crate) async fn elsewhere(t: &Target, bck: &Bck, name: &str) -> Result<Elsew
                         .unwrap_or("")
                         .trim_matches('"')
                         .to_owned();
-                    Ok((gen_of(r.headers()), Some(etag)))
+                    Ok((node, gen_of(r.headers()), Some(etag)))
                 }
                 Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => {
-                    Ok((header_u64(r.headers(), h::TOMBSTONE_GEN), None))
+                    Ok((node, header_u64(r.headers(), h::TOMBSTONE_GEN), None))
                 }
                 Ok(r) => Err(format!("{}: {}", node.daemon_id, r.status())),
                 Err(e) => Err(format!("{}: {e}", node.daemon_id)),
@@ -94,12 +132,13 @@ pub(crate) async fn elsewhere(t: &Target, bck: &Bck, name: &str) -> Result<Elsew
     let mut out = Elsewhere::default();
     for answer in futures::future::join_all(asks).await {
         match answer {
-            Ok((generation, etag)) => {
+            Ok((node, generation, etag)) => {
                 out.floor = out.floor.max(generation);
-                if let Some(etag) = etag
-                    && out.newest.as_ref().is_none_or(|(g, _)| generation > *g)
-                {
-                    out.newest = Some((generation, etag));
+                if let Some(etag) = etag {
+                    if out.newest.as_ref().is_none_or(|(g, _)| generation > *g) {
+                        out.newest = Some((generation, etag));
+                    }
+                    out.copies.push((node, generation));
                 }
             }
             Err(e) => {

@@ -15,6 +15,9 @@ use tokio::io::AsyncWriteExt;
 use crate::store::error::StoreError;
 use crate::store::{ETAG_KEY, PutOptions, Store, now_ns};
 
+/// Custom-metadata key of a multipart object's part sizes (comma-separated, in part order).
+pub const PARTS_KEY: &str = "x-grist-parts";
+
 /// Highest part number S3 allows.
 pub const MAX_PART_NUMBER: u32 = 10_000;
 /// Smallest size of any part but the last.
@@ -267,6 +270,7 @@ impl Store {
             .collect();
         let mut md5s = Vec::with_capacity(parts.len() * 16);
         let mut files = Vec::with_capacity(parts.len());
+        let mut sizes = Vec::with_capacity(parts.len());
         for (i, (n, etag)) in parts.iter().enumerate() {
             let want = etag.trim_matches('"');
             let p = stored
@@ -290,6 +294,7 @@ impl Store {
             }
             md5s.extend(hex::decode(&p.etag).map_err(|e| StoreError::Corrupt(e.to_string()))?);
             files.push(dir.join(format!("part-{n:05}")));
+            sizes.push(p.size.to_string());
         }
         let etag = format!(
             "{}-{}",
@@ -306,6 +311,8 @@ impl Store {
             .flatten();
         let mut custom = info.custom.clone();
         custom.insert(ETAG_KEY.into(), etag.clone());
+        // Part boundaries, for `?partNumber=` reads and GetObjectAttributes.
+        custom.insert(PARTS_KEY.into(), sizes.join(","));
         let mut pending = self
             .begin_write(
                 bck,

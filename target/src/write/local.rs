@@ -53,7 +53,7 @@ pub(crate) async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) 
     // Ordered after every copy a past owner may still hold (a rebalance not yet finished).
     let elsewhere = crate::cluster::placement::elsewhere(t, bck, name).await?;
     let condition = decide_here(t, bck, name, condition, &elsewhere)?;
-    let floor = elsewhere.floor;
+    let floor = elsewhere.write_floor();
     let opts = PutOptions {
         generation: crate::store::index::GenRule::Next { floor },
         durable: !bck.is_remote(),
@@ -76,6 +76,7 @@ pub(crate) async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) 
         .write_stream(req.into_body().into_data_stream())
         .await?;
     let meta = commit_with_replicas(t, bck, name, pending).await?;
+    crate::cluster::placement::retire_copies(t, bck, name, &elsewhere).await;
     let mut resp = StatusCode::OK.into_response();
     object_headers(t, bck, &meta, resp.headers_mut());
     Ok(resp)
