@@ -378,7 +378,10 @@ pub(super) fn require_length(
     let chunked = headers
         .get(http::header::TRANSFER_ENCODING)
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"chunked"));
-    if content_length.is_none() && chunked {
+    // aws-chunked bodies (SDKs sending trailing checksums) declare the length of the object
+    // in their own header; the framing is not the object.
+    let declared = content_length.is_some() || headers.contains_key("x-amz-decoded-content-length");
+    if !declared && chunked {
         return Err(s3_error!(
             MissingContentLength,
             "the body's length is needed: send Content-Length (or x-amz-decoded-content-length with aws-chunked)"
