@@ -104,7 +104,7 @@ pub(crate) async fn fetch_from_past_owner(
         .map(|(_, n)| (*n).clone())
         .collect();
     for (i, owner) in same.iter().enumerate() {
-        let Some(resp) = request(t, owner, bck, name, method, uri, headers, None).await else {
+        let Some(resp) = request(t, owner, bck, name, method, uri, headers).await else {
             continue;
         };
         if !resp.status().is_success() && resp.status().as_u16() != 304 {
@@ -154,8 +154,7 @@ enum Held {
     Tombstone(u64),
 }
 
-/// Sends the reader's request (or a range of it) to one holder's own copy.
-#[allow(clippy::too_many_arguments)]
+/// Sends the reader's request to one holder's own copy.
 async fn request(
     t: &Target,
     owner: &gristmill_core::Node,
@@ -164,7 +163,6 @@ async fn request(
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
-    from: Option<u64>,
 ) -> Option<reqwest::Response> {
     let query = uri.query().unwrap_or("");
     let url = format!("{}?{query}", internal_url(owner, bck, name));
@@ -179,9 +177,6 @@ async fn request(
         if let Some(v) = headers.get(k) {
             req = req.header(k, v.as_bytes());
         }
-    }
-    if let Some(from) = from {
-        req = req.header("range", format!("bytes={from}-"));
     }
     // A paused or wedged holder must not hold the reader: its answer's head comes in
     // seconds or not at all (the body may then stream for as long as it takes).
