@@ -13,6 +13,7 @@ pub mod hrw;
 pub mod job;
 pub mod limits;
 pub mod name;
+pub mod perf;
 pub mod persist;
 pub mod range;
 pub mod shards;

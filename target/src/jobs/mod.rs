@@ -11,6 +11,7 @@ pub(crate) mod scrub;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use gristmill_core::job::{
@@ -351,7 +352,10 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
                 let result = match run.spec.kind {
                     JobKind::Prefetch => prefetch_one(&t, &bck, &name, run.spec.opts.latest).await,
                     JobKind::Evict => evict_one(&t, &bck, &name).await,
-                    JobKind::Copy | JobKind::Etl => copy_one(&t, &run.spec, &bck, &name).await,
+                    JobKind::Copy | JobKind::Etl => {
+                        retry_while_cluster_changes(&run, || copy_one(&t, &run.spec, &bck, &name))
+                            .await
+                    }
                     // Node-wide kinds run in `execute` before the per-object loop.
                     JobKind::Lru
                     | JobKind::Rebalance
@@ -367,6 +371,44 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
         .buffer_unordered(workers);
     work.collect::<()>().await;
     Ok(())
+}
+
+/// How long one object's copy keeps being retried while the cluster changes under it.
+const CLUSTER_CHANGE_RETRY: Duration = Duration::from_secs(60);
+
+/// Runs `attempt` again, with backoff, while it fails because the cluster is changing: a 503
+/// (maps disagree, the owner moved, a holder did not answer) or a busy or timed-out peer. The
+/// rebalance retries its transfers in rounds the same way; without this, a copy job started
+/// while a target joins or leaves records such an object as a permanent error and skips it.
+/// Errors a retry cannot mend (the ETL failed, the name is invalid) are returned at once.
+async fn retry_while_cluster_changes<F, Fut>(
+    run: &JobRun,
+    mut attempt: F,
+) -> Result<Outcome, ApiError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Outcome, ApiError>>,
+{
+    let deadline = tokio::time::Instant::now() + CLUSTER_CHANGE_RETRY;
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match attempt().await {
+            Err(e)
+                if matches!(
+                    e.kind,
+                    ErrorKind::Unavailable | ErrorKind::Busy | ErrorKind::GatewayTimeout
+                ) && tokio::time::Instant::now() + backoff < deadline =>
+            {
+                tracing::debug!(job = %run.spec.id, error = %e, "copy retried: the cluster is changing");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = run.cancel.cancelled() => return Err(e),
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            result => return result,
+        }
+    }
 }
 
 /// The names of the selection this target works on, in name order where there is one.

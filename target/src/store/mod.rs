@@ -160,15 +160,29 @@ pub struct Store {
     tuning: StoreTuning,
 }
 
-/// Bytes per bucket uname.
+/// Bytes and objects per bucket uname.
 #[derive(Debug, Default)]
-struct Usage(Mutex<HashMap<String, u64>>);
+struct Usage(Mutex<HashMap<String, Tally>>);
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    bytes: u64,
+    objects: u64,
+}
 
 impl Usage {
-    fn account(&self, bucket_uname: &str, added: u64, removed: u64) {
+    /// An object of `added` bytes stored (if any) in place of one of `removed` bytes (if any).
+    fn account(&self, bucket_uname: &str, added: Option<u64>, removed: Option<u64>) {
         let mut usage = self.0.lock().expect("usage lock");
         let v = usage.entry(bucket_uname.to_owned()).or_default();
-        *v = v.saturating_add(added).saturating_sub(removed);
+        if let Some(size) = added {
+            v.bytes = v.bytes.saturating_add(size);
+            v.objects += 1;
+        }
+        if let Some(size) = removed {
+            v.bytes = v.bytes.saturating_sub(size);
+            v.objects = v.objects.saturating_sub(1);
+        }
     }
 }
 
@@ -227,9 +241,13 @@ impl Store {
         let indexes: Vec<ObjectIndex> =
             store.mountpaths().iter().map(|m| m.index.clone()).collect();
         let usage = tokio::task::spawn_blocking(move || -> Result<_, StoreError> {
-            let mut usage: HashMap<String, u64> = HashMap::new();
+            let mut usage: HashMap<String, Tally> = HashMap::new();
             for index in &indexes {
-                index.for_each(|m| *usage.entry(m.bucket).or_default() += m.size)?;
+                index.for_each(|m| {
+                    let t = usage.entry(m.bucket).or_default();
+                    t.bytes += m.size;
+                    t.objects += 1;
+                })?;
             }
             Ok(usage)
         })
@@ -242,12 +260,19 @@ impl Store {
     /// Bytes stored for one bucket (by uname) on this target.
     pub fn bucket_usage(&self, bucket_uname: &str) -> u64 {
         let usage = self.usage.0.lock().expect("usage lock");
-        usage.get(bucket_uname).copied().unwrap_or(0)
+        usage.get(bucket_uname).map_or(0, |t| t.bytes)
     }
 
     /// Bytes stored per bucket uname on this target.
     pub fn usage(&self) -> HashMap<String, u64> {
-        self.usage.0.lock().expect("usage lock").clone()
+        let usage = self.usage.0.lock().expect("usage lock");
+        usage.iter().map(|(b, t)| (b.clone(), t.bytes)).collect()
+    }
+
+    /// Objects stored per bucket uname (replicas included), kept current like [`Self::usage`].
+    pub fn object_counts(&self) -> HashMap<String, u64> {
+        let usage = self.usage.0.lock().expect("usage lock");
+        usage.iter().map(|(b, t)| (b.clone(), t.objects)).collect()
     }
 
     /// Records a read of an object (for LRU); written to the index by [`Self::flush_atimes`].
@@ -492,7 +517,7 @@ impl Store {
             };
             if let Some(old) = applied.replaced {
                 remove_data_file(&mp, &old.file).await;
-                self.usage.account(&old.bucket, 0, old.size);
+                self.usage.account(&old.bucket, None, Some(old.size));
                 removed.get_or_insert(old);
             }
         }
@@ -524,7 +549,7 @@ impl Store {
                 .await?;
             if let Some(old) = applied.replaced {
                 remove_data_file(&mp, &old.file).await;
-                self.usage.account(&old.bucket, 0, old.size);
+                self.usage.account(&old.bucket, None, Some(old.size));
                 return Ok(true);
             }
         }
@@ -626,7 +651,7 @@ impl Store {
                 .await?;
             if let Some(old) = applied.replaced {
                 remove_data_file(&mp, &old.file).await;
-                self.usage.account(&old.bucket, 0, old.size);
+                self.usage.account(&old.bucket, None, Some(old.size));
                 removed.get_or_insert(old);
             }
         }
@@ -754,7 +779,7 @@ impl Store {
             .await?;
         match applied.replaced {
             Some(old) if old.file == meta.file => {
-                self.usage.account(&old.bucket, 0, old.size);
+                self.usage.account(&old.bucket, None, Some(old.size));
                 Ok(true)
             }
             // Overwritten between the check and the drop: the new record goes back.

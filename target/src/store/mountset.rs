@@ -650,8 +650,8 @@ impl Store {
             }
             return Ok(Moved::Changed);
         }
-        let replaced = applied.replaced.as_ref().map_or(0, |r| r.size);
-        self.usage.account(&meta.bucket, meta.size, replaced);
+        let replaced = applied.replaced.as_ref().map(|r| r.size);
+        self.usage.account(&meta.bucket, Some(meta.size), replaced);
         if let Some(older) = &applied.replaced {
             remove_data_file(to, &older.file).await;
         }
@@ -749,7 +749,7 @@ async fn drop_copy(
         .await?;
     match applied.replaced {
         Some(old) => {
-            usage.account(&old.bucket, 0, old.size);
+            usage.account(&old.bucket, None, Some(old.size));
             remove_data_file(mp, &old.file).await;
             Ok(true)
         }

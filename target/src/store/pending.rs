@@ -296,8 +296,8 @@ impl PendingWrite {
                 current: current.max(tomb),
             });
         }
-        let replaced_size = applied.replaced.as_ref().map_or(0, |m| m.size);
-        self.usage.account(&self.bucket, size, replaced_size);
+        let replaced_size = applied.replaced.as_ref().map(|m| m.size);
+        self.usage.account(&self.bucket, Some(size), replaced_size);
         if let Some(old) = applied.replaced {
             remove_data_file(&mp, &old.file).await;
         }

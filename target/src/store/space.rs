@@ -402,6 +402,7 @@ impl Space {
         serde_json::json!({
             "mountpaths": mountpaths,
             "buckets": self.store.usage(),
+            "bucket_objects": self.store.object_counts(),
             "cached_bytes": self.cached_bytes(bmd),
             "config": {"high_wm": c.high_wm, "low_wm": c.low_wm, "out_of_space": c.out_of_space,
                 "max_cache_bytes": c.max_cache_bytes,

@@ -123,3 +123,34 @@ fn fan_out_directories_are_created_with_their_parents() {
     assert!(deep.is_dir());
     create_fan_out_dir(&deep, true).unwrap();
 }
+
+#[tokio::test]
+async fn usage_counts_objects_and_bytes_through_overwrites_deletes_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mps = [dir.path().join("mp0"), dir.path().join("mp1")];
+    let store = Store::open(&mps).await.unwrap();
+    let bck = Bck::new("b", Provider::Ais).unwrap();
+    let uname = bck.uname();
+    for (name, data) in [("a", "1"), ("b", "22"), ("c", "333")] {
+        store
+            .put(&bck, name, body(data), Default::default())
+            .await
+            .unwrap();
+    }
+    // An overwrite replaces: one object, the new size.
+    store
+        .put(&bck, "c", body("4444"), Default::default())
+        .await
+        .unwrap();
+    let _ = store
+        .bury(&bck, "a", BuryGen::Next { floor: 0 })
+        .await
+        .unwrap();
+    assert_eq!(store.object_counts()[&uname], 2);
+    assert_eq!(store.usage()[&uname], 6);
+    drop(store);
+    // Reopening counts the indexes again and agrees.
+    let store = Store::open(&mps).await.unwrap();
+    assert_eq!(store.object_counts()[&uname], 2);
+    assert_eq!(store.usage()[&uname], 6);
+}

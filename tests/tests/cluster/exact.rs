@@ -681,6 +681,19 @@ impl Ctx {
             "exact: copy job {} ({:?}) into {}: {} objects, {} errors, {} skipped; {stable} checked",
             job.id, status.state, job.to, status.objects, status.errors, status.skipped
         );
+        // Objects deleted while the job ran are errors that belong; the samples say which.
+        if !problems.is_empty() && status.errors > 0 {
+            let samples: Vec<String> = status
+                .targets
+                .iter()
+                .flat_map(|t| {
+                    t.error_samples
+                        .iter()
+                        .map(move |e| format!("{}: {e:?}", t.node))
+                })
+                .collect();
+            problems.push(format!("copy job {} errors: {samples:?}", job.id));
+        }
         problems
     }
 }
