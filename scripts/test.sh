@@ -73,6 +73,13 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
     || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q systemd >/dev/null; }
 fi
 
+step "chromium + chromedriver (test_ui.py drives the proxy's /ui dashboard in headless Chromium)"
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
+    || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q chromium chromium-driver >/dev/null; }
+fi
+
 step "Python venv (.venv): the gristmill SDK and clients that Rust integration tests drive too"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv

@@ -174,6 +174,8 @@ pub fn node_perf(node: &str, role: &str, a: &Scrape, b: &Scrape) -> NodePerf {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

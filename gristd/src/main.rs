@@ -57,6 +57,7 @@ async fn main() -> anyhow::Result<()> {
                 keepalive_retries: c.proxy.keepalive_retries.unwrap_or(5),
                 admin_password: c.proxy.admin_password.clone().filter(|p| !p.is_empty()),
                 raft: c.proxy.raft()?,
+                ui_dir: c.proxy.ui_dir.clone(),
                 state_dir,
                 join_url: join,
                 serve,

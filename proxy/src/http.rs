@@ -389,8 +389,9 @@ async fn query(
         Some("snode") => {
             Ok(axum::Json(Node::new(&p.id, gristmill_core::smap::PROXY, &p.url)).into_response())
         }
+        Some("overview") => crate::ui::overview(&p).await,
         Some(other) => Err(ApiError::bad_request(format!(
-            "unknown ?what={other} (expected smap, bmd, snode, status, qryxstats)"
+            "unknown ?what={other} (expected smap, bmd, snode, status, qryxstats, overview)"
         ))),
         None => Err(ApiError::bad_request("missing ?what= (smap, bmd, snode)")),
     }

@@ -24,6 +24,7 @@ mod remote;
 mod router_tests;
 mod s3;
 mod shards;
+mod ui;
 
 pub use raft::RaftSettings;
 pub use s3::{DEFAULT_ACCESS_KEY, DEFAULT_SECRET_KEY, S3User};
@@ -60,6 +61,8 @@ pub struct ProxyConfig {
     pub admin_password: Option<String>,
     /// Raft timing of the proxies' control plane.
     pub raft: RaftSettings,
+    /// Serve the dashboard's files from this directory instead of the embedded copies.
+    pub ui_dir: Option<PathBuf>,
 }
 
 /// Runs a proxy on `listener` until `shutdown` fires.
@@ -130,7 +133,9 @@ pub async fn run(
     }
     let app = auth_api::secure(
         &proxy,
-        http::router(proxy.clone(), s3).merge(raft::api::router(proxy.raft.clone())),
+        http::router(proxy.clone(), s3)
+            .merge(raft::api::router(proxy.raft.clone()))
+            .merge(ui::routes(config.ui_dir.clone())),
     );
     gristmill_node::server::serve_with(listener, app, shutdown.clone(), config.serve.clone())
         .await?;

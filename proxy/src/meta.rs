@@ -50,6 +50,8 @@ pub(crate) struct Proxy {
     /// (see `jobs::watch_placement`).
     pub(crate) active_changed_at: std::sync::atomic::AtomicU64,
     pub(crate) placed: std::sync::atomic::AtomicU64,
+    /// The dashboard overview's previous scrape of each node (see `ui.rs`).
+    pub(crate) scrapes: crate::ui::Scrapes,
 }
 
 /// Which parts a change touched.
@@ -113,6 +115,7 @@ impl Proxy {
             list_drops: Mutex::new(HashMap::new()),
             active_changed_at: Default::default(),
             placed: Default::default(),
+            scrapes: Default::default(),
         };
         proxy.publish();
         Ok(proxy)

@@ -22,6 +22,7 @@ async fn proxy() -> (tempfile::TempDir, Arc<Proxy>, axum::Router) {
         serve: Default::default(),
         admin_password: None,
         raft: Default::default(),
+        ui_dir: None,
     };
     let p = Arc::new(
         Proxy::start(&config, "http://127.0.0.1:1".into())

@@ -191,6 +191,14 @@ pub struct ProxySettings {
         value_name = "MS"
     )]
     pub raft_election_timeout_ms: Option<u64>,
+    /// Serve the dashboard (`/ui/`) from this directory instead of the copy built into the binary (for working on the page).
+    #[arg(
+        id = "proxy.ui_dir",
+        long = "ui-dir",
+        env = "GRISTD_UI_DIR",
+        value_name = "DIR"
+    )]
+    pub ui_dir: Option<PathBuf>,
 }
 
 /// The variable a playground hands its first proxy the admin password in.

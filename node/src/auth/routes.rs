@@ -132,6 +132,10 @@ pub const PROXY_ROUTES: &[Route] = &[
     r(DELETE, "/v1/auth/users/{name}", Access::Admin),
     r(GET, "/metrics", Access::ClusterRead),
     r(ANY, "/metrics", Access::S3),
+    // The dashboard's static files (no data; the page logs in for every API call it makes).
+    r(GET, "/ui", Access::Public),
+    r(GET, "/ui/", Access::Public),
+    r(GET, "/ui/{file}", Access::Public),
 ];
 
 /// Every endpoint of a target (`target/src/**/*.rs` routes). Paths outside `/v1/` are S3,

@@ -394,8 +394,14 @@ impl Space {
             .iter()
             .map(|mp| {
                 let (total, avail) = capacity(&mp.path).unwrap_or((0, 0));
+                // Mountpaths on one file system each report all of it: `fs` (its device id)
+                // lets a reader count it once.
+                let fs = std::fs::metadata(&mp.path).map_or(0, |m| {
+                    use std::os::unix::fs::MetadataExt;
+                    m.dev()
+                });
                 serde_json::json!({"path": mp.path, "total": total, "available": avail,
-                    "used": total.saturating_sub(avail)})
+                    "used": total.saturating_sub(avail), "fs": fs})
             })
             .collect();
         let c = &self.config;
