@@ -41,10 +41,7 @@ pub(crate) struct Installer {
 
 impl Installer {
     pub(crate) fn new(config: &crate::EtlConfig, python: String, sandbox: Sandbox) -> Self {
-        let root = config
-            .env_dir
-            .clone()
-            .unwrap_or_else(|| default_root(&sandbox, &config.user_cache_dir));
+        let root = env_root(config, &sandbox);
         Self {
             root,
             python,
@@ -157,6 +154,14 @@ impl Installer {
             Err(_) => Err(format!("checking {}: timed out", dir.display())),
         }
     }
+}
+
+/// Where environments are installed (workers read them).
+pub(crate) fn env_root(config: &crate::EtlConfig, sandbox: &Sandbox) -> PathBuf {
+    config
+        .env_dir
+        .clone()
+        .unwrap_or_else(|| default_root(sandbox, &config.user_cache_dir))
 }
 
 fn default_root(sandbox: &Sandbox, user_cache_dir: &std::path::Path) -> PathBuf {

@@ -14,6 +14,7 @@
 //! limit, a per-object timeout. A worker that fails an object by raising keeps serving; one that
 //! hangs, crashes or runs out of memory is killed and replaced, and only that object fails.
 
+pub mod confine;
 mod deps;
 pub mod sandbox;
 mod stream;
@@ -181,6 +182,12 @@ pub struct EtlConfig {
     pub user_cache_dir: PathBuf,
     /// Longest one `pip install` may take.
     pub install_timeout: Duration,
+    /// `gristd`, which confines workers with Landlock as `gristd etl-sandbox`; `None`: no
+    /// Landlock layer (set by the daemon to its own executable).
+    pub helper: Option<PathBuf>,
+    /// Paths no worker may read, checked against every grant: the mountpaths and the state
+    /// directory (set by the target).
+    pub protected: Vec<PathBuf>,
 }
 
 impl Default for EtlConfig {
@@ -192,6 +199,8 @@ impl Default for EtlConfig {
             env_dir: None,
             user_cache_dir: std::env::temp_dir(),
             install_timeout: Duration::from_secs(600),
+            helper: None,
+            protected: Vec::new(),
         }
     }
 }
@@ -210,7 +219,17 @@ impl Etls {
                     "python3".into()
                 }
             });
-        let sandbox = Sandbox::probe(&config);
+        let mut sandbox = Sandbox::probe(&config);
+        // Workers read their environments and, when it lives outside the system's
+        // directories, the interpreter's installation (`<prefix>/bin/python3`).
+        sandbox.reads.push(deps::env_root(&config, &sandbox));
+        let interpreter = std::path::Path::new(&python);
+        if interpreter.is_absolute()
+            && !confine::is_granted(interpreter, &confine::system_read_paths())
+            && let Some(prefix) = interpreter.parent().and_then(|bin| bin.parent())
+        {
+            sandbox.reads.push(prefix.to_path_buf());
+        }
         Self {
             installer: deps::Installer::new(&config, python.clone(), sandbox.clone()),
             sandbox,
@@ -403,6 +422,7 @@ impl Etls {
                 });
             }
             Runtime::Command => {
+                self.confinable(spec, &path)?;
                 let mut env = spec.env.clone();
                 env.insert("GRIST_OBJECT".into(), path.clone());
                 env.insert("GRIST_ETL_ARGS".into(), args.clone());
@@ -487,6 +507,7 @@ impl Etls {
 
     async fn spawn_worker(&self, run: &Arc<EtlRun>) -> Result<Worker, EtlError> {
         let spec = &run.spec;
+        self.confinable(spec, "")?;
         let (program, args, code) = match spec.runtime {
             Runtime::Python => (
                 run.python(&self.installer, &self.python).await?,
@@ -512,6 +533,7 @@ impl Etls {
         args: &str,
     ) -> Result<Bytes, EtlError> {
         let spec = &run.spec;
+        self.confinable(spec, path)?;
         let mut env = spec.env.clone();
         env.insert("GRIST_OBJECT".into(), path.into());
         env.insert("GRIST_ETL_ARGS".into(), args.into());
@@ -584,6 +606,20 @@ impl Etls {
     /// Recent worker output of an ETL.
     pub fn logs(&self, name: &str) -> Result<Vec<String>, EtlError> {
         Ok(self.run(name)?.log.lines())
+    }
+}
+
+impl Etls {
+    /// Code runs here only where the sandbox can confine it (or it was turned off).
+    fn confinable(&self, spec: &EtlSpec, path: &str) -> Result<(), EtlError> {
+        match self.sandbox.refusal() {
+            Some(why) => Err(failed(
+                spec,
+                path,
+                format!("ETL sandbox unavailable: {why}"),
+            )),
+            None => Ok(()),
+        }
     }
 }
 

@@ -1,20 +1,36 @@
-//! How ETL processes are confined, with the stock Linux tools (util-linux): `unshare --net`
-//! (no network), `setpriv` to an unprivileged user when the target runs as root (so neither
-//! the data directories — mode 0700 — nor `/etc/shadow` are readable), and `prlimit --as`
-//! (an address-space limit). Each layer is probed once at startup and used where this machine
-//! allows it; what is missing is logged, never silently assumed.
+//! How ETL processes are confined. Layers, outermost first:
+//! - a new, empty network namespace (`unshare --net`; without root, inside a new user
+//!   namespace, `unshare --user --map-current-user --net`);
+//! - `setpriv` to an unprivileged user when the target runs as root (so neither the data
+//!   directories — mode 0700 — nor `/etc/shadow` are readable);
+//! - Landlock, with or without root (`gristd etl-sandbox`, see [`crate::confine`]): only the
+//!   system's programs and libraries and the ETL environments can be read, no TCP, no
+//!   signals out; it also sets the address-space limit. Without the helper, `prlimit --as`.
+//!
+//! Each layer is probed once at startup and used where this machine allows it; what is
+//! missing is logged, never silently assumed. Without root and without Landlock nothing keeps
+//! a worker from the data, so python and command ETLs are then refused (see [`Sandbox::refusal`]).
 
+use std::path::PathBuf;
 use std::process::Stdio;
 
 /// The confinement available on this machine.
 #[derive(Debug, Clone, Default)]
 pub struct Sandbox {
-    /// Run in a new, empty network namespace.
-    pub no_network: bool,
+    /// The command prefix that puts a worker in a new, empty network namespace.
+    pub network: Option<Vec<String>>,
     /// Run as this user and group (names) instead of the target's user.
     pub user: Option<(String, String)>,
-    /// Enforce the memory limit with `prlimit --as`.
+    /// Enforce the memory limit with `prlimit --as` (when there is no helper).
     pub memory_limit: bool,
+    /// `gristd`, to run as `gristd etl-sandbox` (Landlock) in front of every worker.
+    pub landlock: Option<PathBuf>,
+    /// Paths workers may read and execute, besides the system's.
+    pub reads: Vec<PathBuf>,
+    /// Paths no grant may contain (mountpaths, the state directory).
+    pub protected: Vec<PathBuf>,
+    /// Why workers that run code here cannot be confined, when they cannot.
+    pub unconfined: Option<String>,
 }
 
 fn works(program: &str, args: &[&str]) -> bool {
@@ -47,9 +63,16 @@ impl Sandbox {
             tracing::warn!("ETL sandbox turned off (etl.sandbox = off)");
             return Self::default();
         }
-        let no_network = works("unshare", &["--net", "--", "true"]);
+        let root = running_as_root();
+        let network = if root {
+            vec!["unshare", "--net", "--"]
+        } else {
+            vec!["unshare", "--user", "--map-current-user", "--net", "--"]
+        };
+        let network = works(network[0], &[&network[1..], &["true"]].concat())
+            .then(|| network.into_iter().map(String::from).collect());
         let wanted = config.user.clone();
-        let user = if wanted.is_empty() || !running_as_root() {
+        let user = if wanted.is_empty() || !root {
             None
         } else {
             ["nogroup", "nobody", &wanted].iter().find_map(|group| {
@@ -65,17 +88,47 @@ impl Sandbox {
             })
         };
         let memory_limit = works("prlimit", &["--as=1073741824", "--", "true"]);
+        // The helper must work as the worker's user (after `setpriv` under root).
+        let landlock = config.helper.clone().filter(|helper| {
+            let helper = helper.display().to_string();
+            let probe = [helper.as_str(), crate::confine::COMMAND, "--probe"];
+            match &user {
+                Some((u, g)) => {
+                    let (reuid, regid) = (format!("--reuid={u}"), format!("--regid={g}"));
+                    let setpriv = [reuid.as_str(), regid.as_str(), "--clear-groups", "--"];
+                    works("setpriv", &[&setpriv[..], &probe].concat())
+                }
+                None => works(probe[0], &probe[1..]),
+            }
+        });
+        let unconfined = (!root && landlock.is_none()).then(|| {
+            "gristd runs without root and this kernel offers no Landlock: a worker could read \
+             every data directory. Run gristd as root, use a kernel with Landlock (5.13+, in \
+             the `lsm=` list), or turn the sandbox off for trusted code (etl.sandbox = off)"
+                .to_owned()
+        });
         let s = Self {
-            no_network,
+            network,
             user,
             memory_limit,
+            landlock,
+            reads: Vec::new(),
+            protected: config.protected.clone(),
+            unconfined,
         };
-        if !(s.no_network && s.memory_limit) || (running_as_root() && s.user.is_none()) {
+        if s.unconfined.is_some() {
+            tracing::error!(sandbox = ?s, "ETL sandbox unavailable: python and command ETLs are refused");
+        } else if s.network.is_none() || s.landlock.is_none() || (root && s.user.is_none()) {
             tracing::warn!(sandbox = ?s, "ETL sandbox is partial on this machine");
         } else {
             tracing::info!(sandbox = ?s, "ETL sandbox");
         }
         s
+    }
+
+    /// Why ETLs that run code on this target must not start, if they must not.
+    pub fn refusal(&self) -> Option<&str> {
+        self.unconfined.as_deref()
     }
 
     /// A command running `program args` inside the sandbox, with a clean environment.
@@ -87,8 +140,8 @@ impl Sandbox {
         env: &std::collections::BTreeMap<String, String>,
     ) -> tokio::process::Command {
         let mut argv: Vec<String> = Vec::new();
-        if self.no_network {
-            argv.extend(["unshare", "--net", "--"].map(String::from));
+        if let Some(prefix) = &self.network {
+            argv.extend(prefix.iter().cloned());
         }
         if let Some((user, group)) = &self.user {
             argv.extend([
@@ -99,7 +152,27 @@ impl Sandbox {
                 "--".into(),
             ]);
         }
-        if self.memory_limit {
+        if let Some(helper) = &self.landlock {
+            argv.extend([helper.display().to_string(), crate::confine::COMMAND.into()]);
+            let system = crate::confine::system_read_paths();
+            let writes = crate::confine::system_write_paths();
+            let mut reads: Vec<PathBuf> = self.reads.clone();
+            // A command ETL's program outside the system paths: that file only.
+            let program_path = std::path::Path::new(program);
+            if program_path.is_absolute() && !crate::confine::is_granted(program_path, &system) {
+                reads.push(program_path.to_path_buf());
+            }
+            for (flag, paths) in [
+                ("--ro", system.iter().chain(&reads).collect::<Vec<_>>()),
+                ("--rw", writes.iter().collect()),
+                ("--protect", self.protected.iter().collect()),
+            ] {
+                for p in paths {
+                    argv.extend([flag.to_owned(), p.display().to_string()]);
+                }
+            }
+            argv.extend(["--as".into(), memory_limit.to_string(), "--".into()]);
+        } else if self.memory_limit {
             argv.extend([
                 "prlimit".into(),
                 format!("--as={memory_limit}"),

@@ -31,8 +31,25 @@ async fn bind(addr: &str) -> anyhow::Result<tokio::net::TcpListener> {
         .with_context(|| format!("cannot listen on {addr}"))
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // `gristd etl-sandbox …` confines an ETL worker and execs it. It must run before any
+    // thread exists (Landlock restricts the calling thread, and the worker inherits it), so it
+    // is dispatched here, ahead of the runtime and of the command-line parser (it is not a
+    // command people run, and stays out of `--help`).
+    let mut args = std::env::args_os();
+    if args
+        .nth(1)
+        .is_some_and(|a| a == gristmill_etl::confine::COMMAND)
+    {
+        std::process::exit(gristmill_etl::confine::exec_helper(args));
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     gristmill_daemon::init_tracing("info", &cli.log_format);
     gristmill_node::metrics::set_access_log(cli.access_log);

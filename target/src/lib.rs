@@ -355,7 +355,15 @@ impl Target {
             fills: read::cold::Fills::default(),
             space: space.clone(),
             jobs: jobs::Jobs::default(),
-            etls: gristmill_etl::Etls::new(config.etl.clone()),
+            etls: gristmill_etl::Etls::new(gristmill_etl::EtlConfig {
+                // No worker may be granted a path that holds the data or the node's state.
+                protected: [
+                    config.mountpaths.as_slice(),
+                    std::slice::from_ref(&config.state_dir),
+                ]
+                .concat(),
+                ..config.etl.clone()
+            }),
             quarantine_keep: config.quarantine_keep,
             shards: Arc::default(),
             // Persisted: a target restarted mid-rebalance still knows where objects may sit (a

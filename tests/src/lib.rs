@@ -46,6 +46,8 @@ pub struct NodeProcess {
     pub env: Vec<(String, String)>,
     child: Option<Child>,
     log: PathBuf,
+    /// Run as this user and group id instead of the test's (`setpriv`; the test runs as root).
+    run_as: Option<u32>,
 }
 
 impl NodeProcess {
@@ -55,12 +57,24 @@ impl NodeProcess {
         env: Vec<(String, String)>,
         dir: &Path,
     ) -> anyhow::Result<Self> {
+        Self::spawn_as(name, args, env, dir, None)
+    }
+
+    /// Like [`NodeProcess::spawn`], as user and group `run_as` when given.
+    pub fn spawn_as(
+        name: &str,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        dir: &Path,
+        run_as: Option<u32>,
+    ) -> anyhow::Result<Self> {
         let mut n = Self {
             name: name.to_owned(),
             args,
             env,
             child: None,
             log: dir.join(format!("{name}.log")),
+            run_as,
         };
         n.start()?;
         Ok(n)
@@ -71,7 +85,22 @@ impl NodeProcess {
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let child = Command::new(gristd_bin())
+        // `setpriv` execs gristd: the child's pid is gristd's.
+        let mut command = match self.run_as {
+            Some(id) => {
+                let mut c = Command::new("setpriv");
+                c.args([
+                    format!("--reuid={id}"),
+                    format!("--regid={id}"),
+                    "--clear-groups".into(),
+                    "--".into(),
+                ])
+                .arg(gristd_bin());
+                c
+            }
+            None => Command::new(gristd_bin()),
+        };
+        let child = command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env(
@@ -201,12 +230,48 @@ impl Cluster {
         proxy_args: &[&str],
         target_env: impl Fn(usize) -> Vec<(String, String)>,
     ) -> anyhow::Result<Self> {
+        Self::start_inner(targets, mountpaths_per_target, proxy_args, target_env, None).await
+    }
+
+    /// Like [`Cluster::start`], with every node run as an unprivileged user: uid and gid
+    /// `uid` when the test runs as root (its directory is handed to that user), else the
+    /// test's own user. Their caches (ETL environments) are in the cluster's directory.
+    pub async fn start_unprivileged(
+        targets: usize,
+        mountpaths_per_target: usize,
+        uid: u32,
+    ) -> anyhow::Result<Self> {
+        let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2))
+                == Some("0")
+        });
+        let run_as = root.then_some(uid);
+        Self::start_inner(targets, mountpaths_per_target, &[], |_| Vec::new(), run_as).await
+    }
+
+    async fn start_inner(
+        targets: usize,
+        mountpaths_per_target: usize,
+        proxy_args: &[&str],
+        target_env: impl Fn(usize) -> Vec<(String, String)>,
+        run_as: Option<u32>,
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("gristmill-test-")
             .tempdir()?;
+        let mut base_env = Vec::new();
+        if let Some(id) = run_as {
+            std::os::unix::fs::chown(dir.path(), Some(id), Some(id))?;
+            let cache = dir.path().join("cache");
+            std::fs::create_dir(&cache)?;
+            std::os::unix::fs::chown(&cache, Some(id), Some(id))?;
+            base_env.push(("XDG_CACHE_HOME".to_owned(), cache.display().to_string()));
+        }
         let port = free_port();
         let endpoint = format!("http://127.0.0.1:{port}");
-        let proxy = NodeProcess::spawn(
+        let proxy = NodeProcess::spawn_as(
             "proxy",
             [
                 "proxy".into(),
@@ -218,8 +283,9 @@ impl Cluster {
             .into_iter()
             .chain(proxy_args.iter().map(|a| a.to_string()))
             .collect(),
-            Vec::new(),
+            base_env.clone(),
             dir.path(),
+            run_as,
         )?;
         let mut nodes = Vec::new();
         let mut mps = Vec::new();
@@ -241,11 +307,12 @@ impl Cluster {
                 args.extend(["--mountpath".into(), mp.display().to_string()]);
                 these.push(mp);
             }
-            nodes.push(NodeProcess::spawn(
+            nodes.push(NodeProcess::spawn_as(
                 &format!("target-{i}"),
                 args,
-                target_env(i),
+                [base_env.clone(), target_env(i)].concat(),
                 dir.path(),
+                run_as,
             )?);
             mps.push(these);
         }

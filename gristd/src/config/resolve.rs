@@ -224,6 +224,9 @@ impl EtlSettings {
             env_dir: self.env_dir.clone().filter(|p| !p.as_os_str().is_empty()),
             user_cache_dir,
             install_timeout,
+            // Workers are confined by this same binary (`gristd etl-sandbox`).
+            helper: std::env::current_exe().ok(),
+            protected: Vec::new(),
         })
     }
 }

@@ -300,7 +300,7 @@ def transform(data, path, args):
         os._exit(3)
     if path == "shadow":
         return open("/etc/shadow", "rb").read()
-    if path == "datadir":
+    if path in ("datadir", "statedir"):
         return open(args, "rb").read()
     if path == "socket":
         s = socket.create_connection(("127.0.0.1", int(args)), timeout=2)
@@ -326,13 +326,42 @@ fn some_data_file(mp: &std::path::Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hostile_transforms_fail_their_object_and_nothing_else() {
+    // Under root, workers run as `nobody` (and Landlock where the kernel has it).
     let c = Cluster::start(1, 1).await.unwrap();
+    hostile_cases(&c).await;
+}
+
+/// The same hostile cases with every node running as an unprivileged user (uid 10001): the
+/// worker cannot switch user, so Landlock (`gristd etl-sandbox`) is what refuses the data,
+/// the state directory and TCP — exactly as under root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hostile_transforms_refused_when_gristd_is_not_root() {
+    let c = Cluster::start_unprivileged(1, 1, 10001).await.unwrap();
+    let pid = c.targets[0].pid().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let uid = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert!(
+        uid.split_whitespace().skip(1).all(|id| id != "0"),
+        "the target must not run as root: {uid}"
+    );
+    hostile_cases(&c).await;
+    assert!(
+        c.targets[0].log_text().contains("landlock: Some("),
+        "the target confines workers with Landlock: {}",
+        c.targets[0].log_tail()
+    );
+}
+
+/// Transforms that loop, allocate, exit, read what they must not (`/etc/shadow`, a data
+/// file, a file of the target's state directory) or connect to the proxy: each fails its
+/// object with an error that names the ETL, and the ETL and the target keep serving.
+async fn hostile_cases(c: &Cluster) {
     c.create_bucket("h").await.unwrap();
     let names = [
-        "loop", "alloc", "exit", "shadow", "datadir", "socket", "good-1", "good-2",
+        "loop", "alloc", "exit", "shadow", "datadir", "statedir", "socket", "good-1", "good-2",
     ];
     put_all(
-        &c,
+        c,
         "h",
         names
             .iter()
@@ -343,7 +372,7 @@ async fn hostile_transforms_fail_their_object_and_nothing_else() {
     let dir = tempfile::tempdir().unwrap();
     let code = code_file(&dir, "hostile.py", HOSTILE_ETL);
     grist_blocking(
-        &c,
+        c,
         &[
             "etl",
             "init",
@@ -360,12 +389,18 @@ async fn hostile_transforms_fail_their_object_and_nothing_else() {
         ],
     );
     let data_file = some_data_file(&c.mountpaths[0][0]);
+    let state_file = c.dir.path().join("target-0").join("smap.json");
+    assert!(state_file.exists(), "{}", state_file.display());
+    let state_file = state_file.display().to_string();
     let proxy_port = c.endpoint.rsplit(':').next().unwrap().to_owned();
 
-    let hostile = ["loop", "alloc", "exit", "shadow", "datadir", "socket"].map(|name| {
-        let c = &c;
+    let hostile = [
+        "loop", "alloc", "exit", "shadow", "datadir", "statedir", "socket",
+    ]
+    .map(|name| {
         let args = match name {
             "datadir" => data_file.clone(),
+            "statedir" => state_file.clone(),
             "socket" => proxy_port.clone(),
             _ => String::new(),
         };
@@ -418,14 +453,16 @@ async fn hostile_transforms_fail_their_object_and_nothing_else() {
                 "{body}"
             ),
             "exit" => assert!(body.contains("died"), "{body}"),
-            "shadow" | "datadir" => assert!(body.contains("PermissionError"), "{body}"),
+            "shadow" | "datadir" | "statedir" => {
+                assert!(body.contains("PermissionError"), "{body}")
+            }
             "socket" => assert!(body.contains("Error"), "{body}"),
             _ => unreachable!(),
         }
     }
     // The ETL keeps working for good objects (workers were replaced).
     for good in ["good-1", "good-2"] {
-        let (status, body) = get_etl(&c, "h", good, "hostile", "").await;
+        let (status, body) = get_etl(c, "h", good, "hostile", "").await;
         assert_eq!(status, 200);
         assert_eq!(
             body,
@@ -433,7 +470,7 @@ async fn hostile_transforms_fail_their_object_and_nothing_else() {
         );
     }
     let stats: serde_json::Value =
-        serde_json::from_str(&grist_blocking(&c, &["etl", "show", "hostile"])).unwrap();
+        serde_json::from_str(&grist_blocking(c, &["etl", "show", "hostile"])).unwrap();
     let restarts: u64 = stats["targets"]
         .as_object()
         .unwrap()

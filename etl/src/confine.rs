@@ -1,0 +1,277 @@
+//! `gristd etl-sandbox`: the last step before an ETL worker's program, confining it with what
+//! the kernel offers an unprivileged process, so that workers are confined whether or not the
+//! target runs as root.
+//!
+//! - **Landlock** (deny by default): the worker may read and execute the system's programs and
+//!   libraries and the paths gristd grants (the ETL environments); nothing else on the file
+//!   system — not the mountpaths, the state directory, `/etc/shadow` or `/tmp`. TCP bind and
+//!   connect are refused (ABI 4+); signals and abstract unix sockets cannot reach processes
+//!   outside the sandbox, gristd included (ABI 6+). Landlock also stops the worker from
+//!   reading `/proc/<gristd>/…` (no ptrace rights across domains).
+//! - `setsid`, and rlimits: address space (the ETL's memory limit), no core files.
+//!
+//! gristd runs this as a separate program (its own binary, dispatched before any runtime or
+//! thread exists) so that the restriction covers the whole process, which then execs the
+//! worker: Landlock domains are inherited across `exec` and cannot be lifted. The network
+//! namespace (`unshare`) and the user switch under root (`setpriv`) come before it in the
+//! argv `Sandbox::command` builds.
+//!
+//! Usage: `gristd etl-sandbox [--ro PATH]... [--rw PATH]... [--protect PATH]... [--as BYTES]
+//! -- PROGRAM [ARGS]...`, or `gristd etl-sandbox --probe` (applies an empty rule set, prints
+//! what is enforced, exits 0 when file access is confined).
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+    Scope, path_beneath_rules,
+};
+
+/// The subcommand of `gristd` that runs this.
+pub const COMMAND: &str = "etl-sandbox";
+
+/// Exit status when the sandbox cannot be set up (the worker never starts).
+const SETUP_FAILED: i32 = 126;
+
+/// The Landlock ABI whose rights are handled: file system, TCP (4) and scopes (6). Older
+/// kernels enforce what they know (best effort); `--probe` says what held.
+const ABI_WANTED: ABI = ABI::V6;
+
+#[derive(Debug, Default)]
+struct Policy {
+    probe: bool,
+    read: Vec<PathBuf>,
+    write: Vec<PathBuf>,
+    protect: Vec<PathBuf>,
+    address_space: Option<u64>,
+    program: Vec<OsString>,
+}
+
+fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Policy, String> {
+    let mut p = Policy::default();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let mut value = |flag: &str| args.next().ok_or_else(|| format!("{flag} needs a value"));
+        match arg.to_str() {
+            Some("--probe") => p.probe = true,
+            Some("--ro") => p.read.push(value("--ro")?.into()),
+            Some("--rw") => p.write.push(value("--rw")?.into()),
+            Some("--protect") => p.protect.push(value("--protect")?.into()),
+            Some("--as") => {
+                let v = value("--as")?;
+                let bytes = v
+                    .to_str()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| format!("--as {v:?}: expected bytes"))?;
+                p.address_space = Some(bytes);
+            }
+            Some("--") => {
+                p.program = args.collect();
+                break;
+            }
+            _ => return Err(format!("unexpected argument {arg:?}")),
+        }
+    }
+    if !p.probe && p.program.is_empty() {
+        return Err("no program to run (expected -- PROGRAM [ARGS]...)".into());
+    }
+    Ok(p)
+}
+
+/// A granted path that contains a protected one would open it: refused, naming both.
+fn check_grants(p: &Policy) -> Result<(), String> {
+    for granted in p.read.iter().chain(&p.write) {
+        for protected in &p.protect {
+            if protected.starts_with(granted) {
+                return Err(format!(
+                    "granting {} would expose {} (a mountpath or the state directory)",
+                    granted.display(),
+                    protected.display()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Applies the rule set to this process; what the kernel enforced.
+fn restrict(read: &[PathBuf], write: &[PathBuf]) -> Result<RulesetStatus, String> {
+    let existing = |v: &[PathBuf]| -> Vec<PathBuf> {
+        v.iter().filter(|p| p.exists()).cloned().collect::<Vec<_>>()
+    };
+    let status = Ruleset::default()
+        .handle_access(AccessFs::from_all(ABI_WANTED))
+        .and_then(|r| r.handle_access(AccessNet::from_all(ABI_WANTED)))
+        .and_then(|r| r.scope(Scope::from_all(ABI_WANTED)))
+        .and_then(|r| r.create())
+        .and_then(|r| {
+            r.add_rules(path_beneath_rules(
+                existing(read),
+                AccessFs::from_read(ABI_WANTED),
+            ))
+        })
+        .and_then(|r| {
+            r.add_rules(path_beneath_rules(
+                existing(write),
+                AccessFs::from_all(ABI_WANTED),
+            ))
+        })
+        .and_then(|r| r.restrict_self())
+        .map_err(|e| format!("Landlock: {e}"))?;
+    Ok(status.ruleset)
+}
+
+fn limits(address_space: Option<u64>) -> Result<(), String> {
+    use rustix::process::{Resource, Rlimit, setrlimit};
+    let set = |resource, value: u64| {
+        setrlimit(
+            resource,
+            Rlimit {
+                current: Some(value),
+                maximum: Some(value),
+            },
+        )
+        .map_err(|e| format!("setrlimit {resource:?}: {e}"))
+    };
+    set(Resource::Core, 0)?;
+    if let Some(bytes) = address_space {
+        set(Resource::As, bytes)?;
+    }
+    Ok(())
+}
+
+/// Runs `gristd etl-sandbox ARGS` (the arguments after the subcommand): sets up the sandbox
+/// and execs the program. Returns only on failure, with the exit status to use.
+pub fn exec_helper(args: impl IntoIterator<Item = OsString>) -> i32 {
+    let fail = |message: String| {
+        eprintln!("{COMMAND}: {message}");
+        SETUP_FAILED
+    };
+    let policy = match parse(args) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    if let Err(e) = check_grants(&policy) {
+        return fail(e);
+    }
+    let status = match restrict(&policy.read, &policy.write) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    if policy.probe {
+        let (word, code) = match status {
+            RulesetStatus::FullyEnforced => ("full", 0),
+            RulesetStatus::PartiallyEnforced => ("partial", 0),
+            RulesetStatus::NotEnforced => ("none", 1),
+        };
+        println!("landlock {word}");
+        return code;
+    }
+    if status == RulesetStatus::NotEnforced {
+        return fail(
+            "Landlock is not available on this kernel: the worker would be unconfined".into(),
+        );
+    }
+    // Its own session: a `kill(0, …)` from the worker reaches only its own processes.
+    if let Err(e) = rustix::process::setsid() {
+        return fail(format!("setsid: {e}"));
+    }
+    if let Err(e) = limits(policy.address_space) {
+        return fail(e);
+    }
+    let error = std::process::Command::new(&policy.program[0])
+        .args(&policy.program[1..])
+        .exec();
+    eprintln!("{COMMAND}: starting {:?}: {error}", policy.program[0]);
+    127
+}
+
+/// System paths every worker may read and execute: programs, libraries, the dynamic loader's
+/// and Python's configuration, time zone, user names and CPU/memory facts numeric libraries
+/// read. Never `/etc` as a whole (`/etc/shadow` is in it).
+pub fn system_read_paths() -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = [
+        "/usr",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/bin",
+        "/sbin",
+        "/etc/ld.so.cache",
+        "/etc/ld.so.conf",
+        "/etc/ld.so.conf.d",
+        "/etc/localtime",
+        "/etc/nsswitch.conf",
+        "/etc/passwd",
+        "/etc/group",
+        "/etc/alternatives",
+        "/etc/ssl/certs",
+        "/sys/devices/system/cpu",
+        "/proc/cpuinfo",
+        "/proc/meminfo",
+        // Opened by the helper, whose pid the worker keeps across exec: its own entries.
+        "/proc/self",
+        "/dev/urandom",
+        "/dev/random",
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .collect();
+    // Debian's `sitecustomize.py` and friends.
+    if let Ok(etc) = std::fs::read_dir("/etc") {
+        for entry in etc.flatten() {
+            if entry.file_name().to_string_lossy().starts_with("python3") {
+                paths.push(entry.path());
+            }
+        }
+    }
+    paths
+}
+
+/// Paths every worker may write: the null and zero devices only.
+pub fn system_write_paths() -> Vec<PathBuf> {
+    ["/dev/null", "/dev/zero"].map(PathBuf::from).to_vec()
+}
+
+/// Whether `path` lies in a system path already granted (no extra rule needed).
+pub fn is_granted(path: &Path, granted: &[PathBuf]) -> bool {
+    granted.iter().any(|g| path.starts_with(g))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &[&str]) -> Vec<OsString> {
+        s.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn arguments_and_the_grant_check() {
+        let p = parse(args(&["--ro", "/usr", "--as", "1024", "--", "cat", "-n"])).unwrap();
+        assert_eq!(p.read, [PathBuf::from("/usr")]);
+        assert_eq!(p.address_space, Some(1024));
+        assert_eq!(p.program, args(&["cat", "-n"]));
+        assert!(parse(args(&["--ro"])).is_err());
+        assert!(parse(args(&["--ro", "/usr"])).is_err(), "no program");
+        assert!(parse(args(&["--as", "lots", "--", "x"])).is_err());
+        assert!(parse(args(&["--probe"])).unwrap().probe);
+
+        // A grant above a mountpath would open it; one beside or below is fine.
+        let mut p = parse(args(&[
+            "--ro",
+            "/data",
+            "--protect",
+            "/data/mp0",
+            "--",
+            "x",
+        ]))
+        .unwrap();
+        let err = check_grants(&p).unwrap_err();
+        assert!(err.contains("/data") && err.contains("/data/mp0"), "{err}");
+        p.read = vec![PathBuf::from("/data/mp0-envs"), PathBuf::from("/usr")];
+        check_grants(&p).unwrap();
+    }
+}
