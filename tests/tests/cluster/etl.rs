@@ -353,9 +353,14 @@ async fn hostile_transforms_refused_when_gristd_is_not_root() {
 }
 
 /// Transforms that loop, allocate, exit, read what they must not (`/etc/shadow`, a data
-/// file, a file of the target's state directory) or connect to the proxy: each fails its
-/// object with an error that names the ETL, and the ETL and the target keep serving.
+/// file of another bucket, a file of the target's state directory) or connect to the proxy:
+/// each fails its object with an error that names the ETL, and the ETL and the target keep
+/// serving.
 async fn hostile_cases(c: &Cluster) {
+    // Another bucket's object, stored before the ETL's bucket has any: the only data file.
+    c.create_bucket("secret").await.unwrap();
+    put_all(c, "secret", vec![("key".into(), b"the secret".to_vec())]).await;
+    let data_file = some_data_file(&c.mountpaths[0][0]);
     c.create_bucket("h").await.unwrap();
     let names = [
         "loop", "alloc", "exit", "shadow", "datadir", "statedir", "socket", "good-1", "good-2",
@@ -388,7 +393,6 @@ async fn hostile_cases(c: &Cluster) {
             "2",
         ],
     );
-    let data_file = some_data_file(&c.mountpaths[0][0]);
     let state_file = c.dir.path().join("target-0").join("smap.json");
     assert!(state_file.exists(), "{}", state_file.display());
     let state_file = state_file.display().to_string();
@@ -454,7 +458,8 @@ async fn hostile_cases(c: &Cluster) {
             ),
             "exit" => assert!(body.contains("died"), "{body}"),
             "shadow" | "datadir" | "statedir" => {
-                assert!(body.contains("PermissionError"), "{body}")
+                assert!(body.contains("PermissionError"), "{body}");
+                assert!(!body.contains("the secret"), "{body}");
             }
             "socket" => assert!(body.contains("Error"), "{body}"),
             _ => unreachable!(),
