@@ -700,10 +700,6 @@ def test_multipart_part_checksums(s3, bkt):
     assert s3.get_object(Bucket=bkt, Key="mpck", ChecksumMode="ENABLED")["Body"].read() == b"".join(parts)
 
 
-@pytest.mark.xfail(strict=True, reason="server gap: multipart uploads created with ChecksumAlgorithm keep no "
-                   "checksum: ListParts returns no ChecksumSHA256 per part (nor ChecksumAlgorithm), and "
-                   "CompleteMultipartUpload / HeadObject(ChecksumMode=ENABLED) return no composite "
-                   "ChecksumSHA256 ('<b64 sha256 of the part digests>-N')")
 def test_multipart_composite_checksum(s3, bkt):
     uid = s3.create_multipart_upload(Bucket=bkt, Key="mpck", ChecksumAlgorithm="SHA256")["UploadId"]
     parts = [os.urandom(5 * MiB), os.urandom(100)]

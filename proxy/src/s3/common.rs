@@ -173,6 +173,23 @@ impl Attrs {
         self.custom.get(&format!("x-amz-checksum-{k}")).cloned()
     }
 
+    /// How the object's S3 checksum was made: from its parts' checksums (`…-N`) or over the
+    /// whole object; `None` without one.
+    pub(super) fn checksum_type(&self) -> Option<s3s::dto::ChecksumType> {
+        let (_, v) = self
+            .custom
+            .iter()
+            .find(|(k, _)| k.starts_with("x-amz-checksum-"))?;
+        Some(s3s::dto::ChecksumType::from(
+            if v.contains('-') {
+                s3s::dto::ChecksumType::COMPOSITE
+            } else {
+                s3s::dto::ChecksumType::FULL_OBJECT
+            }
+            .to_owned(),
+        ))
+    }
+
     /// A multipart object's part sizes, in order; `None` for an object written whole.
     pub(super) fn parts(&self) -> Option<Vec<u64>> {
         let v = self.custom.get(PARTS)?;

@@ -29,9 +29,14 @@ pub(super) async fn create_multipart_upload(
         input.content_language.as_deref(),
         input.metadata.as_ref(),
     );
-    let resp = s
-        .send(s.proxy.http.post(format!("{url}&op=create")).json(&custom))
-        .await?;
+    let mut url = format!("{url}&op=create");
+    if let Some(a) = &input.checksum_algorithm {
+        url.push_str(&format!("&checksum_algorithm={}", a.as_str()));
+    }
+    if let Some(k) = &input.checksum_type {
+        url.push_str(&format!("&checksum_type={}", k.as_str()));
+    }
+    let resp = s.send(s.proxy.http.post(url).json(&custom)).await?;
     if !resp.status().is_success() {
         return Err(node_error(resp, true).await);
     }
@@ -40,7 +45,12 @@ pub(super) async fn create_multipart_upload(
         bucket: Some(bck.name.clone()),
         key: Some(input.key),
         upload_id: info["upload_id"].as_str().map(str::to_owned),
-        checksum_algorithm: input.checksum_algorithm,
+        checksum_algorithm: info["checksum"]["algorithm"]
+            .as_str()
+            .map(|a| ChecksumAlgorithm::from(a.to_owned())),
+        checksum_type: info["checksum"]["kind"]
+            .as_str()
+            .map(|k| ChecksumType::from(k.to_owned())),
         ..Default::default()
     }))
 }
@@ -86,6 +96,9 @@ pub(super) async fn upload_part(
         .http
         .put(url)
         .body(reqwest::Body::wrap_stream(stream));
+    if !algos.is_empty() {
+        r = r.header(gristmill_core::api::header::S3_CHECKSUMS, algos.join(","));
+    }
     if let Some(n) = content_length {
         r = r.header(reqwest::header::CONTENT_LENGTH, n);
     }
@@ -100,25 +113,25 @@ pub(super) async fn upload_part(
         return Err(node_error(resp, true).await);
     }
     let part: serde_json::Value = resp.json().await.map_err(internal)?;
+    // The part's checksums as the target computed them (the requested ones and the
+    // upload's own).
+    let sum = |algo: &str| part_checksum(&part, algo);
     Ok(S3Response::new(UploadPartOutput {
         e_tag: part["etag"].as_str().map(quoted),
-        checksum_crc32: req
-            .headers
-            .get("x-amz-checksum-crc32")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
-        checksum_crc32c: req
-            .headers
-            .get("x-amz-checksum-crc32c")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
-        checksum_sha256: req
-            .headers
-            .get("x-amz-checksum-sha256")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
+        checksum_crc32: sum("crc32"),
+        checksum_crc32c: sum("crc32c"),
+        checksum_sha1: sum("sha1"),
+        checksum_sha256: sum("sha256"),
+        checksum_crc64nvme: sum("crc64nvme"),
         ..Default::default()
     }))
+}
+
+/// A stored part's checksum of `algo` (lowercase), as the target listed it.
+fn part_checksum(part: &serde_json::Value, algo: &str) -> Option<String> {
+    part["checksums"][format!("x-amz-checksum-{algo}")]
+        .as_str()
+        .map(str::to_owned)
 }
 
 /// `x-amz-copy-source-range: bytes=first-last`, both given and in order (S3 takes no other
@@ -224,10 +237,25 @@ pub(super) async fn complete_multipart_upload(
 ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
     let input = req.input;
     let bck = s.existing(&input.bucket).await?;
-    let parts: Vec<(u32, String)> = input
+    let listed = input
         .multipart_upload
         .and_then(|m| m.parts)
-        .unwrap_or_default()
+        .unwrap_or_default();
+    // Part checksums the client lists: the target checks them against the stored ones.
+    let checksums: std::collections::BTreeMap<u32, String> = listed
+        .iter()
+        .filter_map(|p| {
+            let sum = p
+                .checksum_crc32
+                .clone()
+                .or_else(|| p.checksum_crc32c.clone())
+                .or_else(|| p.checksum_sha1.clone())
+                .or_else(|| p.checksum_sha256.clone())
+                .or_else(|| p.checksum_crc64nvme.clone())?;
+            Some((p.part_number.unwrap_or(0).max(0) as u32, sum))
+        })
+        .collect();
+    let parts: Vec<(u32, String)> = listed
         .into_iter()
         .map(|p| {
             (
@@ -248,7 +276,7 @@ pub(super) async fn complete_multipart_upload(
         .proxy
         .http
         .post(url)
-        .json(&serde_json::json!({ "parts": parts }));
+        .json(&serde_json::json!({ "parts": parts, "checksums": checksums }));
     let resp = s
         .send(forward(post, &req.headers, &CONDITIONAL_WRITES))
         .await?;
@@ -261,6 +289,12 @@ pub(super) async fn complete_multipart_upload(
         key: Some(input.key.clone()),
         e_tag: Some(quoted(&attrs.etag)),
         location: Some(format!("/{}/{}", bck.name, input.key)),
+        checksum_crc32: attrs.checksum("crc32"),
+        checksum_crc32c: attrs.checksum("crc32c"),
+        checksum_sha1: attrs.checksum("sha1"),
+        checksum_sha256: attrs.checksum("sha256"),
+        checksum_crc64nvme: attrs.checksum("crc64nvme"),
+        checksum_type: attrs.checksum_type(),
         ..Default::default()
     }))
 }
@@ -325,7 +359,11 @@ pub(super) async fn list_parts(
                     e_tag: p["etag"].as_str().map(quoted),
                     size: p["size"].as_i64(),
                     last_modified: p["mtime_ns"].as_i64().map(timestamp),
-                    ..Default::default()
+                    checksum_crc32: part_checksum(p, "crc32"),
+                    checksum_crc32c: part_checksum(p, "crc32c"),
+                    checksum_sha1: part_checksum(p, "sha1"),
+                    checksum_sha256: part_checksum(p, "sha256"),
+                    checksum_crc64nvme: part_checksum(p, "crc64nvme"),
                 })
                 .collect(),
         ),

@@ -127,6 +127,7 @@ pub(super) async fn get_object(
         checksum_sha1: sum("sha1"),
         checksum_sha256: sum("sha256"),
         checksum_crc64nvme: sum("crc64nvme"),
+        checksum_type: attrs.checksum_type().filter(|_| want_checksums),
         parts_count,
         ..Default::default()
     };
@@ -194,6 +195,7 @@ pub(super) async fn head_object(
         checksum_sha1: sum("sha1"),
         checksum_sha256: sum("sha256"),
         checksum_crc64nvme: sum("crc64nvme"),
+        checksum_type: attrs.checksum_type().filter(|_| want_checksums),
         ..Default::default()
     });
     if parts_count.is_some() {

@@ -123,6 +123,9 @@ fn completed_again(
 #[derive(serde::Deserialize)]
 pub(crate) struct CompleteBody {
     parts: Vec<(u32, String)>,
+    /// The part checksums the client listed (of the upload's algorithm), by part number.
+    #[serde(default)]
+    checksums: std::collections::BTreeMap<u32, String>,
 }
 
 /// Multipart staging for the S3 front (`/v1/mpu/{bucket}/{object}`):
@@ -160,7 +163,16 @@ pub(crate) async fn multipart(
                 serde_json::Value::Null => Default::default(),
                 v => serde_json::from_value(v).map_err(|e| ApiError::bad_request(e.to_string()))?,
             };
-            let info = t.store.mpu_create(&bck, &name, custom).await?;
+            let checksum = params
+                .get("checksum_algorithm")
+                .map(|a| {
+                    crate::store::multipart::UploadChecksum::new(
+                        a,
+                        params.get("checksum_type").map(String::as_str),
+                    )
+                })
+                .transpose()?;
+            let info = t.store.mpu_create(&bck, &name, custom, checksum).await?;
             Ok(axum::Json(info).into_response())
         }
         (Method::PUT, _) => {
@@ -173,6 +185,12 @@ pub(crate) async fn multipart(
                 .get(header::CONTENT_LENGTH)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.parse().ok());
+            let algorithms: Vec<String> = req
+                .headers()
+                .get(gristmill_core::api::header::S3_CHECKSUMS)
+                .and_then(|v| v.to_str().ok())
+                .map(|v| v.split(',').map(|a| a.trim().to_owned()).collect())
+                .unwrap_or_default();
             let info = t
                 .store
                 .mpu_put_part(
@@ -182,6 +200,7 @@ pub(crate) async fn multipart(
                     part,
                     req.into_body().into_data_stream(),
                     expected,
+                    &algorithms,
                 )
                 .await?;
             Ok(axum::Json(info).into_response())
@@ -208,6 +227,7 @@ pub(crate) async fn multipart(
                     &name,
                     &upload_id,
                     &parts.parts,
+                    &parts.checksums,
                     !bck.is_remote(),
                     floor,
                 )

@@ -33,6 +33,51 @@ pub struct UploadInfo {
     /// Metadata the final object will carry (content type, user metadata...).
     #[serde(default)]
     pub custom: BTreeMap<String, String>,
+    /// The S3 checksum the object gets, when the upload was created with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<UploadChecksum>,
+}
+
+/// An upload's S3 checksum: the algorithm (`CRC32`, `CRC32C`, `SHA1`, `SHA256`, `CRC64NVME`)
+/// and how the object's value is made from its parts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadChecksum {
+    pub algorithm: String,
+    /// `COMPOSITE`: the checksum of the parts' checksums, `-N` appended (S3's default for
+    /// CRC32, CRC32C, SHA1 and SHA256). `FULL_OBJECT`: the checksum of the whole object
+    /// (always for CRC64NVME; CRC32 and CRC32C on request).
+    pub kind: String,
+}
+
+impl UploadChecksum {
+    /// Validates what CreateMultipartUpload asked for, filling in S3's default type.
+    pub fn new(algorithm: &str, kind: Option<&str>) -> Result<Self, ApiError> {
+        let algorithm = algorithm.to_ascii_uppercase();
+        let composite_ok = matches!(algorithm.as_str(), "CRC32" | "CRC32C" | "SHA1" | "SHA256");
+        let full_ok = matches!(algorithm.as_str(), "CRC32" | "CRC32C" | "CRC64NVME");
+        if !(composite_ok || full_ok) {
+            return Err(ApiError::bad_request(format!(
+                "unknown checksum algorithm {algorithm:?} (CRC32, CRC32C, SHA1, SHA256, CRC64NVME)"
+            )));
+        }
+        let kind = match kind.map(str::to_ascii_uppercase) {
+            None if composite_ok => "COMPOSITE".to_owned(),
+            None => "FULL_OBJECT".to_owned(),
+            Some(k) if k == "COMPOSITE" && composite_ok => k,
+            Some(k) if k == "FULL_OBJECT" && full_ok => k,
+            Some(k) => {
+                return Err(ApiError::bad_request(format!(
+                    "checksum type {k} is not supported with {algorithm}"
+                )));
+            }
+        };
+        Ok(Self { algorithm, kind })
+    }
+
+    /// The custom-metadata key of its value (`x-amz-checksum-sha256`, ...).
+    pub fn key(&self) -> String {
+        format!("x-amz-checksum-{}", self.algorithm.to_ascii_lowercase())
+    }
 }
 
 /// One stored part.
@@ -43,6 +88,9 @@ pub struct PartInfo {
     pub etag: String,
     pub size: u64,
     pub mtime_ns: i64,
+    /// S3 checksums of the part, by header name (`x-amz-checksum-sha256`: base64).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub checksums: BTreeMap<String, String>,
 }
 
 fn no_such_upload(id: &str) -> StoreError {
@@ -134,6 +182,7 @@ impl Store {
         bck: &Bck,
         key: &str,
         custom: BTreeMap<String, String>,
+        checksum: Option<UploadChecksum>,
     ) -> Result<UploadInfo, StoreError> {
         let upload_id = uuid::Uuid::new_v4().simple().to_string();
         let dir = self.upload_dir(bck, key, &upload_id)?;
@@ -144,13 +193,16 @@ impl Store {
             bucket: bck.uname(),
             initiated_ns: now_ns(),
             custom,
+            checksum,
         };
         let json = serde_json::to_vec(&info).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         tokio::fs::write(dir.join("upload.json"), json).await?;
         Ok(info)
     }
 
-    /// Stores one part (replacing an earlier upload of the same number).
+    /// Stores one part (replacing an earlier upload of the same number), with its MD5 and
+    /// the S3 checksums `algorithms` asks for plus the upload's own.
+    #[allow(clippy::too_many_arguments)]
     pub async fn mpu_put_part<S, E>(
         &self,
         bck: &Bck,
@@ -159,6 +211,7 @@ impl Store {
         part: u32,
         body: S,
         expected_size: Option<u64>,
+        algorithms: &[String],
     ) -> Result<PartInfo, StoreError>
     where
         S: Stream<Item = Result<Bytes, E>> + Send,
@@ -170,7 +223,10 @@ impl Store {
             ))
             .into());
         }
-        let (dir, _) = self.load_upload(bck, key, upload_id).await?;
+        let (dir, info) = self.load_upload(bck, key, upload_id).await?;
+        let mut algorithms = algorithms.to_vec();
+        algorithms.extend(info.checksum.map(|c| c.algorithm));
+        let mut s3 = gristmill_node::s3::checksum_hasher(&algorithms);
         let tmp = dir.join(format!(
             "part-{part:05}.{}.tmp",
             uuid::Uuid::new_v4().simple()
@@ -186,6 +242,9 @@ impl Store {
                     StoreError::Api(ApiError::bad_request(format!("reading part body: {e}")))
                 })?;
                 md5::Digest::update(&mut md5, &chunk);
+                if let Some(h) = s3.as_mut() {
+                    h.update(&chunk);
+                }
                 size += chunk.len() as u64;
                 f.write_all(&chunk).await?;
             }
@@ -202,6 +261,13 @@ impl Store {
                 etag: hex::encode(md5::Digest::finalize(md5)),
                 size,
                 mtime_ns: now_ns(),
+                checksums: s3
+                    .take()
+                    .map(|h| gristmill_node::s3::checksum_values(h.finalize()))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_owned(), v))
+                    .collect(),
             };
             tokio::fs::rename(&tmp, dir.join(format!("part-{part:05}"))).await?;
             let json = serde_json::to_vec(&info).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -241,13 +307,16 @@ impl Store {
     /// Concatenates the listed parts into the object's pending write — written and verified,
     /// not yet visible: the caller commits it (with its replicas) and then calls
     /// [`Store::mpu_finish`]. Parts must be in ascending order, each uploaded with the given
-    /// ETag, and all but the last at least 5 MiB.
+    /// ETag, and all but the last at least 5 MiB. When the upload has a checksum, `declared`
+    /// holds the part checksums the client listed: each must be the stored one.
+    #[allow(clippy::too_many_arguments)]
     pub async fn mpu_assemble(
         &self,
         bck: &Bck,
         key: &str,
         upload_id: &str,
         parts: &[(u32, String)],
+        declared: &BTreeMap<u32, String>,
         durable: bool,
         floor: u64,
     ) -> Result<Assembled, StoreError> {
@@ -269,6 +338,8 @@ impl Store {
             .map(|p| (p.part, p))
             .collect();
         let mut md5s = Vec::with_capacity(parts.len() * 16);
+        // The parts' own checksums, raw, for a composite checksum.
+        let mut part_sums = Vec::new();
         let mut files = Vec::with_capacity(parts.len());
         let mut sizes = Vec::with_capacity(parts.len());
         for (i, (n, etag)) in parts.iter().enumerate() {
@@ -293,6 +364,28 @@ impl Store {
                 .into());
             }
             md5s.extend(hex::decode(&p.etag).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+            if let Some(c) = &info.checksum {
+                let stored = p.checksums.get(&c.key()).ok_or_else(|| {
+                    ApiError::new(
+                        ErrorKind::InvalidPart,
+                        format!("part {n} has no {} checksum", c.algorithm),
+                    )
+                })?;
+                if declared.get(n).is_some_and(|d| d != stored) {
+                    return Err(ApiError::new(
+                        ErrorKind::InvalidPart,
+                        format!(
+                            "part {n}: the listed {} checksum is not the uploaded part's",
+                            c.algorithm
+                        ),
+                    )
+                    .into());
+                }
+                part_sums.extend(
+                    base64::Engine::decode(&base64::engine::general_purpose::STANDARD, stored)
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                );
+            }
             files.push(dir.join(format!("part-{n:05}")));
             sizes.push(p.size.to_string());
         }
@@ -313,6 +406,20 @@ impl Store {
         custom.insert(ETAG_KEY.into(), etag.clone());
         // Part boundaries, for `?partNumber=` reads and GetObjectAttributes.
         custom.insert(PARTS_KEY.into(), sizes.join(","));
+        let mut s3_checksums = Vec::new();
+        match &info.checksum {
+            Some(c) if c.kind == "COMPOSITE" => {
+                let mut h = gristmill_node::s3::checksum_hasher(std::slice::from_ref(&c.algorithm))
+                    .ok_or_else(|| StoreError::Corrupt(format!("algorithm {}", c.algorithm)))?;
+                h.update(&part_sums);
+                if let Some((_, v)) = gristmill_node::s3::checksum_values(h.finalize()).pop() {
+                    custom.insert(c.key(), format!("{v}-{}", parts.len()));
+                }
+            }
+            // The whole object's, computed while it is written.
+            Some(c) => s3_checksums.push(c.algorithm.clone()),
+            None => {}
+        }
         let mut pending = self
             .begin_write(
                 bck,
@@ -320,6 +427,7 @@ impl Store {
                 PutOptions {
                     durable,
                     custom,
+                    s3_checksums,
                     generation: crate::store::index::GenRule::Next { floor },
                     ..Default::default()
                 },
