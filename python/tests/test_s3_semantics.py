@@ -8,7 +8,9 @@ test runs against both and asserts the same status codes and error codes.
 - UploadPartCopy refuses malformed and out-of-object ranges;
 - `Delimiter=""` is no delimiter;
 - multipart uploads created with a checksum algorithm: part checksums, and the object's
-  composite or full-object checksum with its type.
+  composite or full-object checksum with its type;
+- object tagging: on PUT, copy (directives) and multipart, Put/Get/DeleteObjectTagging, the
+  tag count on GET, S3's limits; tags change no data (same ETag and modification time).
 """
 
 from __future__ import annotations
@@ -515,3 +517,72 @@ def _wrong_part_checksum(s3, bkt):
     good = [{"PartNumber": 1, "ETag": r["ETag"], "ChecksumSHA256": r["ChecksumSHA256"]}]
     s3.complete_multipart_upload(Bucket=bkt, Key="ckbad", UploadId=uid, MultipartUpload={"Parts": good})
     assert s3.get_object(Bucket=bkt, Key="ckbad")["Body"].read() == b"only part"
+
+
+# --- object tagging ---------------------------------------------------------------------------
+
+
+def _tags(s3, bkt, key):
+    return sorted((t["Key"], t["Value"]) for t in s3.get_object_tagging(Bucket=bkt, Key=key)["TagSet"])
+
+
+def test_object_tagging_round_trip(s3, bkt):
+    """Tags given on PUT are listed and counted on GET; PutObjectTagging replaces them and
+    DeleteObjectTagging removes them, leaving the body, ETag and modification time as they
+    were (tags change no data)."""
+    s3.put_object(Bucket=bkt, Key="t", Body=b"tagged body", Tagging="team=ml&stage=raw%20data")
+    assert _tags(s3, bkt, "t") == [("stage", "raw data"), ("team", "ml")]
+    got = s3.get_object(Bucket=bkt, Key="t")
+    assert got["TagCount"] == 2
+    before = s3.head_object(Bucket=bkt, Key="t")
+    s3.put_object_tagging(Bucket=bkt, Key="t", Tagging={"TagSet": [{"Key": "team", "Value": "data"}]})
+    assert _tags(s3, bkt, "t") == [("team", "data")]
+    assert s3.get_object(Bucket=bkt, Key="t")["TagCount"] == 1
+    after = s3.head_object(Bucket=bkt, Key="t")
+    assert after["ETag"] == before["ETag"]
+    assert after["LastModified"] == before["LastModified"]
+    s3.delete_object_tagging(Bucket=bkt, Key="t")
+    assert _tags(s3, bkt, "t") == []
+    got = s3.get_object(Bucket=bkt, Key="t")
+    assert "TagCount" not in got
+    assert got["Body"].read() == b"tagged body"
+    # An object without tags, and a missing key.
+    s3.put_object(Bucket=bkt, Key="plain", Body=b"x")
+    assert _tags(s3, bkt, "plain") == []
+    for call in (lambda: s3.get_object_tagging(Bucket=bkt, Key="nope"),
+                 lambda: s3.put_object_tagging(Bucket=bkt, Key="nope", Tagging={"TagSet": []})):
+        with pytest.raises(ClientError) as ei:
+            call()
+        assert err(ei) == ("NoSuchKey", 404)
+
+
+@pytest.mark.parametrize("tagset,code", [
+    ([{"Key": f"k{i}", "Value": "v"} for i in range(11)], ("BadRequest", 400)),
+    ([{"Key": "k" * 129, "Value": "v"}], ("InvalidTag", 400)),
+    ([{"Key": "k", "Value": "v" * 257}], ("InvalidTag", 400)),
+    ([{"Key": "aws:reserved", "Value": "v"}], ("InvalidTag", 400)),
+])
+def test_object_tagging_limits(s3, bkt, tagset, code):
+    s3.put_object(Bucket=bkt, Key="lim", Body=b"x", Tagging="keep=me")
+    with pytest.raises(ClientError) as ei:
+        s3.put_object_tagging(Bucket=bkt, Key="lim", Tagging={"TagSet": tagset})
+    assert err(ei) == code
+    assert _tags(s3, bkt, "lim") == [("keep", "me")]
+
+
+def test_object_tagging_on_copy_and_multipart(s3, bkt):
+    """CopyObject keeps the source's tags by default (even when replacing metadata) and takes
+    the request's with TaggingDirective=REPLACE; CreateMultipartUpload's Tagging tags the
+    completed object."""
+    s3.put_object(Bucket=bkt, Key="src", Body=b"source", Tagging="a=1")
+    s3.copy_object(Bucket=bkt, Key="kept", CopySource={"Bucket": bkt, "Key": "src"},
+                   MetadataDirective="REPLACE", ContentType="text/plain")
+    assert _tags(s3, bkt, "kept") == [("a", "1")]
+    s3.copy_object(Bucket=bkt, Key="replaced", CopySource={"Bucket": bkt, "Key": "src"},
+                   TaggingDirective="REPLACE", Tagging="b=2&c=3")
+    assert _tags(s3, bkt, "replaced") == [("b", "2"), ("c", "3")]
+    uid = s3.create_multipart_upload(Bucket=bkt, Key="mp", Tagging="mp=yes")["UploadId"]
+    r = s3.upload_part(Bucket=bkt, Key="mp", UploadId=uid, PartNumber=1, Body=b"one part")
+    s3.complete_multipart_upload(Bucket=bkt, Key="mp", UploadId=uid,
+                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": r["ETag"]}]})
+    assert _tags(s3, bkt, "mp") == [("mp", "yes")]

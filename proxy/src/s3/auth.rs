@@ -113,6 +113,7 @@ const READS: &[&str] = &[
     "GetObject",
     "HeadObject",
     "GetObjectAttributes",
+    "GetObjectTagging",
     "ListParts",
     "ListMultipartUploads",
 ];

@@ -12,6 +12,7 @@ mod listing;
 mod multipart;
 mod objects;
 mod ops;
+mod tagging;
 
 use std::sync::Arc;
 

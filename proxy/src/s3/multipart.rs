@@ -21,7 +21,7 @@ pub(super) async fn create_multipart_upload(
         ));
     }
     let url = s.owner_url("mpu", &bck, &input.key)?;
-    let custom = custom_md(
+    let mut custom = custom_md(
         input.content_type.as_deref(),
         input.content_encoding.as_deref(),
         input.cache_control.as_deref(),
@@ -29,6 +29,9 @@ pub(super) async fn create_multipart_upload(
         input.content_language.as_deref(),
         input.metadata.as_ref(),
     );
+    if let Some(tags) = super::tagging::from_header(input.tagging.as_deref())? {
+        custom.insert(super::tagging::TAGGING.into(), tags);
+    }
     let mut url = format!("{url}&op=create");
     if let Some(a) = &input.checksum_algorithm {
         url.push_str(&format!("&checksum_algorithm={}", a.as_str()));

@@ -14,7 +14,7 @@ pub(super) async fn put_object(
     let input = req.input;
     let bck = s.existing(&input.bucket).await?;
     let url = s.owner_url("objects", &bck, &input.key)?;
-    let custom = custom_md(
+    let mut custom = custom_md(
         input.content_type.as_deref(),
         input.content_encoding.as_deref(),
         input.cache_control.as_deref(),
@@ -22,6 +22,9 @@ pub(super) async fn put_object(
         input.content_language.as_deref(),
         input.metadata.as_ref(),
     );
+    if let Some(tags) = super::tagging::from_header(input.tagging.as_deref())? {
+        custom.insert(super::tagging::TAGGING.into(), tags);
+    }
     let (body, content_length, trailers) = client_body(
         req.credentials.is_some(),
         &req.headers,
@@ -128,6 +131,7 @@ pub(super) async fn get_object(
         checksum_sha256: sum("sha256"),
         checksum_crc64nvme: sum("crc64nvme"),
         checksum_type: attrs.checksum_type().filter(|_| want_checksums),
+        tag_count: super::tagging::count(&attrs),
         parts_count,
         ..Default::default()
     };
@@ -411,7 +415,7 @@ pub(super) async fn copy_object(
             "copying an object onto itself without changing its metadata is not allowed"
         ));
     }
-    let custom = if replace {
+    let mut custom = if replace {
         custom_md(
             input.content_type.as_deref(),
             input.content_encoding.as_deref(),
@@ -430,6 +434,21 @@ pub(super) async fn copy_object(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     };
+    // Tags follow their own directive: the source's (COPY, the default, whatever the
+    // metadata directive says) or the request's (REPLACE).
+    let replace_tags = input
+        .tagging_directive
+        .as_ref()
+        .is_some_and(|d| d.as_str() == TaggingDirective::REPLACE);
+    custom.remove(super::tagging::TAGGING);
+    let tags = if replace_tags {
+        super::tagging::from_header(input.tagging.as_deref())?
+    } else {
+        attrs.get(super::tagging::TAGGING)
+    };
+    if let Some(tags) = tags {
+        custom.insert(super::tagging::TAGGING.into(), tags);
+    }
     let body = StreamingBlob::wrap(resp.bytes_stream());
     // The destination's If-Match / If-None-Match go with the write.
     let mut dst_headers = http::HeaderMap::new();

@@ -6,7 +6,7 @@ use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result};
 
 use super::common::GristS3;
-use super::{buckets, listing, multipart, objects};
+use super::{buckets, listing, multipart, objects, tagging};
 
 #[async_trait::async_trait]
 impl S3 for GristS3 {
@@ -85,6 +85,27 @@ impl S3 for GristS3 {
         req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
         objects::delete_objects(self, req).await
+    }
+
+    async fn put_object_tagging(
+        &self,
+        req: S3Request<PutObjectTaggingInput>,
+    ) -> S3Result<S3Response<PutObjectTaggingOutput>> {
+        tagging::put_object_tagging(self, req).await
+    }
+
+    async fn get_object_tagging(
+        &self,
+        req: S3Request<GetObjectTaggingInput>,
+    ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+        tagging::get_object_tagging(self, req).await
+    }
+
+    async fn delete_object_tagging(
+        &self,
+        req: S3Request<DeleteObjectTaggingInput>,
+    ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
+        tagging::delete_object_tagging(self, req).await
     }
 
     async fn copy_object(

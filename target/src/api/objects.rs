@@ -85,6 +85,10 @@ pub(crate) async fn object(
             crate::shards::after_put(&t, &bck, &name);
             Ok(resp)
         }
+        Method::PATCH if remote => Err(ApiError::bad_request(format!(
+            "changing the metadata of {bck}/{name} in place: not supported for remote buckets"
+        ))),
+        Method::PATCH => crate::write::local::patch_custom(&t, &bck, &name, req).await,
         Method::DELETE if remote => crate::write::remote::delete_object(&t, &bck, &name).await,
         Method::DELETE => {
             crate::write::local::delete_object(&t, &bck, &name).await?;

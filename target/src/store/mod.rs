@@ -399,6 +399,52 @@ impl Store {
             .ok_or_else(|| StoreError::not_found(format!("object {bck}/{name}")))
     }
 
+    /// Changes an object's custom metadata in place (S3 object tagging): `remove` goes, `set`
+    /// is added. The record gets the next generation (above `floor`, as a write's would), so
+    /// copies elsewhere know it is newer; the data file, size, ETag, version and modification
+    /// time stay. A write that commits meanwhile wins, and the change is made again on it.
+    pub async fn patch_custom(
+        &self,
+        bck: &Bck,
+        name: &str,
+        set: &std::collections::BTreeMap<String, String>,
+        remove: &[String],
+        floor: u64,
+    ) -> Result<ObjectMeta, StoreError> {
+        for _ in 0..3 {
+            let (mp, current) = self
+                .locate(bck, name)?
+                .ok_or_else(|| StoreError::not_found(format!("object {bck}/{name}")))?;
+            let mut meta = current.clone();
+            for k in remove {
+                meta.custom.remove(k);
+            }
+            meta.custom
+                .extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+            let applied = mp
+                .index
+                .apply(IndexOp::Put {
+                    meta,
+                    generation: crate::store::index::GenRule::Next { floor },
+                    condition: Some(crate::store::index::WriteCondition::Unchanged(Some(
+                        current.effective_gen(),
+                    ))),
+                })
+                .await?;
+            let Some(stored) = applied.stored else {
+                continue; // changed meanwhile
+            };
+            // The file's own copy of its record (for rebuilding the index), best effort.
+            let (path, encoded) = (mp.path.join(&stored.file), stored.encode());
+            let _ = tokio::task::spawn_blocking(move || set_meta_xattr(&path, &encoded)).await;
+            return Ok(stored);
+        }
+        Err(ApiError::unavailable(format!(
+            "object {bck}/{name} kept changing while its metadata was updated; retry"
+        ))
+        .into())
+    }
+
     /// Opens an object's data file: index lookup, open and — for objects up to
     /// [`PREFETCH_MAX`] bytes — the whole read, in one trip to the blocking pool. Retries if a
     /// concurrent overwrite replaced the file between the lookup and the open. A recently read

@@ -82,6 +82,52 @@ pub(crate) async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) 
     Ok(resp)
 }
 
+/// `PATCH /v1/objects/{bucket}/{object}` with `{"set": {key: value}, "delete": [key]}`:
+/// changes the object's custom metadata without rewriting its data (S3 object tagging uses
+/// it), then refreshes its replicas. Ordered like a write: while a newer copy of the object is
+/// still on a past owner (a rebalance not finished), the change waits (503) rather than give
+/// the old data a newer generation.
+pub(crate) async fn patch_custom(t: &Target, bck: &Bck, name: &str, req: Request) -> ApiResult {
+    #[derive(serde::Deserialize)]
+    struct Patch {
+        #[serde(default)]
+        set: std::collections::BTreeMap<String, String>,
+        #[serde(default)]
+        delete: Vec<String>,
+    }
+    let body = axum::body::to_bytes(req.into_body(), 64 << 10)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?;
+    let patch: Patch = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("invalid metadata change: {e}")))?;
+    let elsewhere = crate::cluster::placement::elsewhere(t, bck, name).await?;
+    let here = t
+        .store
+        .head(bck, name)
+        .ok()
+        .map_or(0, |m| m.effective_gen())
+        .max(t.store.tombstone(bck, name).unwrap_or(0));
+    if elsewhere.floor > here {
+        return Err(ApiError::unavailable(format!(
+            "a newer copy of {bck}/{name} is still being moved here; retry"
+        )));
+    }
+    let meta = t
+        .store
+        .patch_custom(
+            bck,
+            name,
+            &patch.set,
+            &patch.delete,
+            elsewhere.write_floor(),
+        )
+        .await?;
+    crate::cluster::replicas::replicate(t, bck, &meta).await?;
+    let mut resp = StatusCode::OK.into_response();
+    object_headers(t, bck, &meta, resp.headers_mut());
+    Ok(resp)
+}
+
 /// The precondition of a conditional write: `If-None-Match: *` (only if absent), `If-Match:
 /// *` or `If-Match: "etag", ...` (only if present, with one of these ETags).
 pub(crate) fn write_condition(

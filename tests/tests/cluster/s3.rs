@@ -520,6 +520,85 @@ async fn multipart_upload_is_replicated_before_complete_returns() {
     );
 }
 
+/// Tags changed with PutObjectTagging on a bucket with `mirror.copies = 2` reach the replica
+/// without a data rewrite: once the owner is killed and gone from the map, the replica's holder
+/// (now the owner) answers with the new tags, the same ETag and the same bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_tags_reach_the_replica() {
+    use aws_sdk_s3::types::{Tag, Tagging};
+    let mut c = Cluster::start(3, 1).await.unwrap();
+    let s3 = client(&c, "gristmill", "gristmill-secret");
+    s3.create_bucket().bucket("tags2").send().await.unwrap();
+    c.grist_ok(&["bucket", "props", "set", "ais://tags2", "mirror.copies=2"]);
+    let body = content(3, 200_000);
+    let put = s3
+        .put_object()
+        .bucket("tags2")
+        .key("t")
+        .tagging("before=1")
+        .body(ByteStream::from(body.clone()))
+        .send()
+        .await
+        .unwrap();
+    let tagging = Tagging::builder()
+        .tag_set(Tag::builder().key("after").value("2").build().unwrap())
+        .build()
+        .unwrap();
+    s3.put_object_tagging()
+        .bucket("tags2")
+        .key("t")
+        .tagging(tagging)
+        .send()
+        .await
+        .unwrap();
+
+    let smap = c.smap().await.unwrap();
+    let bck = gristmill_core::Bck::new("tags2", gristmill_core::Provider::Ais).unwrap();
+    let owner = smap.owners(&bck.object_uname("t"), 1)[0].daemon_id.clone();
+    let mut idx = None;
+    for i in 0..c.targets.len() {
+        if c.target_id(i).await.unwrap() == owner {
+            idx = Some(i);
+        }
+    }
+    let idx = idx.expect("the owner's process");
+    c.targets[idx].kill9();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while c.smap().await.unwrap().tmap.contains_key(&owner) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed owner stays in the map"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let tags = s3
+        .get_object_tagging()
+        .bucket("tags2")
+        .key("t")
+        .send()
+        .await
+        .unwrap();
+    let tags: Vec<(&str, &str)> = tags
+        .tag_set()
+        .iter()
+        .map(|t| (t.key(), t.value()))
+        .collect();
+    assert_eq!(tags, [("after", "2")]);
+    let got = s3
+        .get_object()
+        .bucket("tags2")
+        .key("t")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.e_tag(), put.e_tag());
+    assert_eq!(got.tag_count(), Some(1));
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        &body[..]
+    );
+}
+
 /// Two clients race `If-None-Match: *` PUTs of one key, 100 rounds, on 3 targets with
 /// `mirror.copies = 2` — and rounds 40 to 70 while a target goes into maintenance and comes
 /// back (two rebalances): each round exactly one PUT wins, the other gets 412
