@@ -138,6 +138,9 @@ pub mod header {
     pub const COMPUTE_MD5: &str = "ais-compute-md5";
     /// PUT: S3 checksum algorithms to compute and record (comma-separated, e.g. `CRC32`).
     pub const S3_CHECKSUMS: &str = "ais-s3-checksums";
+    /// Node-only: the user a node (the S3 front, a proxy relaying to the primary) acts for,
+    /// for what records who did something (a bucket's owner). Dropped from clients' requests.
+    pub const ON_BEHALF_OF: &str = "ais-on-behalf-of";
     /// An object's owner-assigned generation: which of two copies is newer, decided without
     /// wall clocks (internal routes; 0 when the object is absent). On an internal DELETE, the
     /// tombstone's generation.
@@ -420,6 +423,11 @@ pub struct BucketProps {
     /// buckets whose names clash, or that need another). Not an AIStore property.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub s3_alias: String,
+    /// Who created the bucket: the cluster user, or the S3 access key of a `--s3-users` user;
+    /// empty when nobody was identified (auth off). Set once, at creation. Not an AIStore
+    /// property.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub owner: String,
 }
 
 /// Replicas of a bucket's objects: `copies` on `copies` distinct targets in HRW order (the
@@ -461,14 +469,15 @@ pub struct AwsProps {
 
 impl BucketProps {
     /// Applies a `set-bprops` patch: a JSON object whose fields replace the matching fields
-    /// (nested objects merge). Read-only fields (`provider`, `created`, `bid`) cannot change.
+    /// (nested objects merge). Read-only fields (`provider`, `created`, `bid`, `owner`) cannot
+    /// change.
     pub fn patched(&self, patch: &serde_json::Value) -> Result<Self, crate::ApiError> {
         let bad =
             |why: String| crate::ApiError::bad_request(format!("invalid bucket props: {why}"));
         if !patch.is_object() {
             return Err(bad("expected a JSON object".into()));
         }
-        for read_only in ["provider", "created", "bid"] {
+        for read_only in ["provider", "created", "bid", "owner"] {
             if patch.get(read_only).is_some() {
                 return Err(bad(format!("{read_only:?} cannot be changed")));
             }

@@ -168,6 +168,14 @@ impl Bck {
         )
     }
 
+    /// 409 for creating a bucket another user owns.
+    pub fn owned_by_another(&self) -> ApiError {
+        ApiError::new(
+            crate::error::ErrorKind::BucketAlreadyExists,
+            format!("bucket \"{self}\" already exists and belongs to another user"),
+        )
+    }
+
     /// Whether the bucket's objects live elsewhere (a cloud bucket, an HTTP origin, or a bucket
     /// of another cluster: `ais://@alias/name`), so the cluster holds a cache of them.
     pub fn is_remote(&self) -> bool {

@@ -11,6 +11,8 @@ pub enum ErrorKind {
     NotFound,
     BucketNotFound,
     AlreadyExists,
+    /// Creating a bucket that exists and belongs to another user: 409.
+    BucketAlreadyExists,
     Conflict,
     PreconditionFailed,
     RangeNotSatisfiable,
@@ -48,7 +50,7 @@ impl ErrorKind {
         match self {
             BadRequest => StatusCode::BAD_REQUEST,
             NotFound | BucketNotFound => StatusCode::NOT_FOUND,
-            AlreadyExists | Conflict => StatusCode::CONFLICT,
+            AlreadyExists | BucketAlreadyExists | Conflict => StatusCode::CONFLICT,
             PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             RangeNotSatisfiable => StatusCode::RANGE_NOT_SATISFIABLE,
             PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,

@@ -86,6 +86,16 @@ async fn relay(p: &Proxy, req: Request) -> Result<Response, ApiError> {
         req.uri().path_and_query().map_or("", |pq| pq.as_str())
     );
     let (parts, body) = req.into_parts();
+    // Who the request acts for travels as a node-only header: a user's own request says who
+    // they are (a client's copy of the header is dropped); a node's keeps what it said.
+    let on_behalf_of = match parts.extensions.get::<gristmill_node::auth::Principal>() {
+        Some(gristmill_node::auth::Principal::User(name)) => Some(name.clone()),
+        _ => parts
+            .headers
+            .get(gristmill_core::api::header::ON_BEHALF_OF)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+    };
     let body = axum::body::to_bytes(body, MAX_BODY).await.map_err(|e| {
         ApiError::new(
             ErrorKind::PayloadTooLarge,
@@ -103,9 +113,13 @@ async fn relay(p: &Proxy, req: Request) -> Result<Response, ApiError> {
         if !per_hop(name)
             && !matches!(*name, header::HOST | header::AUTHORIZATION)
             && *name != FORWARDED
+            && name.as_str() != gristmill_core::api::header::ON_BEHALF_OF
         {
             out = out.header(name, value);
         }
+    }
+    if let Some(user) = on_behalf_of {
+        out = out.header(gristmill_core::api::header::ON_BEHALF_OF, user);
     }
     let resp = out.send().await.map_err(|e| {
         ApiError::unavailable(format!(

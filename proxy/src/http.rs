@@ -255,6 +255,20 @@ async fn head_bucket(
     Ok(resp)
 }
 
+/// The user a request acts for: the logged-in user; for a node's request (or any, with auth
+/// off), the user it names in `ais-on-behalf-of`; else nobody (empty).
+fn requester(req: &Request) -> String {
+    match req.extensions().get::<gristmill_node::auth::Principal>() {
+        Some(gristmill_node::auth::Principal::User(name)) => name.clone(),
+        _ => req
+            .headers()
+            .get(h::ON_BEHALF_OF)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+    }
+}
+
 /// POST / DELETE on a bucket: create-bck, destroy-bck.
 async fn bucket_action(
     State(p): State<Arc<Proxy>>,
@@ -265,6 +279,7 @@ async fn bucket_action(
     // Only the primary gets here (see `forward`).
     let bck = bucket_from(&bucket, &params)?;
     let method = req.method().clone();
+    let acting_for = requester(&req);
     let body = axum::body::to_bytes(req.into_body(), 1 << 20)
         .await
         .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?;
@@ -284,10 +299,22 @@ async fn bucket_action(
                 }
                 return Ok(StatusCode::OK.into_response());
             }
-            if !p.add_bucket(&bck).await? {
-                return Err(bck.already_exists());
+            let props = gristmill_core::api::BucketProps {
+                owner: acting_for.clone(),
+                ..Default::default()
+            };
+            if !p.add_bucket_with(&bck, props).await? {
+                // S3's rule: the owner hears that it has the bucket; anyone else, that the
+                // name is taken. Without identities (auth off) everyone is the owner.
+                let owner = p.bmd().get(&bck).map(|r| r.props.owner.clone());
+                return Err(match owner {
+                    Some(o) if !o.is_empty() && !acting_for.is_empty() && o != acting_for => {
+                        bck.owned_by_another()
+                    }
+                    _ => bck.already_exists(),
+                });
             }
-            tracing::info!(bucket = %bck, "bucket created");
+            tracing::info!(bucket = %bck, owner = %acting_for, "bucket created");
             Ok(StatusCode::OK.into_response())
         }
         ("POST", action::ADD_REMOTE_BUCKET) => {

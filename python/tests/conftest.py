@@ -165,6 +165,8 @@ S3_DEFAULT_CREDS = ("gristmill", "gristmill-secret")
 S3_USERS = {
     "admin": {"access_key": "admin", "secret_key": "admin-secret", "read": ["*"], "write": ["*"]},
     "reader": {"access_key": "reader", "secret_key": "reader-secret", "read": ["*"], "write": []},
+    # A second writer: buckets have owners (test_s3_semantics.py).
+    "writer2": {"access_key": "writer2", "secret_key": "writer2-secret", "read": ["*"], "write": ["*"]},
 }
 
 

@@ -586,3 +586,53 @@ def test_object_tagging_on_copy_and_multipart(s3, bkt):
     s3.complete_multipart_upload(Bucket=bkt, Key="mp", UploadId=uid,
                                  MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": r["ETag"]}]})
     assert _tags(s3, bkt, "mp") == [("mp", "yes")]
+
+
+# --- bucket ownership -------------------------------------------------------------------------
+
+
+def test_creating_an_existing_bucket_says_whose_it_is(auth_s3_endpoint, admin_creds):
+    """S3's rule: the owner creating its bucket again gets BucketAlreadyOwnedByYou, another
+    user BucketAlreadyExists (both 409); the bucket and its objects are untouched."""
+    from conftest import S3_USERS, S3Creds
+
+    owner = make_s3(auth_s3_endpoint, admin_creds)
+    other_user = S3_USERS["writer2"]
+    other = make_s3(auth_s3_endpoint, S3Creds(other_user["access_key"], other_user["secret_key"]))
+    name = new_bucket_name("own")
+    owner.create_bucket(Bucket=name)
+    try:
+        owner.put_object(Bucket=name, Key="k", Body=b"kept")
+        with pytest.raises(ClientError) as ei:
+            owner.create_bucket(Bucket=name)
+        assert err(ei) == ("BucketAlreadyOwnedByYou", 409)
+        with pytest.raises(ClientError) as ei:
+            other.create_bucket(Bucket=name)
+        assert err(ei) == ("BucketAlreadyExists", 409)
+        assert owner.get_object(Bucket=name, Key="k")["Body"].read() == b"kept"
+        # The other user's own bucket is theirs.
+        theirs = new_bucket_name("own")
+        other.create_bucket(Bucket=theirs)
+        with pytest.raises(ClientError) as ei:
+            owner.create_bucket(Bucket=theirs)
+        assert err(ei) == ("BucketAlreadyExists", 409)
+        with pytest.raises(ClientError) as ei:
+            other.create_bucket(Bucket=theirs)
+        assert err(ei) == ("BucketAlreadyOwnedByYou", 409)
+        other.delete_bucket(Bucket=theirs)
+    finally:
+        empty_and_delete(owner, name)
+
+
+def test_owner_creating_again_outside_us_east_1(s3):
+    """Outside us-east-1, S3 (and moto) answer the owner's second CreateBucket with
+    BucketAlreadyOwnedByYou, 409 — as Gristmill does everywhere."""
+    name = new_bucket_name("own")
+    conf = {"LocationConstraint": "eu-west-1"}
+    s3.create_bucket(Bucket=name, CreateBucketConfiguration=conf)
+    try:
+        with pytest.raises(ClientError) as ei:
+            s3.create_bucket(Bucket=name, CreateBucketConfiguration=conf)
+        assert err(ei) == ("BucketAlreadyOwnedByYou", 409)
+    finally:
+        s3.delete_bucket(Bucket=name)

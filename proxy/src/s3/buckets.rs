@@ -57,7 +57,8 @@ pub(super) async fn create_bucket(
         ));
     }
     let bck = bucket(name)?;
-    s.bucket_action(Method::POST, &bck, api::action::CREATE_BUCKET)
+    let acting_for = s.requester(req.credentials.as_ref());
+    s.bucket_action(Method::POST, &bck, api::action::CREATE_BUCKET, &acting_for)
         .await?;
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{name}")),
@@ -99,7 +100,7 @@ pub(super) async fn delete_bucket(
             bck.name
         ));
     }
-    s.bucket_action(Method::DELETE, &bck, api::action::DESTROY_BUCKET)
+    s.bucket_action(Method::DELETE, &bck, api::action::DESTROY_BUCKET, "")
         .await?;
     Ok(S3Response::new(DeleteBucketOutput {}))
 }

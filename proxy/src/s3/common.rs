@@ -43,6 +43,7 @@ pub(super) fn s3_error_from(err: ApiError, key: bool) -> S3Error {
         NotFound if key => S3ErrorCode::NoSuchKey,
         NotFound | BucketNotFound => S3ErrorCode::NoSuchBucket,
         AlreadyExists => S3ErrorCode::BucketAlreadyOwnedByYou,
+        BucketAlreadyExists => S3ErrorCode::BucketAlreadyExists,
         RangeNotSatisfiable => S3ErrorCode::InvalidRange,
         PreconditionFailed => S3ErrorCode::PreconditionFailed,
         InvalidPart => S3ErrorCode::InvalidPart,
@@ -586,11 +587,29 @@ impl GristS3 {
     }
 
     /// Native bucket control through the primary (which may be this proxy).
+    /// Who an S3 request acts for: the cluster user of its access key, or a `--s3-users`
+    /// access key itself; nobody (empty) for unsigned requests and the example key of a
+    /// cluster without users.
+    pub(super) fn requester(&self, credentials: Option<&s3s::auth::Credentials>) -> String {
+        let Some(c) = credentials else {
+            return String::new();
+        };
+        if c.access_key == super::DEFAULT_ACCESS_KEY {
+            return String::new();
+        }
+        let bmd = self.proxy.bmd();
+        match gristmill_core::users::by_access_key(&bmd.users, &c.access_key) {
+            Some((user, _)) => user.name.clone(),
+            None => c.access_key.clone(),
+        }
+    }
+
     pub(super) async fn bucket_action(
         &self,
         method: Method,
         bck: &Bck,
         action: &str,
+        acting_for: &str,
     ) -> S3Result<()> {
         let url = format!(
             "{}/v1/buckets/{}?provider=ais",
@@ -602,6 +621,7 @@ impl GristS3 {
                 self.proxy
                     .http
                     .request(method, url)
+                    .header(h::ON_BEHALF_OF, acting_for)
                     .json(&serde_json::json!({"action": action})),
             )
             .await?;

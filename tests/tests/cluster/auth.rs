@@ -1181,6 +1181,58 @@ async fn a_non_primary_proxy_forwards_changes_with_the_clients_rights() {
             .collect::<Vec<_>>()
     };
     assert!(names().await.contains(&"fwd".to_owned()));
+    // The bucket is its creator's, whichever proxy the request came through, and a client
+    // cannot claim to act for someone else.
+    let cr = &c;
+    let owner_of = |bucket: &'static str| async move {
+        let bmd: serde_json::Value = cr
+            .http
+            .get(cr.url("/v1/cluster?what=bmd"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        bmd["buckets"]
+            .as_object()
+            .unwrap()
+            .values()
+            .find(|r| r["bck"]["name"] == bucket)
+            .map(|r| r["props"]["owner"].as_str().unwrap_or("").to_owned())
+    };
+    assert_eq!(owner_of("fwd").await.as_deref(), Some("admin"));
+    let forged = no_redirects()
+        .post(format!("{second}/v1/buckets/fwd2"))
+        .bearer_auth(&c.admin_token)
+        .header("ais-on-behalf-of", "mallory")
+        .json(&create)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), StatusCode::OK);
+    assert_eq!(owner_of("fwd2").await.as_deref(), Some("admin"));
+    // Creating it again: the owner hears it has it; another admin, that it is taken.
+    let again = send(
+        admin.clone(),
+        Method::POST,
+        "/v1/buckets/fwd",
+        create.clone(),
+    )
+    .await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    assert!(again.text().await.unwrap().contains("\"already_exists\""));
+    let other = c.add_user("other-admin", &["admin"], false).await.unwrap();
+    let other = c.login("other-admin", &other.password, "").await.unwrap();
+    let taken = send(Some(other), Method::POST, "/v1/buckets/fwd", create.clone()).await;
+    assert_eq!(taken.status(), StatusCode::CONFLICT);
+    assert!(
+        taken
+            .text()
+            .await
+            .unwrap()
+            .contains("\"bucket_already_exists\"")
+    );
     let etl = serde_json::json!({"name": "cat", "runtime": "command", "command": ["cat"]});
     let r = send(admin, Method::PUT, "/v1/etl", etl.clone()).await;
     assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
