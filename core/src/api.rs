@@ -428,6 +428,28 @@ pub struct BucketProps {
     /// property.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub owner: String,
+    /// What anonymous S3 clients may read, as the bucket's ACL and policy grant it.
+    #[serde(default, skip_serializing_if = "PublicProps::is_private")]
+    pub public: PublicProps,
+}
+
+/// Anonymous (unsigned) S3 reads of a bucket, from its S3 ACL and bucket policy; nothing
+/// else is ever granted to anonymous clients. Not an AIStore property.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublicProps {
+    /// The bucket's ACL grants everyone READ (`public-read`): anonymous listings.
+    #[serde(default)]
+    pub acl_read: bool,
+    /// The bucket policy document as it was put (empty: none). It can grant anonymous
+    /// `s3:GetObject` and `s3:ListBucket` only (the S3 front refuses anything else).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub policy: String,
+}
+
+impl PublicProps {
+    pub fn is_private(&self) -> bool {
+        !self.acl_read && self.policy.is_empty()
+    }
 }
 
 /// Replicas of a bucket's objects: `copies` on `copies` distinct targets in HRW order (the

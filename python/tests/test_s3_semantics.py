@@ -636,3 +636,109 @@ def test_owner_creating_again_outside_us_east_1(s3):
         assert err(ei) == ("BucketAlreadyOwnedByYou", 409)
     finally:
         s3.delete_bucket(Bucket=name)
+
+
+# --- anonymous reads: public-read ACL and bucket policies ------------------------------------
+
+
+def _public_policy(bucket: str, get: bool = True, list_: bool = False) -> str:
+    import json
+
+    statements = []
+    if get:
+        statements.append({"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                           "Resource": f"arn:aws:s3:::{bucket}/*"})
+    if list_:
+        statements.append({"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": ["s3:ListBucket"],
+                           "Resource": f"arn:aws:s3:::{bucket}"})
+    return json.dumps({"Version": "2012-10-17", "Statement": statements})
+
+
+def test_anonymous_reads_follow_the_bucket_policy_and_acl(auth_s3_endpoint, admin_creds, reader_creds):
+    """With S3 auth on, an unsigned client reads nothing until the bucket's owner grants it:
+    a policy allowing everyone s3:GetObject opens GetObject/HeadObject (not listing), a
+    public-read ACL opens listing; writes, other buckets and other operations stay denied; the
+    reader and other users may not change the grants; deleting the policy closes it again."""
+    from conftest import S3_USERS, S3Creds
+
+    owner = make_s3(auth_s3_endpoint, admin_creds)
+    anon = make_s3(auth_s3_endpoint, None)
+    w2 = S3_USERS["writer2"]
+    other = make_s3(auth_s3_endpoint, S3Creds(w2["access_key"], w2["secret_key"]))
+    reader = make_s3(auth_s3_endpoint, reader_creds)
+    name, closed = new_bucket_name("pub"), new_bucket_name("pub")
+    owner.create_bucket(Bucket=name)
+    owner.create_bucket(Bucket=closed)
+    try:
+        owner.put_object(Bucket=name, Key="k", Body=b"public bytes")
+        owner.put_object(Bucket=closed, Key="k", Body=b"private bytes")
+
+        def denied(call):
+            with pytest.raises(ClientError) as ei:
+                call()
+            assert err(ei)[1] == 403, err(ei)
+
+        denied(lambda: anon.get_object(Bucket=name, Key="k"))
+        denied(lambda: anon.list_objects_v2(Bucket=name))
+        with pytest.raises(ClientError) as ei:
+            owner.get_bucket_policy(Bucket=name)
+        assert err(ei) == ("NoSuchBucketPolicy", 404)
+
+        # Only the owner (or an admin) sets who can read.
+        denied(lambda: reader.put_bucket_policy(Bucket=name, Policy=_public_policy(name)))
+        denied(lambda: other.put_bucket_policy(Bucket=name, Policy=_public_policy(name)))
+        owner.put_bucket_policy(Bucket=name, Policy=_public_policy(name))
+        assert owner.get_bucket_policy(Bucket=name)["Policy"] == _public_policy(name)
+        assert anon.get_object(Bucket=name, Key="k")["Body"].read() == b"public bytes"
+        assert anon.head_object(Bucket=name, Key="k")["ContentLength"] == len(b"public bytes")
+        denied(lambda: anon.list_objects_v2(Bucket=name))
+        denied(lambda: anon.put_object(Bucket=name, Key="new", Body=b"x"))
+        denied(lambda: anon.delete_object(Bucket=name, Key="k"))
+        denied(lambda: anon.get_object(Bucket=closed, Key="k"))
+        denied(lambda: anon.get_bucket_policy(Bucket=name))
+        denied(lambda: anon.list_buckets())
+
+        # A public-read ACL lets everyone list (as in S3, a bucket ACL grants no object reads).
+        owner.put_bucket_acl(Bucket=name, ACL="public-read")
+        assert [o["Key"] for o in anon.list_objects_v2(Bucket=name)["Contents"]] == ["k"]
+        acl = owner.get_bucket_acl(Bucket=name)
+        assert any(g["Grantee"].get("URI", "").endswith("/AllUsers") and g["Permission"] == "READ"
+                   for g in acl["Grants"])
+        owner.put_bucket_acl(Bucket=name, ACL="private")
+        denied(lambda: anon.list_objects_v2(Bucket=name))
+
+        # Policies this front cannot keep are refused, not stored and ignored.
+        deny = _public_policy(name).replace('"Allow"', '"Deny"')
+        with pytest.raises(ClientError) as ei:
+            owner.put_bucket_policy(Bucket=name, Policy=deny)
+        assert err(ei) == ("NotImplemented", 501)
+        with pytest.raises(ClientError) as ei:
+            owner.put_bucket_policy(Bucket=name, Policy="{not json")
+        assert err(ei) == ("MalformedPolicy", 400)
+
+        owner.delete_bucket_policy(Bucket=name)
+        denied(lambda: anon.get_object(Bucket=name, Key="k"))
+    finally:
+        empty_and_delete(owner, name)
+        empty_and_delete(owner, closed)
+
+
+def test_bucket_policy_and_acl_calls_match_moto(s3, bkt):
+    """Put/Get/DeleteBucketPolicy, NoSuchBucketPolicy and a public-read ACL's AllUsers READ
+    grant, answered alike by Gristmill and moto."""
+    with pytest.raises(ClientError) as ei:
+        s3.get_bucket_policy(Bucket=bkt)
+    assert err(ei) == ("NoSuchBucketPolicy", 404)
+    doc = _public_policy(bkt, get=True, list_=True)
+    s3.put_bucket_policy(Bucket=bkt, Policy=doc)
+    import json
+
+    assert json.loads(s3.get_bucket_policy(Bucket=bkt)["Policy"]) == json.loads(doc)
+    s3.delete_bucket_policy(Bucket=bkt)
+    with pytest.raises(ClientError) as ei:
+        s3.get_bucket_policy(Bucket=bkt)
+    assert err(ei) == ("NoSuchBucketPolicy", 404)
+    s3.put_bucket_acl(Bucket=bkt, ACL="public-read")
+    grants = s3.get_bucket_acl(Bucket=bkt)["Grants"]
+    assert any(g["Grantee"].get("URI", "").endswith("/AllUsers") and g["Permission"] == "READ" for g in grants)
+    assert any(g["Permission"] == "FULL_CONTROL" for g in grants)

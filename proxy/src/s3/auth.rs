@@ -34,6 +34,8 @@ impl S3User {
 pub(super) struct Directory {
     configured: HashMap<String, S3User>,
     cluster: Option<ClusterUsers>,
+    /// The bucket metadata, for buckets anonymous clients may read.
+    buckets: Arc<dyn Fn() -> Arc<gristmill_core::BucketMetadata> + Send + Sync>,
 }
 
 /// The cluster's users as the S3 front sees them.
@@ -43,14 +45,43 @@ pub(super) struct ClusterUsers {
 }
 
 impl Directory {
-    pub(super) fn new(users: &[S3User], cluster: Option<ClusterUsers>) -> Arc<Self> {
+    pub(super) fn new(
+        users: &[S3User],
+        cluster: Option<ClusterUsers>,
+        buckets: Arc<dyn Fn() -> Arc<gristmill_core::BucketMetadata> + Send + Sync>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             configured: users
                 .iter()
                 .map(|u| (u.access_key.clone(), u.clone()))
                 .collect(),
             cluster,
+            buckets,
         })
+    }
+
+    /// Whether an unsigned request may do `op` on the bucket of `path`: reads the bucket's
+    /// ACL or policy grants to everyone (see `public.rs`), nothing else.
+    fn anonymous_may(&self, op: &str, path: &s3s::path::S3Path) -> bool {
+        let name = match path {
+            s3s::path::S3Path::Root => return false,
+            s3s::path::S3Path::Bucket { bucket } | s3s::path::S3Path::Object { bucket, .. } => {
+                bucket.to_string()
+            }
+        };
+        let bmd = (self.buckets)();
+        let Ok(Some(bck)) = super::common::resolve(&bmd, &name) else {
+            return false;
+        };
+        let Some(rec) = bmd.get(&bck) else {
+            return false;
+        };
+        let may = super::public::anonymous(&rec.props.public, &name);
+        match op {
+            "GetObject" | "HeadObject" => may.get,
+            "ListObjects" | "ListObjectsV2" | "HeadBucket" => may.list,
+            _ => false,
+        }
     }
 
     /// The cluster's bucket metadata (empty without cluster users).
@@ -114,6 +145,8 @@ const READS: &[&str] = &[
     "HeadObject",
     "GetObjectAttributes",
     "GetObjectTagging",
+    "GetBucketPolicy",
+    "GetBucketAcl",
     "ListParts",
     "ListMultipartUploads",
 ];
@@ -134,7 +167,7 @@ impl S3Access for Grants {
             label.set(&op);
         }
         let Some(creds) = cx.credentials() else {
-            if self.anonymous {
+            if self.anonymous || self.directory.anonymous_may(&op, cx.s3_path()) {
                 return Ok(());
             }
             return Err(s3_error!(AccessDenied, "anonymous access is disabled"));

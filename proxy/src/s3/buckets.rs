@@ -58,8 +58,14 @@ pub(super) async fn create_bucket(
     }
     let bck = bucket(name)?;
     let acting_for = s.requester(req.credentials.as_ref());
+    if let Some(acl) = &req.input.acl {
+        super::public::acl_read(acl)?; // refused before anything is created
+    }
     s.bucket_action(Method::POST, &bck, api::action::CREATE_BUCKET, &acting_for)
         .await?;
+    if let Some(acl) = &req.input.acl {
+        super::public::apply_create_acl(s, &bck, acl).await?;
+    }
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{name}")),
     }))

@@ -12,6 +12,7 @@ mod listing;
 mod multipart;
 mod objects;
 mod ops;
+mod public;
 mod tagging;
 
 use std::sync::Arc;
@@ -57,7 +58,8 @@ pub(crate) fn service(proxy: Arc<Proxy>, users: &[S3User]) -> Arc<S3Service> {
         write: vec!["*".into()],
     }];
     let users = if auth_off { &default_user[..] } else { users };
-    let directory = auth::Directory::new(users, cluster);
+    let p = proxy.clone();
+    let directory = auth::Directory::new(users, cluster, Arc::new(move || p.bmd()));
     builder.set_auth(auth::Users(directory.clone()));
     builder.set_access(auth::Grants::new(directory, auth_off));
     // XML bodies (CompleteMultipartUpload, DeleteObjects, ...) are read whole: bound them.
