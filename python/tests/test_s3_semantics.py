@@ -657,8 +657,9 @@ def _public_policy(bucket: str, get: bool = True, list_: bool = False) -> str:
 def test_anonymous_reads_follow_the_bucket_policy_and_acl(auth_s3_endpoint, admin_creds, reader_creds):
     """With S3 auth on, an unsigned client reads nothing until the bucket's owner grants it:
     a policy allowing everyone s3:GetObject opens GetObject/HeadObject (not listing), a
-    public-read ACL opens listing; writes, other buckets and other operations stay denied; the
-    reader and other users may not change the grants; deleting the policy closes it again."""
+    public-read ACL opens listing and reads (Gristmill has no object ACLs: the bucket's stands
+    for its objects'); writes, other buckets and other operations stay denied; the reader and
+    other users may not change the grants; deleting the policy closes it again."""
     from conftest import S3_USERS, S3Creds
 
     owner = make_s3(auth_s3_endpoint, admin_creds)
@@ -698,14 +699,20 @@ def test_anonymous_reads_follow_the_bucket_policy_and_acl(auth_s3_endpoint, admi
         denied(lambda: anon.get_bucket_policy(Bucket=name))
         denied(lambda: anon.list_buckets())
 
-        # A public-read ACL lets everyone list (as in S3, a bucket ACL grants no object reads).
+        # A public-read ACL lets everyone list and read.
+        owner.delete_bucket_policy(Bucket=name)
+        denied(lambda: anon.get_object(Bucket=name, Key="k"))
         owner.put_bucket_acl(Bucket=name, ACL="public-read")
         assert [o["Key"] for o in anon.list_objects_v2(Bucket=name)["Contents"]] == ["k"]
+        assert anon.get_object(Bucket=name, Key="k")["Body"].read() == b"public bytes"
+        denied(lambda: anon.put_object(Bucket=name, Key="new", Body=b"x"))
         acl = owner.get_bucket_acl(Bucket=name)
         assert any(g["Grantee"].get("URI", "").endswith("/AllUsers") and g["Permission"] == "READ"
                    for g in acl["Grants"])
         owner.put_bucket_acl(Bucket=name, ACL="private")
         denied(lambda: anon.list_objects_v2(Bucket=name))
+        denied(lambda: anon.get_object(Bucket=name, Key="k"))
+        owner.put_bucket_policy(Bucket=name, Policy=_public_policy(name))
 
         # Policies this front cannot keep are refused, not stored and ignored.
         deny = _public_policy(name).replace('"Allow"', '"Deny"')

@@ -1,9 +1,12 @@
 //! Anonymous reads of a bucket, granted the two ways S3 clients grant them: a `public-read`
-//! ACL (CreateBucket, PutBucketAcl), which in S3 lets everyone list the bucket, and a bucket
-//! policy allowing everyone (`"Principal": "*"`) `s3:GetObject` on `arn:aws:s3:::b/*` and/or
-//! `s3:ListBucket` on `arn:aws:s3:::b`. Both map to the bucket property `public`; the S3
-//! front's access check lets unsigned GetObject/HeadObject (policy) and listings/HeadBucket
-//! (either) through on that bucket and refuses every other anonymous request.
+//! ACL (CreateBucket, PutBucketAcl) and a bucket policy allowing everyone (`"Principal": "*"`)
+//! `s3:GetObject` on `arn:aws:s3:::b/*` and/or `s3:ListBucket` on `arn:aws:s3:::b`. Both map
+//! to the bucket property `public`; the S3 front's access check lets the granted unsigned
+//! reads through on that bucket and refuses every other anonymous request.
+//!
+//! A `public-read` bucket ACL opens listing *and* object reads. In S3 it opens listing only,
+//! and each object needs its own ACL; Gristmill has no object ACLs, so the bucket's stands for
+//! its objects (what "a public-read bucket" means to its users).
 //!
 //! A policy is accepted only if every statement is one of those grants: anything else (Deny,
 //! conditions, other principals or actions) would be a promise this front cannot keep, so it
@@ -91,7 +94,7 @@ pub(super) fn anonymous(public: &PublicProps, bucket: &str) -> Anonymous {
         policy_grants(&public.policy, bucket).unwrap_or_default()
     };
     Anonymous {
-        get: policy.get,
+        get: policy.get || public.acl_read,
         list: policy.list || public.acl_read,
     }
 }
@@ -346,7 +349,7 @@ mod tests {
         assert_eq!(
             anonymous(&public, "b"),
             Anonymous {
-                get: false,
+                get: true,
                 list: true
             }
         );
