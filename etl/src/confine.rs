@@ -82,8 +82,15 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Policy, String> {
 
 /// A granted path that contains a protected one would open it: refused, naming both.
 fn check_grants(p: &Policy) -> Result<(), String> {
-    for granted in p.read.iter().chain(&p.write) {
-        for protected in &p.protect {
+    // Compared as the kernel will see them: symlinks and relative parts resolved.
+    let real = |v: &[PathBuf]| -> Vec<PathBuf> {
+        v.iter()
+            .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+            .collect()
+    };
+    let protect = real(&p.protect);
+    for granted in real(&p.read).iter().chain(&real(&p.write)) {
+        for protected in &protect {
             if protected.starts_with(granted) {
                 return Err(format!(
                     "granting {} would expose {} (a mountpath or the state directory)",
@@ -228,6 +235,39 @@ pub fn system_read_paths() -> Vec<PathBuf> {
         }
     }
     paths
+}
+
+/// The installation prefixes of a python interpreter (`sys.base_prefix`, `sys.prefix`),
+/// resolved (symlinks followed): what it needs to read to start. Empty when it cannot be run.
+pub fn python_prefixes(python: &str) -> Vec<PathBuf> {
+    let out = std::process::Command::new(python)
+        .args([
+            "-I",
+            "-c",
+            "import sys; print(sys.base_prefix); print(sys.prefix)",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    let out = match out {
+        Ok(out) if out.status.success() => out,
+        _ => return Vec::new(),
+    };
+    let mut prefixes: Vec<PathBuf> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| std::fs::canonicalize(l.trim()).ok())
+        .collect();
+    prefixes.dedup();
+    prefixes
+}
+
+/// (Re)creates the scratch directory workers write to: empty, and writable by the worker's
+/// user too when that is another (`nobody` under root): sticky, like `/tmp`.
+pub fn make_scratch(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777))
 }
 
 /// Paths every worker may write: the null and zero devices only.

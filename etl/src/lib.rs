@@ -188,6 +188,9 @@ pub struct EtlConfig {
     /// Paths no worker may read, checked against every grant: the mountpaths and the state
     /// directory (set by the target).
     pub protected: Vec<PathBuf>,
+    /// A directory workers may write temporary files to (their `TMPDIR`), emptied when the
+    /// target starts; `None`: none (set by the target, outside every protected path).
+    pub scratch_dir: Option<PathBuf>,
 }
 
 impl Default for EtlConfig {
@@ -201,6 +204,7 @@ impl Default for EtlConfig {
             install_timeout: Duration::from_secs(600),
             helper: None,
             protected: Vec::new(),
+            scratch_dir: None,
         }
     }
 }
@@ -221,14 +225,31 @@ impl Etls {
             });
         let mut sandbox = Sandbox::probe(&config);
         // Workers read their environments and, when it lives outside the system's
-        // directories, the interpreter's installation (`<prefix>/bin/python3`).
+        // directories, the interpreter's installation: its prefixes as Python reports them
+        // (a venv and the installation it was made from), never a whole home directory.
         sandbox.reads.push(deps::env_root(&config, &sandbox));
-        let interpreter = std::path::Path::new(&python);
-        if interpreter.is_absolute()
-            && !confine::is_granted(interpreter, &confine::system_read_paths())
-            && let Some(prefix) = interpreter.parent().and_then(|bin| bin.parent())
-        {
-            sandbox.reads.push(prefix.to_path_buf());
+        if sandbox.landlock.is_some() {
+            let system = confine::system_read_paths();
+            for prefix in confine::python_prefixes(&python) {
+                if confine::is_granted(&prefix, &system) {
+                    continue;
+                }
+                if prefix.parent().is_none() || prefix.components().count() < 3 {
+                    // `/` or `/home`: far more than an interpreter.
+                    tracing::warn!(prefix = %prefix.display(), "ETL sandbox: the python interpreter's prefix is too broad to grant; set etl.python to an interpreter installed in its own directory");
+                    continue;
+                }
+                sandbox.reads.push(prefix);
+            }
+        }
+        // A scratch directory workers may write (TMPDIR), this target's own.
+        if let Some(dir) = &config.scratch_dir {
+            match confine::make_scratch(dir) {
+                Ok(()) => sandbox.scratch = Some(dir.clone()),
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "ETL sandbox: no scratch directory; workers cannot write temporary files")
+                }
+            }
         }
         Self {
             installer: deps::Installer::new(&config, python.clone(), sandbox.clone()),

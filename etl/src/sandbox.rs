@@ -31,6 +31,8 @@ pub struct Sandbox {
     pub protected: Vec<PathBuf>,
     /// Why workers that run code here cannot be confined, when they cannot.
     pub unconfined: Option<String>,
+    /// The directory workers may write temporary files to (their `TMPDIR`).
+    pub scratch: Option<PathBuf>,
 }
 
 fn works(program: &str, args: &[&str]) -> bool {
@@ -115,6 +117,7 @@ impl Sandbox {
             reads: Vec::new(),
             protected: config.protected.clone(),
             unconfined,
+            scratch: None,
         };
         if s.unconfined.is_some() {
             tracing::error!(sandbox = ?s, "ETL sandbox unavailable: python and command ETLs are refused");
@@ -155,11 +158,16 @@ impl Sandbox {
         if let Some(helper) = &self.landlock {
             argv.extend([helper.display().to_string(), crate::confine::COMMAND.into()]);
             let system = crate::confine::system_read_paths();
-            let writes = crate::confine::system_write_paths();
+            let mut writes = crate::confine::system_write_paths();
+            writes.extend(self.scratch.clone());
             let mut reads: Vec<PathBuf> = self.reads.clone();
-            // A command ETL's program outside the system paths: that file only.
+            // A command ETL's program outside the system paths: that file only, and never one
+            // inside a mountpath or the state directory.
             let program_path = std::path::Path::new(program);
-            if program_path.is_absolute() && !crate::confine::is_granted(program_path, &system) {
+            if program_path.is_absolute()
+                && !crate::confine::is_granted(program_path, &system)
+                && !crate::confine::is_granted(program_path, &self.protected)
+            {
                 reads.push(program_path.to_path_buf());
             }
             for (flag, paths) in [
@@ -189,8 +197,13 @@ impl Sandbox {
             .env("HOME", "/nonexistent")
             // One thread per worker: numeric libraries otherwise reserve memory per core.
             .env("OPENBLAS_NUM_THREADS", "1")
-            .env("OMP_NUM_THREADS", "1")
-            .envs(env)
+            .env("OMP_NUM_THREADS", "1");
+        if let Some(dir) = &self.scratch {
+            // Temporary files and caches (tempfile, matplotlib) go where the sandbox lets
+            // workers write.
+            cmd.env("TMPDIR", dir).env("MPLCONFIGDIR", dir);
+        }
+        cmd.envs(env)
             .current_dir("/")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -280,6 +280,15 @@ async fn bucket_action(
     let bck = bucket_from(&bucket, &params)?;
     let method = req.method().clone();
     let acting_for = requester(&req);
+    // The user whose rights decide (auth on): the client, or the one a node relays for. A
+    // node acting on its own (the S3 front, which checked its client) names nobody.
+    let user = match req.extensions().get::<gristmill_node::auth::Principal>() {
+        Some(gristmill_node::auth::Principal::User(name)) => Some(name.clone()),
+        Some(gristmill_node::auth::Principal::Node(_)) if !acting_for.is_empty() => {
+            Some(acting_for.clone())
+        }
+        _ => None,
+    };
     let body = axum::body::to_bytes(req.into_body(), 1 << 20)
         .await
         .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?;
@@ -337,6 +346,24 @@ async fn bucket_action(
         }
         ("PATCH", action::SET_BPROPS) => {
             crate::remote::ensure(&p, &bck).await?;
+            if let Some(public) = msg.value.get("public") {
+                // Who may read anonymously is the owner's (or an admin's) to say, over the
+                // native API as over S3 (whose front checks before it sends this as a node).
+                if let Some(user) = &user {
+                    let bmd = p.bmd();
+                    let admin = bmd.users.get(user).is_some_and(|u| u.is_admin());
+                    let owner = bmd.get(&bck).map(|r| r.props.owner.clone());
+                    if !admin && owner.as_deref() != Some(user.as_str()) {
+                        return Err(ApiError::new(
+                            ErrorKind::Forbidden,
+                            format!(
+                                "only the owner of {bck} or an admin may change who can read it"
+                            ),
+                        ));
+                    }
+                }
+                crate::s3::check_public(public, &bck.name)?;
+            }
             let mut copies_changed = false;
             p.change(|_, bmd| {
                 let rec = bmd

@@ -362,6 +362,12 @@ impl Target {
                     std::slice::from_ref(&config.state_dir),
                 ]
                 .concat(),
+                // This target's own (two targets of one machine share no scratch files).
+                scratch_dir: config.etl.scratch_dir.as_ref().map(|root| {
+                    let id =
+                        xxhash_rust::xxh3::xxh3_64(config.state_dir.to_string_lossy().as_bytes());
+                    root.join(format!("gristmill-etl-scratch-{id:016x}"))
+                }),
                 ..config.etl.clone()
             }),
             quarantine_keep: config.quarantine_keep,

@@ -227,6 +227,8 @@ impl EtlSettings {
             // Workers are confined by this same binary (`gristd etl-sandbox`).
             helper: std::env::current_exe().ok(),
             protected: Vec::new(),
+            // The target makes its own directory in there.
+            scratch_dir: Some(std::env::temp_dir()),
         })
     }
 }

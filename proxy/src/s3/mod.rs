@@ -24,6 +24,7 @@ use s3s::service::{S3Service, S3ServiceBuilder};
 pub use auth::S3User;
 
 use crate::meta::Proxy;
+use gristmill_core::ApiError;
 
 /// Bucket names the S3 front refuses because the native API owns those paths.
 pub const RESERVED_BUCKETS: &[&str] = &["v1", "metrics"];
@@ -34,6 +35,22 @@ pub const RESERVED_BUCKETS: &[&str] = &["v1", "metrics"];
 pub use gristmill_core::api::s3_default::{
     ACCESS_KEY as DEFAULT_ACCESS_KEY, SECRET_KEY as DEFAULT_SECRET_KEY,
 };
+
+/// Checks a `public` bucket-property change (native `set-bprops`): its policy must be one the
+/// S3 front can keep (see `public.rs`).
+pub(crate) fn check_public(public: &serde_json::Value, bucket: &str) -> Result<(), ApiError> {
+    match public.get("policy").and_then(|p| p.as_str()) {
+        Some(doc) if !doc.is_empty() => {
+            public::policy_grants(doc, bucket).map(|_| ()).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "invalid bucket policy: {}",
+                    e.message().unwrap_or("not supported")
+                ))
+            })
+        }
+        _ => Ok(()),
+    }
+}
 
 /// Builds the S3 service. With no `users` and auth off, unsigned requests and requests
 /// signed with the default key are served; otherwise every request must be signed by one of

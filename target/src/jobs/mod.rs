@@ -377,10 +377,11 @@ async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
 const CLUSTER_CHANGE_RETRY: Duration = Duration::from_secs(60);
 
 /// Runs `attempt` again, with backoff, while it fails because the cluster is changing: a 503
-/// (maps disagree, the owner moved, a holder did not answer) or a busy or timed-out peer. The
+/// (maps disagree, the owner moved, a holder did not answer) or a busy peer. The
 /// rebalance retries its transfers in rounds the same way; without this, a copy job started
 /// while a target joins or leaves records such an object as a permanent error and skips it.
-/// Errors a retry cannot mend (the ETL failed, the name is invalid) are returned at once.
+/// Errors a retry cannot mend (the ETL failed or timed out — a 504 —, the name is invalid)
+/// are returned at once.
 async fn retry_while_cluster_changes<F, Fut>(
     run: &JobRun,
     mut attempt: F,
@@ -394,10 +395,8 @@ where
     loop {
         match attempt().await {
             Err(e)
-                if matches!(
-                    e.kind,
-                    ErrorKind::Unavailable | ErrorKind::Busy | ErrorKind::GatewayTimeout
-                ) && tokio::time::Instant::now() + backoff < deadline =>
+                if matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Busy)
+                    && tokio::time::Instant::now() + backoff < deadline =>
             {
                 tracing::debug!(job = %run.spec.id, error = %e, "copy retried: the cluster is changing");
                 tokio::select! {

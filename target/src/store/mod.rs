@@ -401,8 +401,11 @@ impl Store {
 
     /// Changes an object's custom metadata in place (S3 object tagging): `remove` goes, `set`
     /// is added. The record gets the next generation (above `floor`, as a write's would), so
-    /// copies elsewhere know it is newer; the data file, size, ETag, version and modification
-    /// time stay. A write that commits meanwhile wins, and the change is made again on it.
+    /// copies elsewhere know it is newer; the data is not rewritten: the file gets a second
+    /// name for the new generation (a hard link), because "the same file" is how a mountpath
+    /// move or a rebalance drop tells that a record did not change meanwhile. Size, ETag,
+    /// version and modification time stay. A write that commits meanwhile wins, and the
+    /// change is made again on it.
     pub async fn patch_custom(
         &self,
         bck: &Bck,
@@ -415,25 +418,53 @@ impl Store {
             let (mp, current) = self
                 .locate(bck, name)?
                 .ok_or_else(|| StoreError::not_found(format!("object {bck}/{name}")))?;
+            let generation = current
+                .effective_gen()
+                .max(self.tombstone(bck, name)?)
+                .max(floor)
+                + 1;
             let mut meta = current.clone();
             for k in remove {
                 meta.custom.remove(k);
             }
             meta.custom
                 .extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+            meta.generation = generation;
+            meta.file = data_file_name(&meta.bucket, name, generation);
+            let (old, new) = (mp.path.join(&current.file), mp.path.join(&meta.file));
+            let linked = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+                let _ = std::fs::remove_file(&new); // a leftover of a crashed attempt
+                std::fs::hard_link(&old, &new)?;
+                // Durable before the record names it: else a crash could keep a record whose
+                // file is gone.
+                if let Some(dir) = new.parent() {
+                    std::fs::File::open(dir)?.sync_all()?;
+                }
+                Ok(())
+            })
+            .await
+            .map_err(|e| StoreError::Index(e.to_string()))?;
+            if let Err(e) = linked {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    continue; // replaced meanwhile
+                }
+                return Err(e.into());
+            }
             let applied = mp
                 .index
                 .apply(IndexOp::Put {
-                    meta,
-                    generation: crate::store::index::GenRule::Next { floor },
+                    meta: meta.clone(),
+                    generation: crate::store::index::GenRule::AsIs,
                     condition: Some(crate::store::index::WriteCondition::Unchanged(Some(
                         current.effective_gen(),
                     ))),
                 })
                 .await?;
             let Some(stored) = applied.stored else {
-                continue; // changed meanwhile
+                remove_data_file(&mp, &meta.file).await; // changed meanwhile: again
+                continue;
             };
+            remove_data_file(&mp, &current.file).await;
             // The file's own copy of its record (for rebuilding the index), best effort.
             let (path, encoded) = (mp.path.join(&stored.file), stored.encode());
             let _ = tokio::task::spawn_blocking(move || set_meta_xattr(&path, &encoded)).await;

@@ -149,3 +149,46 @@ async fn usage_counts_objects_and_bytes_through_overwrites_and_deletes() {
     assert_eq!(store.object_counts()[&uname], 2);
     assert_eq!(store.usage()[&uname], 6);
 }
+
+#[tokio::test]
+async fn patching_metadata_keeps_the_data_under_a_new_name_and_generation() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&[dir.path().join("mp0")]).await.unwrap();
+    let bck = Bck::new("b", Provider::Ais).unwrap();
+    let before = store
+        .put(&bck, "x", body("payload"), Default::default())
+        .await
+        .unwrap();
+    let set = std::collections::BTreeMap::from([("x-amz-tagging".to_owned(), "a=1".to_owned())]);
+    let after = store.patch_custom(&bck, "x", &set, &[], 10).await.unwrap();
+    assert_eq!(after.generation, 11, "above the floor, like a write");
+    assert_eq!(after.custom["x-amz-tagging"], "a=1");
+    assert_eq!(
+        (after.size, after.mtime_ns, &after.cksum_value),
+        (before.size, before.mtime_ns, &before.cksum_value)
+    );
+    // A new name: whoever still holds the old record (a mountpath move, a rebalance drop)
+    // sees that the object changed.
+    assert_ne!(after.file, before.file);
+    assert!(!dir.path().join("mp0").join(&before.file).exists());
+    assert_eq!(read(&store, &bck, "x").await, "payload");
+    let dropped = store.delete_if_file(&bck, "x", &before.file).await.unwrap();
+    assert!(!dropped, "a drop of the old file leaves the patched record");
+    assert_eq!(
+        store.head(&bck, "x").unwrap().custom["x-amz-tagging"],
+        "a=1"
+    );
+    // Removing the key.
+    let removed = store
+        .patch_custom(
+            &bck,
+            "x",
+            &Default::default(),
+            &["x-amz-tagging".to_owned()],
+            0,
+        )
+        .await
+        .unwrap();
+    assert!(!removed.custom.contains_key("x-amz-tagging"));
+    assert_eq!(removed.generation, 12);
+}

@@ -1233,6 +1233,30 @@ async fn a_non_primary_proxy_forwards_changes_with_the_clients_rights() {
             .unwrap()
             .contains("\"bucket_already_exists\"")
     );
+    // Opening a bucket to anonymous S3 reads is its owner's or an admin's, natively too.
+    let writer = c
+        .add_user("fwd-writer", &["write:fwd"], false)
+        .await
+        .unwrap();
+    let writer = c.login("fwd-writer", &writer.password, "").await.unwrap();
+    let open = serde_json::json!({"action": "set-bprops", "value": {"public": {"acl_read": true}}});
+    let r = send(
+        Some(writer.clone()),
+        Method::PATCH,
+        "/v1/buckets/fwd",
+        open.clone(),
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let mirror = serde_json::json!({"action": "set-bprops", "value": {"lru": {"enabled": false}}});
+    let r = send(Some(writer), Method::PATCH, "/v1/buckets/fwd", mirror).await;
+    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    let r = send(admin.clone(), Method::PATCH, "/v1/buckets/fwd", open).await;
+    assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());
+    let deny = serde_json::json!({"action": "set-bprops", "value": {"public": {"policy":
+        r#"{"Statement":[{"Effect":"Deny","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::fwd/*"}]}"#}}});
+    let r = send(admin.clone(), Method::PATCH, "/v1/buckets/fwd", deny).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     let etl = serde_json::json!({"name": "cat", "runtime": "command", "command": ["cat"]});
     let r = send(admin, Method::PUT, "/v1/etl", etl.clone()).await;
     assert_eq!(r.status(), StatusCode::OK, "{}", r.text().await.unwrap());

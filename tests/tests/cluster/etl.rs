@@ -305,6 +305,13 @@ def transform(data, path, args):
     if path == "socket":
         s = socket.create_connection(("127.0.0.1", int(args)), timeout=2)
         return b"connected"
+    if path == "good-tmp":
+        # Temporary files work: the sandbox's scratch directory is TMPDIR.
+        import tempfile
+        with tempfile.TemporaryFile() as f:
+            f.write(data)
+            f.seek(0)
+            return f.read().upper()
     return data.upper()
 "#;
 
@@ -364,6 +371,7 @@ async fn hostile_cases(c: &Cluster) {
     c.create_bucket("h").await.unwrap();
     let names = [
         "loop", "alloc", "exit", "shadow", "datadir", "statedir", "socket", "good-1", "good-2",
+        "good-tmp",
     ];
     put_all(
         c,
@@ -466,7 +474,7 @@ async fn hostile_cases(c: &Cluster) {
         }
     }
     // The ETL keeps working for good objects (workers were replaced).
-    for good in ["good-1", "good-2"] {
+    for good in ["good-1", "good-2", "good-tmp"] {
         let (status, body) = get_etl(c, "h", good, "hostile", "").await;
         assert_eq!(status, 200);
         assert_eq!(
