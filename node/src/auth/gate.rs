@@ -90,6 +90,18 @@ impl Gate {
     }
 }
 
+/// Most of a refused request's body read before the refusal is answered.
+const DRAIN_MAX: usize = 1 << 20;
+
+/// Answers a refused request after reading (a bounded part of) its body: a client still
+/// sending it when the refusal comes would otherwise meet a connection closed under it — a
+/// broken pipe instead of the 401/403 that says why (`grist put` as a read-only user).
+async fn refuse(req: Request, resp: Response) -> Response {
+    let drain = axum::body::to_bytes(req.into_body(), DRAIN_MAX);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), drain).await;
+    resp
+}
+
 pub(crate) fn deny(status: StatusCode, message: String) -> Response {
     let kind = if status == StatusCode::UNAUTHORIZED {
         ErrorKind::Unauthorized
@@ -420,7 +432,7 @@ pub(crate) async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Nex
         Ok(w) => w,
         Err(resp) => {
             audit_denied(&req, "", resp.status());
-            return resp;
+            return refuse(req, resp).await;
         }
     };
 
@@ -432,20 +444,22 @@ pub(crate) async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Nex
                 Some((Principal::Node(_), _)) => next.run(req).await,
                 Some((Principal::User(name), _)) => {
                     audit_denied(&req, &name, StatusCode::FORBIDDEN);
-                    deny(
+                    let resp = deny(
                         StatusCode::FORBIDDEN,
                         format!(
                             "{} {path} is internal to the cluster: client credentials are not accepted",
                             method
                         ),
-                    )
+                    );
+                    refuse(req, resp).await
                 }
                 None => {
                     audit_denied(&req, "", StatusCode::UNAUTHORIZED);
-                    deny(
+                    let resp = deny(
                         StatusCode::UNAUTHORIZED,
                         format!("{method} {path} is internal to the cluster"),
-                    )
+                    );
+                    refuse(req, resp).await
                 }
             };
         }
@@ -535,11 +549,12 @@ pub(crate) async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Nex
     let (principal, user) = match who {
         None => {
             audit_denied(&req, "", StatusCode::UNAUTHORIZED);
-            return deny(
+            let resp = deny(
                 StatusCode::UNAUTHORIZED,
                 "authentication required: send Authorization: Bearer <token> (grist auth login)"
                     .into(),
             );
+            return refuse(req, resp).await;
         }
         Some(w) => w,
     };
@@ -547,10 +562,11 @@ pub(crate) async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Nex
         && let Some(missing) = needs.iter().find(|n| !user.allows(n))
     {
         audit_denied(&req, &user.name, StatusCode::FORBIDDEN);
-        return deny(
+        let resp = deny(
             StatusCode::FORBIDDEN,
             format!("user {} lacks {missing} for {method} {path}", user.name),
         );
+        return refuse(req, resp).await;
     }
     if !matches!(method, Method::GET | Method::HEAD)
         && let Principal::User(name) = &principal
