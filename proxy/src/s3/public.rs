@@ -126,6 +126,16 @@ async fn administered(
     }
 }
 
+/// The properties of an existing bucket.
+async fn props_of(s: &GristS3, name: &str) -> S3Result<gristmill_core::api::BucketProps> {
+    let bck = s.existing(name).await?;
+    Ok(s.proxy
+        .bmd()
+        .get(&bck)
+        .map(|r| r.props.clone())
+        .unwrap_or_default())
+}
+
 async fn set_public(s: &GristS3, bck: &gristmill_core::Bck, public: &PublicProps) -> S3Result<()> {
     let url = format!(
         "{}/v1/buckets/{}?{}",
@@ -200,13 +210,7 @@ pub(super) async fn get_bucket_policy(
     s: &GristS3,
     req: S3Request<GetBucketPolicyInput>,
 ) -> S3Result<S3Response<GetBucketPolicyOutput>> {
-    let bck = s.existing(&req.input.bucket).await?;
-    let policy = s
-        .proxy
-        .bmd()
-        .get(&bck)
-        .map(|r| r.props.public.policy.clone())
-        .unwrap_or_default();
+    let policy = props_of(s, &req.input.bucket).await?.public.policy;
     if policy.is_empty() {
         return Err(s3_error!(NoSuchBucketPolicy));
     }
@@ -251,13 +255,7 @@ pub(super) async fn get_bucket_acl(
     s: &GristS3,
     req: S3Request<GetBucketAclInput>,
 ) -> S3Result<S3Response<GetBucketAclOutput>> {
-    let bck = s.existing(&req.input.bucket).await?;
-    let props = s
-        .proxy
-        .bmd()
-        .get(&bck)
-        .map(|r| r.props.clone())
-        .unwrap_or_default();
+    let props = props_of(s, &req.input.bucket).await?;
     let owner_id = if props.owner.is_empty() {
         "gristmill".to_owned()
     } else {

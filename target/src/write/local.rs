@@ -101,13 +101,7 @@ pub(crate) async fn patch_custom(t: &Target, bck: &Bck, name: &str, req: Request
     let patch: Patch = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid metadata change: {e}")))?;
     let elsewhere = crate::cluster::placement::elsewhere(t, bck, name).await?;
-    let here = t
-        .store
-        .head(bck, name)
-        .ok()
-        .map_or(0, |m| m.effective_gen())
-        .max(t.store.tombstone(bck, name).unwrap_or(0));
-    if elsewhere.floor > here {
+    if elsewhere.floor > known_here(t, bck, name, t.store.head(bck, name).ok().as_ref()) {
         return Err(ApiError::unavailable(format!(
             "a newer copy of {bck}/{name} is still being moved here; retry"
         )));
@@ -126,6 +120,13 @@ pub(crate) async fn patch_custom(t: &Target, bck: &Bck, name: &str, req: Request
     let mut resp = StatusCode::OK.into_response();
     object_headers(t, bck, &meta, resp.headers_mut());
     Ok(resp)
+}
+
+/// The highest generation this target knows of an object: its record (`here`) or tombstone.
+/// A past owner reporting more holds a newer copy than this one.
+fn known_here(t: &Target, bck: &Bck, name: &str, here: Option<&ObjectMeta>) -> u64 {
+    here.map_or(0, ObjectMeta::effective_gen)
+        .max(t.store.tombstone(bck, name).unwrap_or(0))
 }
 
 /// The precondition of a conditional write: `If-None-Match: *` (only if absent), `If-Match:
@@ -182,11 +183,7 @@ pub(crate) fn decide_here(
         return Ok(None);
     };
     let here = t.store.head(bck, name).ok();
-    let known_here = here
-        .as_ref()
-        .map_or(0, ObjectMeta::effective_gen)
-        .max(t.store.tombstone(bck, name).unwrap_or(0));
-    if elsewhere.floor <= known_here {
+    if elsewhere.floor <= known_here(t, bck, name, here.as_ref()) {
         return Ok(Some(condition));
     }
     let etag = elsewhere.newest.as_ref().map(|(_, etag)| etag.as_str());
