@@ -11,6 +11,12 @@ root=$(pwd)
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# Incremental compilation only pays off for repeated edits; here it would add ~20 GB of
+# build/debug/incremental to a disk the tests' clusters also write to.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+step "disk space at start"
+df -h "$root" /tmp || true
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
