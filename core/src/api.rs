@@ -53,6 +53,8 @@ pub mod query {
     /// GET of a cached remote object: check the remote's ETag/size first and re-fetch when they
     /// differ (AIStore's `latest-ver`).
     pub const LATEST: &str = "latest";
+    /// GET/HEAD/DELETE of one version of an object in a versioned bucket (S3's `versionId`).
+    pub const VERSION_ID: &str = "version_id";
     /// AIStore's spelling of [`LATEST`].
     pub const LATEST_VER: &str = "latest-ver";
     /// GET of a cached remote object: like `latest`, and a remote deletion drops the cached
@@ -141,6 +143,15 @@ pub mod header {
     /// Node-only: the user a node (the S3 front, a proxy relaying to the primary) acts for,
     /// for what records who did something (a bucket's owner). Dropped from clients' requests.
     pub const ON_BEHALF_OF: &str = "ais-on-behalf-of";
+    /// An object version's S3 version id (answers of versioned buckets; absent for the null
+    /// version). The query parameter selecting a version is `version_id`.
+    pub const VERSION_ID: &str = "ais-version-id";
+    /// `true` on the answer that concerns a delete marker: a 404 GET of an object whose latest
+    /// version is one, a 405 GET of the marker itself, and a DELETE that left or removed one.
+    pub const DELETE_MARKER: &str = "ais-delete-marker";
+    /// The name a noncurrent version or delete marker is stored (and listed) under,
+    /// percent-encoded: a listing of versions resumes after it.
+    pub const STORED_NAME: &str = "ais-stored-name";
     /// An object's owner-assigned generation: which of two copies is newer, decided without
     /// wall clocks (internal routes; 0 when the object is absent). On an internal DELETE, the
     /// tombstone's generation.
@@ -170,6 +181,12 @@ pub fn decode_custom_md(
 
 /// Entry flag: the object is present in the cluster (AIStore's `EntryIsCached`, bit 6).
 pub const ENTRY_IS_CACHED: u32 = 1 << 6;
+/// List entry flag: a delete marker (only in listings with [`LS_VERSIONS`]).
+pub const ENTRY_DELETE_MARKER: u32 = 1 << 12;
+/// Listing flag: every version of each object, newest first, noncurrent ones and delete
+/// markers included. Entry names are stored names (see [`crate::name::version_slot`]) and
+/// each entry's `version` is its S3 version id ("null" for the null version).
+pub const LS_VERSIONS: u64 = 1 << 30;
 
 /// List-objects request (AIStore's `LsoMsg`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -508,6 +525,19 @@ impl BucketProps {
         merge_json(&mut current, patch);
         let props: Self = serde_json::from_value(current).map_err(|e| bad(e.to_string()))?;
         props.lru.dont_evict().map_err(|e| bad(e.message))?;
+        let s3 = props.versioning.s3.as_str();
+        if s3 != self.versioning.s3 {
+            if ![S3_VERSIONING_ENABLED, S3_VERSIONING_SUSPENDED].contains(&s3) {
+                return Err(bad(format!(
+                    "versioning.s3 is {S3_VERSIONING_ENABLED:?} or {S3_VERSIONING_SUSPENDED:?}, not {s3:?} (a bucket that had versioning cannot go back to none)"
+                )));
+            }
+            if props.provider != crate::bucket::Provider::Ais.as_str() {
+                return Err(bad(
+                    "versioning.s3 is for native (ais://) buckets; a remote bucket's versions are its backend's".into(),
+                ));
+            }
+        }
         Ok(props)
     }
 }
@@ -534,7 +564,15 @@ pub struct VersioningProps {
     /// `?sync=true`).
     #[serde(default)]
     pub synchronize: bool,
+    /// S3 object versioning of a native bucket: "" (never enabled), "Enabled" or "Suspended".
+    /// Not AIStore's `versioning.enabled`, which is about remote versions.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub s3: String,
 }
+
+/// [`VersioningProps::s3`] values.
+pub const S3_VERSIONING_ENABLED: &str = "Enabled";
+pub const S3_VERSIONING_SUSPENDED: &str = "Suspended";
 
 /// LRU eviction of a bucket's cached objects.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -36,6 +36,8 @@ pub enum ErrorKind {
     EntityTooSmall,
     /// Multipart: unknown upload id.
     NoSuchUpload,
+    /// Versioning: a well-formed version id this object does not have: 404.
+    NoSuchVersion,
     /// The client stopped sending its request body: 408.
     RequestTimeout,
     /// The request URL is over the node's limit: 414.
@@ -64,7 +66,7 @@ impl ErrorKind {
             InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
             Internal => StatusCode::INTERNAL_SERVER_ERROR,
             InvalidPart | InvalidPartOrder | EntityTooSmall => StatusCode::BAD_REQUEST,
-            NoSuchUpload => StatusCode::NOT_FOUND,
+            NoSuchUpload | NoSuchVersion => StatusCode::NOT_FOUND,
             RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             UriTooLong => StatusCode::URI_TOO_LONG,
             HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,

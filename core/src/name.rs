@@ -21,6 +21,30 @@ pub fn encode_path(name: &str) -> String {
     percent_encoding::utf8_percent_encode(name, PATH).to_string()
 }
 
+/// Noncurrent versions and delete markers of a versioned bucket are stored under names of
+/// their own: the object's name, NUL, and 16 hex digits that sort newest first. A client's name
+/// never holds a NUL, so these never collide with one, and they sort right after the current
+/// version of the same name and before any other name.
+pub fn version_slot(name: &str, generation: u64) -> String {
+    format!("{name}\0{:016x}", u64::MAX - generation)
+}
+
+/// The object name of a stored name and whether it is a [`version_slot`].
+pub fn split_version_slot(stored: &str) -> (&str, bool) {
+    match stored.split_once('\0') {
+        Some((name, _)) => (name, true),
+        None => (stored, false),
+    }
+}
+
+/// What placement hashes (HRW across targets and mountpaths): a stored name without its
+/// [`version_slot`] suffix, so every version lives with its object — wherever a rebalance
+/// or resilver moves it. Identical to the name for every client name (bit-compatible with
+/// AIStore's placement).
+pub fn placement_name(name_or_uname: &str) -> &str {
+    split_version_slot(name_or_uname).0
+}
+
 pub fn validate_object_name(name: &str) -> Result<(), ApiError> {
     let bad = |why: &str| -> Result<(), ApiError> {
         Err(ApiError::bad_request(format!("invalid object name: {why}")))

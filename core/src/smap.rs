@@ -146,14 +146,16 @@ impl ClusterMap {
     /// The target owning the object with this uname.
     pub fn owner(&self, uname: &str) -> Option<&Node> {
         let targets: Vec<&Node> = self.active_targets().collect();
-        let i = hrw::pick(hrw::digest(uname), targets.iter().map(|t| t.id_digest))?;
+        let d = hrw::digest(crate::name::placement_name(uname));
+        let i = hrw::pick(d, targets.iter().map(|t| t.id_digest))?;
         Some(targets[i])
     }
 
     /// The first `n` targets for an object in HRW order (owner first): replica placement.
     pub fn owners(&self, uname: &str, n: usize) -> Vec<&Node> {
         let targets: Vec<&Node> = self.active_targets().collect();
-        hrw::rank(hrw::digest(uname), targets.iter().map(|t| t.id_digest))
+        let d = hrw::digest(crate::name::placement_name(uname));
+        hrw::rank(d, targets.iter().map(|t| t.id_digest))
             .into_iter()
             .take(n)
             .map(|i| targets[i])

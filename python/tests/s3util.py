@@ -42,6 +42,12 @@ def empty_and_delete(s3, name: str) -> None:
             keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
             if keys:
                 s3.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
+        # A versioned bucket keeps noncurrent versions and delete markers: those go too.
+        for page in s3.get_paginator("list_object_versions").paginate(Bucket=name):
+            keys = [{"Key": v["Key"], "VersionId": v["VersionId"]}
+                    for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+            if keys:
+                s3.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
         s3.delete_bucket(Bucket=name)
     except ClientError:
         pass

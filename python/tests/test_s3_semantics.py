@@ -749,3 +749,223 @@ def test_bucket_policy_and_acl_calls_match_moto(s3, bkt):
     grants = s3.get_bucket_acl(Bucket=bkt)["Grants"]
     assert any(g["Grantee"].get("URI", "").endswith("/AllUsers") and g["Permission"] == "READ" for g in grants)
     assert any(g["Permission"] == "FULL_CONTROL" for g in grants)
+
+
+# --- versioning -------------------------------------------------------------------------------
+
+
+def _enable(s3, bucket, status="Enabled"):
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": status})
+
+
+def _body(s3, bucket, key, **kw) -> bytes:
+    return s3.get_object(Bucket=bucket, Key=key, **kw)["Body"].read()
+
+
+def _versions(s3, bucket, **kw) -> list[tuple]:
+    """Every version and delete marker, in S3's order (by key, newest first): (key, id,
+    latest, is a marker). One call: at most 1000."""
+    r = s3.list_object_versions(Bucket=bucket, **kw)
+    items = [(v["Key"], v["VersionId"], v["IsLatest"], False, v["LastModified"]) for v in r.get("Versions", [])]
+    items += [(m["Key"], m["VersionId"], m["IsLatest"], True, m["LastModified"]) for m in r.get("DeleteMarkers", [])]
+    return _in_s3_order(items)
+
+
+def _in_s3_order(items: list[tuple]) -> list[tuple]:
+    """S3 interleaves versions and markers by key, newest first; the client gets two lists.
+    Back in one: by key, the latest first, then by age (moto's times are in whole seconds)."""
+    items.sort(key=lambda i: (i[0], not i[2], -i[4].timestamp()))
+    return [i[:4] for i in items]
+
+
+def test_versioning_status_round_trip(s3, bkt):
+    assert "Status" not in s3.get_bucket_versioning(Bucket=bkt)
+    _enable(s3, bkt)
+    assert s3.get_bucket_versioning(Bucket=bkt)["Status"] == "Enabled"
+    _enable(s3, bkt, "Suspended")
+    assert s3.get_bucket_versioning(Bucket=bkt)["Status"] == "Suspended"
+    _enable(s3, bkt)
+    assert s3.get_bucket_versioning(Bucket=bkt)["Status"] == "Enabled"
+
+
+def test_versions_are_kept_and_read_by_id(s3, bkt):
+    _enable(s3, bkt)
+    v1 = s3.put_object(Bucket=bkt, Key="k", Body=b"one")["VersionId"]
+    v2 = s3.put_object(Bucket=bkt, Key="k", Body=b"second")["VersionId"]
+    assert v1 and v2 and v1 != v2 and "null" not in (v1, v2)
+    got = s3.get_object(Bucket=bkt, Key="k")
+    assert got["Body"].read() == b"second" and got["VersionId"] == v2
+    old = s3.get_object(Bucket=bkt, Key="k", VersionId=v1)
+    assert old["Body"].read() == b"one" and old["VersionId"] == v1
+    head = s3.head_object(Bucket=bkt, Key="k", VersionId=v1)
+    assert head["ContentLength"] == 3 and head["VersionId"] == v1
+    # The current listing shows one object; the versions listing both, newest first.
+    assert [o["Key"] for o in s3.list_objects_v2(Bucket=bkt).get("Contents", [])] == ["k"]
+    assert _versions(s3, bkt) == [("k", v2, True, False), ("k", v1, False, False)]
+    # A version id of another key is no version of this one.
+    other = s3.put_object(Bucket=bkt, Key="other", Body=b"x")["VersionId"]
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=bkt, Key="k", VersionId=other)
+    assert err(ei) == ("NoSuchVersion", 404)
+    with pytest.raises(ClientError) as ei:
+        s3.head_object(Bucket=bkt, Key="k", VersionId=other)
+    assert err(ei)[1] == 404
+
+
+def test_delete_leaves_a_marker_and_removing_it_restores(s3, bkt):
+    _enable(s3, bkt)
+    v1 = s3.put_object(Bucket=bkt, Key="k", Body=b"kept")["VersionId"]
+    d = s3.delete_object(Bucket=bkt, Key="k")
+    marker = d["VersionId"]
+    assert d["DeleteMarker"] is True and marker and marker != v1
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=bkt, Key="k")
+    assert err(ei) == ("NoSuchKey", 404)
+    assert _body(s3, bkt, "k", VersionId=v1) == b"kept"
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=bkt, Key="k", VersionId=marker)
+    assert err(ei) == ("MethodNotAllowed", 405)
+    assert ei.value.response["ResponseMetadata"]["HTTPHeaders"].get("x-amz-delete-marker") == "true"
+    with pytest.raises(ClientError) as ei:
+        s3.head_object(Bucket=bkt, Key="k", VersionId=marker)
+    assert err(ei)[1] == 405
+    assert s3.list_objects_v2(Bucket=bkt).get("Contents", []) == []
+    assert _versions(s3, bkt) == [("k", marker, True, True), ("k", v1, False, False)]
+    # Removing the marker for good makes the version before it current again.
+    d = s3.delete_object(Bucket=bkt, Key="k", VersionId=marker)
+    assert d["VersionId"] == marker and d.get("DeleteMarker") is True
+    got = s3.get_object(Bucket=bkt, Key="k")
+    assert got["Body"].read() == b"kept" and got["VersionId"] == v1
+    assert _versions(s3, bkt) == [("k", v1, True, False)]
+
+
+def test_deleting_the_current_version_promotes_the_one_before(s3, bkt):
+    _enable(s3, bkt)
+    v1 = s3.put_object(Bucket=bkt, Key="k", Body=b"1")["VersionId"]
+    v2 = s3.put_object(Bucket=bkt, Key="k", Body=b"2")["VersionId"]
+    v3 = s3.put_object(Bucket=bkt, Key="k", Body=b"3")["VersionId"]
+    # A noncurrent version goes for good; the current stays.
+    s3.delete_object(Bucket=bkt, Key="k", VersionId=v2)
+    assert _body(s3, bkt, "k") == b"3"
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=bkt, Key="k", VersionId=v2)
+    assert err(ei) == ("NoSuchVersion", 404)
+    s3.delete_object(Bucket=bkt, Key="k", VersionId=v3)
+    got = s3.get_object(Bucket=bkt, Key="k")
+    assert got["Body"].read() == b"1" and got["VersionId"] == v1
+    assert _versions(s3, bkt) == [("k", v1, True, False)]
+    # Deleting the last version leaves no object and nothing to list.
+    s3.delete_object(Bucket=bkt, Key="k", VersionId=v1)
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=bkt, Key="k")
+    assert err(ei) == ("NoSuchKey", 404)
+    assert _versions(s3, bkt) == []
+
+
+def test_list_object_versions_pages_concatenate_to_the_whole(s3, bkt):
+    _enable(s3, bkt)
+    for i in range(3):
+        s3.put_object(Bucket=bkt, Key="a", Body=b"a%d" % i)
+    s3.put_object(Bucket=bkt, Key="b", Body=b"b")
+    s3.delete_object(Bucket=bkt, Key="b")
+    s3.put_object(Bucket=bkt, Key="c", Body=b"c")
+    s3.put_object(Bucket=bkt, Key="dir/x", Body=b"x")
+    whole = _versions(s3, bkt)
+    assert [(k, latest, m) for k, _, latest, m in whole] == [
+        ("a", True, False), ("a", False, False), ("a", False, False),
+        ("b", True, True), ("b", False, False), ("c", True, False), ("dir/x", True, False)]
+    for max_keys in (1, 2, 3):
+        got, kw = [], {}
+        for _ in range(20):
+            r = s3.list_object_versions(Bucket=bkt, MaxKeys=max_keys, **kw)
+            page = [(v["Key"], v["VersionId"], v["IsLatest"], False, v["LastModified"]) for v in r.get("Versions", [])]
+            page += [(m["Key"], m["VersionId"], m["IsLatest"], True, m["LastModified"]) for m in r.get("DeleteMarkers", [])]
+            assert len(page) <= max_keys
+            got += _in_s3_order(page)
+            if not r["IsTruncated"]:
+                break
+            kw = {"KeyMarker": r["NextKeyMarker"], "VersionIdMarker": r["NextVersionIdMarker"]}
+        assert got == whole, f"MaxKeys={max_keys}"
+    # A delimiter groups keys; the versions of the rest are listed.
+    r = s3.list_object_versions(Bucket=bkt, Delimiter="/")
+    assert [p["Prefix"] for p in r.get("CommonPrefixes", [])] == ["dir/"]
+    assert sorted({v["Key"] for v in r.get("Versions", [])}) == ["a", "b", "c"]
+
+
+def test_objects_from_before_versioning_are_the_null_version(s3, bkt):
+    s3.put_object(Bucket=bkt, Key="k", Body=b"old")
+    _enable(s3, bkt)
+    v = s3.put_object(Bucket=bkt, Key="k", Body=b"new")["VersionId"]
+    assert _versions(s3, bkt) == [("k", v, True, False), ("k", "null", False, False)]
+    assert _body(s3, bkt, "k", VersionId="null") == b"old"
+
+
+def test_copy_from_a_version_and_multipart_versions(s3, bkt):
+    _enable(s3, bkt)
+    v1 = s3.put_object(Bucket=bkt, Key="src", Body=b"first")["VersionId"]
+    s3.put_object(Bucket=bkt, Key="src", Body=b"second")
+    r = s3.copy_object(Bucket=bkt, Key="dst", CopySource={"Bucket": bkt, "Key": "src", "VersionId": v1})
+    assert r["CopySourceVersionId"] == v1 and r["VersionId"]
+    assert _body(s3, bkt, "dst") == b"first"
+    # Restoring an old version over the current one: a copy onto the same key.
+    s3.copy_object(Bucket=bkt, Key="src", CopySource={"Bucket": bkt, "Key": "src", "VersionId": v1})
+    assert _body(s3, bkt, "src") == b"first"
+    assert len([v for v in _versions(s3, bkt) if v[0] == "src"]) == 3
+    up = s3.create_multipart_upload(Bucket=bkt, Key="mp")["UploadId"]
+    etag = s3.upload_part(Bucket=bkt, Key="mp", UploadId=up, PartNumber=1, Body=b"p" * 100)["ETag"]
+    done = s3.complete_multipart_upload(Bucket=bkt, Key="mp", UploadId=up,
+                                        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
+    assert done["VersionId"]
+    assert s3.head_object(Bucket=bkt, Key="mp")["VersionId"] == done["VersionId"]
+
+
+def test_a_bucket_with_versions_is_not_empty(s3, request):
+    name = _bucket(s3)
+    try:
+        _enable(s3, name)
+        v = s3.put_object(Bucket=name, Key="k", Body=b"x")["VersionId"]
+        marker = s3.delete_object(Bucket=name, Key="k")["VersionId"]
+        with pytest.raises(ClientError) as ei:
+            s3.delete_bucket(Bucket=name)
+        assert err(ei) == ("BucketNotEmpty", 409)
+        r = s3.delete_objects(Bucket=name, Delete={"Objects": [
+            {"Key": "k", "VersionId": v}, {"Key": "k", "VersionId": marker}]})
+        deleted = {d["VersionId"]: d.get("DeleteMarker", False) for d in r["Deleted"]}
+        assert set(deleted) == {v, marker}
+        if request.node.callspec.params["s3"] == "gristmill":
+            # S3 says which removed version was a marker; moto does not.
+            assert deleted == {v: False, marker: True}
+        s3.delete_bucket(Bucket=name)
+    finally:
+        empty_and_delete(s3, name)
+
+
+def test_suspended_versioning_keeps_one_null_version(gristmill_s3):
+    """Gristmill only: moto replaces every version on a PUT to a suspended bucket."""
+    s3 = gristmill_s3
+    name = _bucket(s3)
+    try:
+        _enable(s3, name)
+        v1 = s3.put_object(Bucket=name, Key="k", Body=b"v1")["VersionId"]
+        _enable(s3, name, "Suspended")
+        r = s3.put_object(Bucket=name, Key="k", Body=b"n1")
+        assert "VersionId" not in r  # the null version
+        s3.put_object(Bucket=name, Key="k", Body=b"n2")
+        # The null version was replaced; v1 stays.
+        assert _versions(s3, name) == [("k", "null", True, False), ("k", v1, False, False)]
+        assert _body(s3, name, "k") == b"n2"
+        assert _body(s3, name, "k", VersionId=v1) == b"v1"
+        # A delete leaves a null marker in place of the null version.
+        d = s3.delete_object(Bucket=name, Key="k")
+        assert d["DeleteMarker"] is True
+        assert _versions(s3, name) == [("k", "null", True, True), ("k", v1, False, False)]
+        # Malformed version ids are refused.
+        with pytest.raises(ClientError) as ei:
+            s3.get_object(Bucket=name, Key="k", VersionId="not-a-version")
+        assert err(ei) == ("InvalidArgument", 400)
+        # Versioning cannot go back to never having been enabled, and stays on remote buckets' side.
+        with pytest.raises(ClientError) as ei:
+            s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Off"})
+        assert err(ei)[1] == 400
+    finally:
+        empty_and_delete(s3, name)

@@ -147,7 +147,7 @@ fn store_metadata(c: &mut Criterion) {
             k = (k + 7919) % 9_000;
             let after = format!("obj-{k:06}");
             let page =
-                f.rt.block_on(f.store.list(&f.bck, "obj-", &after, 1000))
+                f.rt.block_on(f.store.list(&f.bck, "obj-", &after, 1000, false))
                     .unwrap();
             assert_eq!(page.len(), 1000);
             page

@@ -147,6 +147,7 @@ const READS: &[&str] = &[
     "GetObjectTagging",
     "GetBucketPolicy",
     "GetBucketAcl",
+    "GetBucketVersioning",
     "ListParts",
     "ListMultipartUploads",
 ];

@@ -99,7 +99,17 @@ pub(super) async fn delete_bucket(
             bck
         ));
     }
-    if !s.list_page(&bck, "", "", 1).await?.entries.is_empty() {
+    // Noncurrent versions and delete markers count: S3 deletes only a bucket without any.
+    let lso = api::ListObjectsMsg {
+        pagesize: 1,
+        props: "name".into(),
+        flags: api::LS_VERSIONS,
+        ..Default::default()
+    };
+    let page = crate::remote::list_bucket(&s.proxy, &bck, lso)
+        .await
+        .map_err(|e| s3_error_from(e, false))?;
+    if !page.entries.is_empty() {
         return Err(s3_error!(
             BucketNotEmpty,
             "bucket {} is not empty",

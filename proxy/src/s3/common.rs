@@ -50,6 +50,8 @@ pub(super) fn s3_error_from(err: ApiError, key: bool) -> S3Error {
         InvalidPartOrder => S3ErrorCode::InvalidPartOrder,
         EntityTooSmall => S3ErrorCode::EntityTooSmall,
         NoSuchUpload => S3ErrorCode::NoSuchUpload,
+        NoSuchVersion => S3ErrorCode::NoSuchVersion,
+        MethodNotAllowed => S3ErrorCode::MethodNotAllowed,
         BadRequest => S3ErrorCode::InvalidRequest,
         Forbidden | Unauthorized => S3ErrorCode::AccessDenied,
         Busy => S3ErrorCode::SlowDown,
@@ -575,6 +577,32 @@ impl GristS3 {
             gristmill_core::name::encode_path(key),
             bucket_query(bck)
         ))
+    }
+
+    /// Changes a bucket's properties (a `set-bprops` patch, merged into them) on the primary.
+    pub(super) async fn set_props(&self, bck: &Bck, patch: serde_json::Value) -> S3Result<()> {
+        let url = format!(
+            "{}/v1/buckets/{}?{}",
+            self.proxy.primary_url(),
+            bck.name,
+            bucket_query(bck)
+        );
+        let body = serde_json::json!({
+            "action": gristmill_core::api::action::SET_BPROPS,
+            "value": patch,
+        });
+        let resp = self
+            .send(
+                self.proxy
+                    .http
+                    .request(reqwest::Method::PATCH, url)
+                    .json(&body),
+            )
+            .await?;
+        if !resp.status().is_success() {
+            return Err(node_error(resp, false).await);
+        }
+        Ok(())
     }
 
     pub(super) async fn send(&self, req: reqwest::RequestBuilder) -> S3Result<reqwest::Response> {

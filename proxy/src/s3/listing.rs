@@ -1,4 +1,5 @@
-//! S3 listings: ListObjects (v1, v2) and ListObjectVersions over the native listing.
+//! S3 listings: ListObjects (v1, v2) over the native listing (ListObjectVersions:
+//! [`super::versioning`]).
 
 use super::common::*;
 use s3s::dto::*;
@@ -75,57 +76,6 @@ pub(super) async fn list_objects_v2(
         encoding_type: input.encoding_type.clone(),
         contents: Some(s3_objects(objects, enc, fetch_owner)),
         common_prefixes: Some(s3_prefixes(prefixes, enc)),
-        ..Default::default()
-    }))
-}
-
-pub(super) async fn list_object_versions(
-    s: &GristS3,
-    req: S3Request<ListObjectVersionsInput>,
-) -> S3Result<S3Response<ListObjectVersionsOutput>> {
-    let input = req.input;
-    let bck = s.existing(&input.bucket).await?;
-    let prefix = input.prefix.clone().unwrap_or_default();
-    let max = input.max_keys.unwrap_or(1000).clamp(0, 1000) as usize;
-    // An empty delimiter is none (S3 neither groups by it nor echoes it).
-    let delimiter = input.delimiter.clone().filter(|d| !d.is_empty());
-    let after = resume_after(
-        input.key_marker.as_deref().unwrap_or(""),
-        delimiter.as_deref(),
-    );
-    let (objects, prefixes, truncated, last) = s
-        .walk(&bck, &prefix, delimiter.as_deref(), &after, max)
-        .await?;
-    Ok(S3Response::new(ListObjectVersionsOutput {
-        name: Some(bck.name.clone()),
-        prefix: Some(prefix),
-        delimiter,
-        max_keys: Some(max as i32),
-        is_truncated: Some(truncated),
-        key_marker: input.key_marker.clone(),
-        next_key_marker: truncated.then_some(last),
-        next_version_id_marker: truncated.then(|| "null".to_owned()),
-        versions: Some(
-            objects
-                .into_iter()
-                .map(|e| ObjectVersion {
-                    e_tag: Some(entry_etag(&e)),
-                    last_modified: Some(timestamp(e.mtime_ns)),
-                    key: Some(e.name),
-                    size: Some(e.size as i64),
-                    version_id: Some("null".into()),
-                    is_latest: Some(true),
-                    owner: Some(owner()),
-                    ..Default::default()
-                })
-                .collect(),
-        ),
-        common_prefixes: Some(
-            prefixes
-                .into_iter()
-                .map(|p| CommonPrefix { prefix: Some(p) })
-                .collect(),
-        ),
         ..Default::default()
     }))
 }

@@ -14,6 +14,7 @@ mod objects;
 mod ops;
 mod public;
 mod tagging;
+mod versioning;
 
 use std::sync::Arc;
 

@@ -291,6 +291,7 @@ pub(super) async fn complete_multipart_upload(
         bucket: Some(bck.name.clone()),
         key: Some(input.key.clone()),
         e_tag: Some(quoted(&attrs.etag)),
+        version_id: super::versioning::version_of(&attrs),
         location: Some(format!("/{}/{}", bck.name, input.key)),
         checksum_crc32: attrs.checksum("crc32"),
         checksum_crc32c: attrs.checksum("crc32c"),

@@ -2,10 +2,11 @@
 //! delete (one and many), copy.
 
 use super::common::*;
+use super::versioning::{answered_marker, answered_version, marker_error, version_of, version_url};
 use futures::StreamExt;
 use reqwest::StatusCode;
 use s3s::dto::*;
-use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
+use s3s::{S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 
 pub(super) async fn put_object(
     s: &GristS3,
@@ -38,6 +39,7 @@ pub(super) async fn put_object(
         .await?;
     Ok(S3Response::new(PutObjectOutput {
         e_tag: Some(quoted(&attrs.etag)),
+        version_id: version_of(&attrs),
         checksum_crc32: attrs.checksum("crc32"),
         checksum_crc32c: attrs.checksum("crc32c"),
         checksum_sha1: attrs.checksum("sha1"),
@@ -53,7 +55,10 @@ pub(super) async fn get_object(
 ) -> S3Result<S3Response<GetObjectOutput>> {
     let input = &req.input;
     let bck = s.existing(&input.bucket).await?;
-    let url = s.owner_url("objects", &bck, &input.key)?;
+    let url = version_url(
+        s.owner_url("objects", &bck, &input.key)?,
+        input.version_id.as_deref(),
+    )?;
     // `?partNumber=N`: that part's bytes (a HEAD first finds its boundaries).
     let mut parts_count = None;
     let mut r = s.proxy.http.get(&url);
@@ -74,6 +79,9 @@ pub(super) async fn get_object(
     }
     let r = forward(r, &req.headers, &CONDITIONALS);
     let resp = s.send(r).await?;
+    if resp.status() == StatusCode::METHOD_NOT_ALLOWED && answered_marker(resp.headers()) {
+        return Err(marker_error(answered_version(resp.headers())));
+    }
     if !resp.status().is_success() {
         return Err(node_error(resp, true).await);
     }
@@ -133,6 +141,7 @@ pub(super) async fn get_object(
         checksum_type: attrs.checksum_type().filter(|_| want_checksums),
         tag_count: super::tagging::count(&attrs),
         parts_count,
+        version_id: version_of(&attrs),
         ..Default::default()
     };
     let mut out = S3Response::new(output);
@@ -148,12 +157,19 @@ pub(super) async fn head_object(
 ) -> S3Result<S3Response<HeadObjectOutput>> {
     let input = &req.input;
     let bck = s.existing(&input.bucket).await?;
-    let url = s.owner_url("objects", &bck, &input.key)?;
+    let url = version_url(
+        s.owner_url("objects", &bck, &input.key)?,
+        input.version_id.as_deref(),
+    )?;
     let r = forward(s.proxy.http.head(url), &req.headers, &CONDITIONALS);
     let resp = s.send(r).await?;
     if !resp.status().is_success() {
         let status = resp.status();
         return Err(match status {
+            StatusCode::METHOD_NOT_ALLOWED if answered_marker(resp.headers()) => {
+                marker_error(answered_version(resp.headers()))
+            }
+            StatusCode::NOT_FOUND if input.version_id.is_some() => s3_error!(NoSuchVersion),
             StatusCode::NOT_FOUND => s3_error!(NoSuchKey),
             StatusCode::PRECONDITION_FAILED => s3_error!(PreconditionFailed),
             StatusCode::NOT_MODIFIED => s3_error!(NotModified),
@@ -194,6 +210,7 @@ pub(super) async fn head_object(
         content_disposition: attrs.get(CONTENT_DISPOSITION),
         content_language: attrs.get(CONTENT_LANGUAGE),
         metadata: attrs.user_metadata(),
+        version_id: version_of(&attrs),
         checksum_crc32: sum("crc32"),
         checksum_crc32c: sum("crc32c"),
         checksum_sha1: sum("sha1"),
@@ -305,13 +322,53 @@ pub(super) async fn delete_object(
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let bck = s.existing(&req.input.bucket).await?;
-    let url = s.owner_url("objects", &bck, &req.input.key)?;
+    let deleted = delete_one(s, &bck, &req.input.key, req.input.version_id.as_deref()).await?;
+    Ok(S3Response::new(DeleteObjectOutput {
+        delete_marker: deleted.marker.then_some(true),
+        version_id: deleted.version_id,
+        ..Default::default()
+    }))
+}
+
+/// What one delete did: the version it removed or the delete marker it left.
+struct Deleted {
+    /// The version removed (`versionId` given) or the marker's id (none for the null one).
+    version_id: Option<String>,
+    /// A delete marker was left, or the version removed was one.
+    marker: bool,
+}
+
+/// DELETE of a key (a delete marker in a versioned bucket) or of one version of it.
+async fn delete_one(
+    s: &GristS3,
+    bck: &gristmill_core::Bck,
+    key: &str,
+    version_id: Option<&str>,
+) -> S3Result<Deleted> {
+    let url = version_url(s.owner_url("objects", bck, key)?, version_id)?;
     let resp = s.send(s.proxy.http.delete(url)).await?;
     // S3 answers 204 whether or not the key existed.
-    if !resp.status().is_success() && resp.status() != StatusCode::NOT_FOUND {
-        return Err(node_error(resp, true).await);
+    if resp.status() == StatusCode::NOT_FOUND && version_id.is_none() {
+        return Ok(Deleted {
+            version_id: None,
+            marker: false,
+        });
     }
-    Ok(S3Response::new(DeleteObjectOutput::default()))
+    if !resp.status().is_success() {
+        let e = node_error(resp, true).await;
+        // Deleting a version that is not there is no error for S3 either.
+        if version_id.is_some() && *e.code() == S3ErrorCode::NoSuchVersion {
+            return Ok(Deleted {
+                version_id: version_id.map(str::to_owned),
+                marker: false,
+            });
+        }
+        return Err(e);
+    }
+    Ok(Deleted {
+        version_id: answered_version(resp.headers()).or_else(|| version_id.map(str::to_owned)),
+        marker: answered_marker(resp.headers()),
+    })
 }
 
 pub(super) async fn delete_objects(
@@ -324,38 +381,41 @@ pub(super) async fn delete_objects(
         return Err(s3_error!(MalformedXML, "at most 1000 keys per request"));
     }
     let bck = &bck;
-    let results: Vec<(String, Result<(), S3Error>)> =
+    let results: Vec<(ObjectIdentifier, S3Result<Deleted>)> =
         futures::stream::iter(req.input.delete.objects.clone())
             .map(|o| async move {
-                let r = async {
-                    let url = s.owner_url("objects", bck, &o.key)?;
-                    let resp = s.send(s.proxy.http.delete(url)).await?;
-                    if resp.status().is_success() || resp.status() == StatusCode::NOT_FOUND {
-                        Ok(())
-                    } else {
-                        Err(node_error(resp, true).await)
-                    }
-                }
-                .await;
-                (o.key, r)
+                let r = delete_one(s, bck, &o.key, o.version_id.as_deref()).await;
+                (o, r)
             })
             .buffered(16)
             .collect()
             .await;
     let mut deleted = Vec::new();
     let mut errors = Vec::new();
-    for (key, r) in results {
+    for (o, r) in results {
         match r {
-            Ok(()) if !quiet => deleted.push(DeletedObject {
-                key: Some(key),
-                ..Default::default()
+            Ok(d) if !quiet => deleted.push(match &o.version_id {
+                // One version removed: it may have been a delete marker.
+                Some(_) => DeletedObject {
+                    key: Some(o.key),
+                    version_id: d.version_id,
+                    delete_marker: d.marker.then_some(true),
+                    ..Default::default()
+                },
+                // A delete marker left.
+                None => DeletedObject {
+                    key: Some(o.key),
+                    delete_marker: d.marker.then_some(true),
+                    delete_marker_version_id: d.version_id.filter(|_| d.marker),
+                    ..Default::default()
+                },
             }),
-            Ok(()) => {}
+            Ok(_) => {}
             Err(e) => errors.push(Error {
-                key: Some(key),
+                key: Some(o.key),
+                version_id: o.version_id,
                 code: Some(e.code().as_str().to_owned()),
                 message: e.message().map(str::to_owned),
-                ..Default::default()
             }),
         }
     }
@@ -371,8 +431,16 @@ pub(super) async fn copy_object(
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
     let input = req.input;
-    let (src_bucket, src_key) = match &input.copy_source {
-        CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
+    let (src_bucket, src_key, src_version) = match &input.copy_source {
+        CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => (
+            bucket.to_string(),
+            key.to_string(),
+            version_id.as_deref().map(str::to_owned),
+        ),
         _ => {
             return Err(s3_error!(
                 NotImplemented,
@@ -382,7 +450,10 @@ pub(super) async fn copy_object(
     };
     let src = s.existing(&src_bucket).await?;
     let dst = s.existing(&input.bucket).await?;
-    let src_url = s.owner_url("objects", &src, &src_key)?;
+    let src_url = version_url(
+        s.owner_url("objects", &src, &src_key)?,
+        src_version.as_deref(),
+    )?;
     let dst_url = s.owner_url("objects", &dst, &input.key)?;
     // x-amz-copy-source-if-*: the source's conditions, as a GET's; any unmet one is a 412.
     let mut get = s.proxy.http.get(src_url);
@@ -395,6 +466,12 @@ pub(super) async fn copy_object(
         }
     }
     let resp = s.send(get).await?;
+    if resp.status() == StatusCode::METHOD_NOT_ALLOWED && answered_marker(resp.headers()) {
+        return Err(s3_error!(
+            InvalidRequest,
+            "the source of a copy cannot be a delete marker"
+        ));
+    }
     if resp.status() == StatusCode::NOT_MODIFIED {
         return Err(s3_error!(
             PreconditionFailed,
@@ -409,7 +486,7 @@ pub(super) async fn copy_object(
         .metadata_directive
         .as_ref()
         .is_some_and(|d| d.as_str() == MetadataDirective::REPLACE);
-    if !replace && src_bucket == input.bucket && src_key == input.key {
+    if !replace && src_version.is_none() && src_bucket == input.bucket && src_key == input.key {
         return Err(s3_error!(
             InvalidRequest,
             "copying an object onto itself without changing its metadata is not allowed"
@@ -473,6 +550,8 @@ pub(super) async fn copy_object(
             last_modified: Some(timestamp(stored.mtime_ns)),
             ..Default::default()
         }),
+        version_id: version_of(&stored),
+        copy_source_version_id: version_of(&attrs),
         ..Default::default()
     }))
 }

@@ -6,7 +6,7 @@ use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result};
 
 use super::common::GristS3;
-use super::{buckets, listing, multipart, objects, public, tagging};
+use super::{buckets, listing, multipart, objects, public, tagging, versioning};
 
 #[async_trait::async_trait]
 impl S3 for GristS3 {
@@ -168,7 +168,21 @@ impl S3 for GristS3 {
         &self,
         req: S3Request<ListObjectVersionsInput>,
     ) -> S3Result<S3Response<ListObjectVersionsOutput>> {
-        listing::list_object_versions(self, req).await
+        versioning::list_object_versions(self, req).await
+    }
+
+    async fn put_bucket_versioning(
+        &self,
+        req: S3Request<PutBucketVersioningInput>,
+    ) -> S3Result<S3Response<PutBucketVersioningOutput>> {
+        versioning::put_bucket_versioning(self, req).await
+    }
+
+    async fn get_bucket_versioning(
+        &self,
+        req: S3Request<GetBucketVersioningInput>,
+    ) -> S3Result<S3Response<GetBucketVersioningOutput>> {
+        versioning::get_bucket_versioning(self, req).await
     }
 
     async fn create_multipart_upload(

@@ -137,30 +137,13 @@ async fn props_of(s: &GristS3, name: &str) -> S3Result<gristmill_core::api::Buck
 }
 
 async fn set_public(s: &GristS3, bck: &gristmill_core::Bck, public: &PublicProps) -> S3Result<()> {
-    let url = format!(
-        "{}/v1/buckets/{}?{}",
-        s.proxy.primary_url(),
-        bck.name,
-        bucket_query(bck)
-    );
-    let body = serde_json::json!({
-        "action": gristmill_core::api::action::SET_BPROPS,
-        // Both fields, always: an empty policy must replace the stored one (the props patch
-        // merges, and the empty policy is not serialized).
-        "value": {"public": {"acl_read": public.acl_read, "policy": public.policy}},
-    });
-    let resp = s
-        .send(
-            s.proxy
-                .http
-                .request(reqwest::Method::PATCH, url)
-                .json(&body),
-        )
-        .await?;
-    if !resp.status().is_success() {
-        return Err(node_error(resp, false).await);
-    }
-    Ok(())
+    // Both fields, always: an empty policy must replace the stored one (the props patch
+    // merges, and the empty policy is not serialized).
+    s.set_props(
+        bck,
+        serde_json::json!({"public": {"acl_read": public.acl_read, "policy": public.policy}}),
+    )
+    .await
 }
 
 /// A canned ACL as the bucket's `acl_read`: `public-read` grants everyone READ, `private`

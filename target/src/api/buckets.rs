@@ -35,7 +35,11 @@ pub(crate) async fn list_objects(
     if lso.flags & gristmill_core::shards::LS_ARCH_DIR != 0 {
         return crate::shards::list_objects(&t, &bck, &lso, &headers).await;
     }
-    let metas = t.store.list(&bck, &lso.prefix, lso.after(), limit).await?;
+    let versions = lso.flags & gristmill_core::api::LS_VERSIONS != 0;
+    let metas = t
+        .store
+        .list(&bck, &lso.prefix, lso.after(), limit, versions)
+        .await?;
     // Read after the scan: a copy dropped during or after it shows as a changed counter.
     let drops = t.drops.load(std::sync::atomic::Ordering::SeqCst);
     let more = metas.len() >= limit;

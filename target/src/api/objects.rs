@@ -35,6 +35,9 @@ pub(crate) async fn object(
         Routed::Elsewhere(redirect) => return Ok(redirect),
     };
     let remote = bck.is_remote();
+    if let Some(id) = params.get(gristmill_core::api::query::VERSION_ID) {
+        return crate::write::local::one_version(&t, &bck, &name, id, &params, req).await;
+    }
     if !remote && matches!(*req.method(), Method::GET | Method::HEAD) {
         let method = req.method().clone();
         let local = if method == Method::GET {
@@ -91,9 +94,9 @@ pub(crate) async fn object(
         Method::PATCH => crate::write::local::patch_custom(&t, &bck, &name, req).await,
         Method::DELETE if remote => crate::write::remote::delete_object(&t, &bck, &name).await,
         Method::DELETE => {
-            crate::write::local::delete_object(&t, &bck, &name).await?;
+            let resp = crate::write::local::delete_native(&t, &bck, &name).await?;
             crate::shards::after_delete(&t, &bck, &name);
-            Ok(StatusCode::OK.into_response())
+            Ok(resp)
         }
         _ => Err(ApiError::new(
             gristmill_core::ErrorKind::MethodNotAllowed,
@@ -252,6 +255,11 @@ pub(crate) async fn multipart(
                 Err(e) => return Err(e.into()),
             };
             assembled.pending.options_mut().condition = condition;
+            crate::write::local::version_custom(
+                &t,
+                &bck,
+                &mut assembled.pending.options_mut().custom,
+            );
             // Like a PUT: staged on the replicas first, visible only once every copy is
             // stored; a failure leaves the previous version (and the parts, for a retry).
             let meta =

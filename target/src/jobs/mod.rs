@@ -450,7 +450,7 @@ pub(crate) async fn enumerate(
             let mut after = String::new();
             loop {
                 let (names, more): (Vec<String>, bool) = if local {
-                    let page = t.store.list(bck, &prefix, &after, LIST_PAGE).await?;
+                    let page = t.store.list(bck, &prefix, &after, LIST_PAGE, false).await?;
                     let more = page.len() >= LIST_PAGE;
                     (page.into_iter().map(|m| m.name).collect(), more)
                 } else {

@@ -48,7 +48,7 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
             if run.cancel.is_cancelled() {
                 return Ok(());
             }
-            let page = t.store.list(&bck, &prefix, &after, LIST_PAGE).await?;
+            let page = t.store.list(&bck, &prefix, &after, LIST_PAGE, true).await?;
             let more = page.len() >= LIST_PAGE;
             let Some(last) = page.last().map(|m| m.name.clone()) else {
                 break;

@@ -34,6 +34,17 @@ pub(crate) fn object_headers(t: &Target, bck: &Bck, meta: &ObjectMeta, headers: 
             headers.insert(name, v);
         }
     };
+    if let Some(id) = meta.custom.get(crate::store::VERSION_ID_KEY)
+        && id != crate::store::NULL_VERSION_ID
+    {
+        set(HeaderName::from_static(h::VERSION_ID), id);
+    }
+    if meta.name.contains('\0') {
+        set(
+            HeaderName::from_static(h::STORED_NAME),
+            &gristmill_core::name::encode_path(&meta.name),
+        );
+    }
     set(CHECKSUM_TYPE, &meta.cksum_type);
     set(CHECKSUM_VALUE, &meta.cksum_value);
     set(VERSION, &meta.version);
@@ -322,7 +333,9 @@ pub(crate) fn entry(t: &Target, m: &ObjectMeta, lso: &ListObjectsMsg) -> ListEnt
         } else {
             String::new()
         },
-        version: if want("version") {
+        version: if lso.flags & gristmill_core::api::LS_VERSIONS != 0 {
+            crate::store::index::version_id(m).to_owned()
+        } else if want("version") {
             m.version.clone()
         } else {
             String::new()
@@ -333,7 +346,11 @@ pub(crate) fn entry(t: &Target, m: &ObjectMeta, lso: &ListObjectsMsg) -> ListEnt
             String::new()
         },
         copies: if want("copies") { 1 } else { 0 },
-        flags: ENTRY_IS_CACHED,
+        flags: if crate::store::index::is_delete_marker(m) {
+            ENTRY_IS_CACHED | gristmill_core::api::ENTRY_DELETE_MARKER
+        } else {
+            ENTRY_IS_CACHED
+        },
         mtime_ns: m.mtime_ns,
         etag: m.custom.get(ETAG_KEY).cloned().unwrap_or_default(),
     }

@@ -62,7 +62,7 @@ pub(crate) async fn list_objects(
     let mut cursor = after.clone();
     let mut exhausted = false;
     while out.len() < limit {
-        let page = t.store.list(bck, &prefix, &cursor, STEP).await?;
+        let page = t.store.list(bck, &prefix, &cursor, STEP, false).await?;
         let mut done = page.len() < STEP;
         for m in &page {
             if out.len() >= limit {

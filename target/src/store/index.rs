@@ -15,6 +15,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::store::error::StoreError;
 use crate::store::hot::MetaCache;
 use crate::store::meta::ObjectMeta;
+use crate::store::{DELETE_MARKER_KEY, MINT_VERSION_ID, NULL_VERSION_ID, VERSION_ID_KEY};
+use gristmill_core::name::{split_version_slot, version_slot};
 
 const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("objects");
 /// Deleted objects: key as in [`OBJECTS`], value the tombstone's generation and when it was
@@ -146,6 +148,15 @@ pub enum IndexOp {
         meta: ObjectMeta,
         expect: Option<String>,
     },
+    /// Versioned buckets: delete one version of an object for good (the current one or a
+    /// noncurrent one or a delete marker; answers with it in `freed`, or `unmet` if there is
+    /// none). When that leaves a noncurrent version newest, it becomes current again (in
+    /// `stored`, with a new generation).
+    DeleteVersion {
+        bucket: String,
+        name: String,
+        version_id: String,
+    },
     /// Remove the record only if it still names data file `file`; answers with the removed
     /// record, or none.
     DeleteIf {
@@ -170,6 +181,7 @@ impl Changes {
                 Changes::Object(m.bucket.clone(), m.name.clone())
             }
             IndexOp::Delete { bucket, name }
+            | IndexOp::DeleteVersion { bucket, name, .. }
             | IndexOp::DeleteIf { bucket, name, .. }
             | IndexOp::Bury { bucket, name, .. } => Changes::Object(bucket.clone(), name.clone()),
             IndexOp::PurgeTombstones { .. } => Changes::AccessTimes,
@@ -192,6 +204,12 @@ pub struct Applied {
     pub tombstone: u64,
     /// Why a conditional put was not stored (nothing changed).
     pub unmet: Option<&'static str>,
+    /// Versioned buckets: records removed besides `replaced` (a null version a new null
+    /// version replaces, a version deleted for good); their data files are garbage.
+    pub freed: Vec<ObjectMeta>,
+    /// Stored names whose records moved or went (besides the op's own name): the hot-record
+    /// cache forgets them.
+    pub touched: Vec<String>,
 }
 
 pub type IndexReply = Result<Applied, StoreError>;
@@ -270,6 +288,11 @@ impl ObjectIndex {
         let reply = wait
             .await
             .map_err(|_| StoreError::Index("index committer dropped a change".into()))?;
+        if let (Ok(applied), Changes::Object(bucket, _)) = (&reply, &changes) {
+            for name in &applied.touched {
+                self.hot.forget(bucket, name);
+            }
+        }
         // After the commit (whatever its outcome): a lookup that read the old record cannot
         // cache it any more.
         match changes {
@@ -299,12 +322,15 @@ impl ObjectIndex {
 
     /// Up to `limit` objects of `bucket` whose names start with `prefix` and sort strictly after
     /// `start_after`, in name order. Blocking: call from a blocking context for large pages.
+    /// With `versions`, also the noncurrent versions and delete markers (under their stored
+    /// names, right after their object's current record).
     pub fn list(
         &self,
         bucket: &str,
         prefix: &str,
         start_after: &str,
         limit: usize,
+        versions: bool,
     ) -> Result<Vec<ObjectMeta>, StoreError> {
         let tx = self.db.begin_read()?;
         let table = tx.open_table(OBJECTS)?;
@@ -322,9 +348,22 @@ impl ObjectIndex {
             if !k.value().starts_with(&want_prefix) || out.len() >= limit {
                 break;
             }
+            if !versions && k.value()[bucket.len() + 1..].contains(&0) {
+                continue;
+            }
             out.push(ObjectMeta::decode(v.value())?);
         }
         Ok(out)
+    }
+
+    /// The noncurrent versions and delete markers of an object, newest first.
+    pub fn versions(&self, bucket: &str, name: &str) -> Result<Vec<ObjectMeta>, StoreError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(OBJECTS)?;
+        Ok(versions_of(&table, bucket, name)?
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect())
     }
 
     /// Whether the index holds no record. Blocking.
@@ -438,6 +477,174 @@ fn write_tombstone(tombs: &mut Table<'_>, key: &[u8], generation: u64) -> Result
     Ok(())
 }
 
+/// An object version's S3 version id ("null" for the null version and unversioned records).
+pub fn version_id(m: &ObjectMeta) -> &str {
+    m.custom
+        .get(VERSION_ID_KEY)
+        .map_or(NULL_VERSION_ID, String::as_str)
+}
+
+pub fn is_delete_marker(m: &ObjectMeta) -> bool {
+    m.custom.get(DELETE_MARKER_KEY).is_some_and(|v| v == "true")
+}
+
+/// The generation a version is ordered by among its object's: a minted id begins with the
+/// generation it was written at; the null version's is its record's.
+pub fn slot_gen(m: &ObjectMeta) -> u64 {
+    let id = version_id(m);
+    id.get(..16)
+        .filter(|_| id.len() == 32)
+        .and_then(|g| u64::from_str_radix(g, 16).ok())
+        .unwrap_or_else(|| m.effective_gen())
+}
+
+/// A fresh version id: the generation (orders versions, finds the slot) and 64 random bits
+/// (unique even if a generation comes back after its tombstone was purged).
+fn mint_version_id(generation: u64) -> String {
+    format!(
+        "{generation:016x}{:016x}",
+        uuid::Uuid::new_v4().as_u128() as u64
+    )
+}
+
+/// The record of `m` moved under its version slot.
+fn in_slot(m: &ObjectMeta) -> ObjectMeta {
+    let mut moved = m.clone();
+    moved.name = version_slot(&m.name, slot_gen(m));
+    moved
+}
+
+/// (key, record) of every version slot of an object, newest first.
+fn versions_of(
+    table: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    bucket: &str,
+    name: &str,
+) -> Result<Vec<(Vec<u8>, ObjectMeta)>, StoreError> {
+    let mut lo = object_key(bucket, name);
+    lo.push(0);
+    let mut hi = object_key(bucket, name);
+    hi.push(1);
+    let mut out = Vec::new();
+    for item in table.range(lo.as_slice()..hi.as_slice())? {
+        let (k, v) = item?;
+        out.push((k.value().to_vec(), ObjectMeta::decode(v.value())?));
+    }
+    Ok(out)
+}
+
+/// A versioned bucket's write of an object's current version (a delete marker included),
+/// after its generation is decided: the version it replaces moves to its slot unless both are
+/// the null version; a null write removes a noncurrent null version; a delete marker goes to
+/// its slot and leaves a tombstone in the current's place.
+fn put_versioned(
+    table: &mut Table<'_>,
+    tombs: &mut Table<'_>,
+    key: &[u8],
+    mut stored: ObjectMeta,
+    replaced: Option<ObjectMeta>,
+) -> Result<Applied, StoreError> {
+    if version_id(&stored) == MINT_VERSION_ID {
+        let id = mint_version_id(stored.generation);
+        stored.custom.insert(VERSION_ID_KEY.to_owned(), id);
+    }
+    let new_id = version_id(&stored).to_owned();
+    let mut applied = Applied::default();
+    if new_id == NULL_VERSION_ID {
+        for (k, m) in versions_of(table, &stored.bucket, &stored.name)? {
+            if version_id(&m) == NULL_VERSION_ID {
+                table.remove(k.as_slice())?;
+                applied.touched.push(m.name.clone());
+                applied.freed.push(m);
+            }
+        }
+    }
+    match replaced {
+        Some(old) if version_id(&old) != new_id => {
+            let moved = in_slot(&old);
+            table.insert(
+                object_key(&moved.bucket, &moved.name).as_slice(),
+                moved.encode().as_slice(),
+            )?;
+            applied.touched.push(moved.name);
+        }
+        old => applied.replaced = old,
+    }
+    if is_delete_marker(&stored) {
+        table.remove(key)?;
+        write_tombstone(tombs, key, stored.generation)?;
+        stored = in_slot(&stored);
+        table.insert(
+            object_key(&stored.bucket, &stored.name).as_slice(),
+            stored.encode().as_slice(),
+        )?;
+        applied.touched.push(stored.name.clone());
+    } else {
+        table.insert(key, stored.encode().as_slice())?;
+    }
+    applied.stored = Some(stored);
+    Ok(applied)
+}
+
+/// [`IndexOp::DeleteVersion`].
+fn delete_version(
+    table: &mut Table<'_>,
+    tombs: &mut Table<'_>,
+    bucket: &str,
+    name: &str,
+    id: &str,
+) -> Result<Applied, StoreError> {
+    let key = object_key(bucket, name);
+    let current = match table.get(key.as_slice())? {
+        Some(v) => Some(ObjectMeta::decode(v.value())?),
+        None => None,
+    };
+    let mut applied = Applied::default();
+    let removed = match current {
+        Some(m) if version_id(&m) == id => {
+            table.remove(key.as_slice())?;
+            m
+        }
+        _ => {
+            let Some((k, m)) = versions_of(table, bucket, name)?
+                .into_iter()
+                .find(|(_, m)| version_id(m) == id)
+            else {
+                applied.unmet = Some("no such version");
+                return Ok(applied);
+            };
+            table.remove(k.as_slice())?;
+            // A copy of this version still on its way (rebalance, replica) stays out.
+            write_tombstone(tombs, &k, m.effective_gen())?;
+            applied.touched.push(m.name.clone());
+            m
+        }
+    };
+    let tomb = read_tombstone(tombs, &key)?.map_or(0, |(g, _)| g);
+    let mut known = tomb.max(removed.effective_gen());
+    if table.get(key.as_slice())?.is_none() {
+        let newest = versions_of(table, bucket, name)?.into_iter().next();
+        if let Some((_, m)) = &newest {
+            known = known.max(m.effective_gen());
+        }
+        match newest {
+            // The newest remaining version becomes current again, ordered after the delete.
+            Some((k, m)) if !is_delete_marker(&m) => {
+                table.remove(k.as_slice())?;
+                applied.touched.push(m.name.clone());
+                let mut promoted = m;
+                promoted.name = name.to_owned();
+                promoted.generation = known + 1;
+                table.insert(key.as_slice(), promoted.encode().as_slice())?;
+                applied.stored = Some(promoted);
+            }
+            _ if known > tomb => write_tombstone(tombs, &key, known + 1)?,
+            _ => {}
+        }
+    }
+    applied.freed.push(removed);
+    Ok(applied)
+}
+
 fn apply_one(
     table: &mut Table<'_>,
     tombs: &mut Table<'_>,
@@ -482,6 +689,10 @@ fn apply_one(
             if stored.version.is_empty() {
                 // Native objects: AIStore's version, counting writes — the generation.
                 stored.version = stored.generation.to_string();
+            }
+            let (_, slot) = split_version_slot(&stored.name);
+            if !slot && stored.custom.contains_key(VERSION_ID_KEY) {
+                return put_versioned(table, tombs, &key, stored, replaced);
             }
             table.insert(key.as_slice(), stored.encode().as_slice())?;
             Ok(Applied {
@@ -550,6 +761,11 @@ fn apply_one(
                 ..Default::default()
             })
         }
+        IndexOp::DeleteVersion {
+            bucket,
+            name,
+            version_id,
+        } => delete_version(table, tombs, bucket, name, version_id),
         IndexOp::PutIf { meta, expect } => {
             let key = object_key(&meta.bucket, &meta.name);
             let current = match table.get(key.as_slice())? {

@@ -109,6 +109,14 @@ pub struct PutOptions {
 
 /// Custom-metadata key holding an object's S3 ETag (without quotes).
 pub const ETAG_KEY: &str = "ETag";
+/// Custom key of a versioned bucket's records: the S3 version id (absent: "null").
+pub const VERSION_ID_KEY: &str = "ais-version-id";
+/// Custom key of a delete marker's record ("true").
+pub const DELETE_MARKER_KEY: &str = "ais-delete-marker";
+/// The null version's id.
+pub const NULL_VERSION_ID: &str = "null";
+/// [`VERSION_ID_KEY`] on a write: mint a new id when the generation is decided.
+pub const MINT_VERSION_ID: &str = "mint";
 
 /// A copy of an object kept aside by [`Store::keep`]; the link goes when this is dropped.
 #[derive(Debug)]
@@ -397,6 +405,76 @@ impl Store {
         self.locate(bck, name)?
             .map(|(_, meta)| meta)
             .ok_or_else(|| StoreError::not_found(format!("object {bck}/{name}")))
+    }
+
+    /// The record of one version of an object (versioned buckets): the current record if it
+    /// has that id, else the noncurrent version or delete marker with it (under its stored
+    /// name). NoSuchVersion (404) when there is none.
+    pub fn find_version(&self, bck: &Bck, name: &str, id: &str) -> Result<ObjectMeta, StoreError> {
+        if let Some((_, m)) = self.locate(bck, name)?
+            && index::version_id(&m) == id
+        {
+            return Ok(m);
+        }
+        let bucket = bck.uname();
+        for mp in self.lookup_order(bck, name) {
+            if let Some(m) = mp
+                .index
+                .versions(&bucket, name)?
+                .into_iter()
+                .find(|m| index::version_id(m) == id)
+            {
+                return Ok(m);
+            }
+        }
+        Err(no_such_version(bck, name, id))
+    }
+
+    /// The noncurrent versions and delete markers of an object here, newest first.
+    pub fn versions(&self, bck: &Bck, name: &str) -> Result<Vec<ObjectMeta>, StoreError> {
+        let bucket = bck.uname();
+        let mut all = Vec::new();
+        for mp in self.lookup_order(bck, name) {
+            all.extend(mp.index.versions(&bucket, name)?);
+        }
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all.dedup_by(|later, first| later.name == first.name);
+        Ok(all)
+    }
+
+    /// Deletes one version of an object for good (versioned buckets); answers with it and,
+    /// when a noncurrent version became current again, that record.
+    pub async fn delete_version(
+        &self,
+        bck: &Bck,
+        name: &str,
+        id: &str,
+    ) -> Result<(ObjectMeta, Option<ObjectMeta>), StoreError> {
+        let bucket = bck.uname();
+        for mp in self.lookup_order(bck, name) {
+            let applied = mp
+                .index
+                .apply(IndexOp::DeleteVersion {
+                    bucket: bucket.clone(),
+                    name: name.to_owned(),
+                    version_id: id.to_owned(),
+                })
+                .await?;
+            if applied.unmet.is_some() {
+                continue;
+            }
+            for old in &applied.freed {
+                remove_data_file(&mp, &old.file).await;
+                self.usage.account(&old.bucket, None, Some(old.size));
+            }
+            let removed = applied.freed.into_iter().next();
+            return Ok((
+                removed
+                    .ok_or_else(|| StoreError::Index("version delete without a record".into()))?,
+                applied.stored,
+            ));
+        }
+        Err(no_such_version(bck, name, id))
     }
 
     /// Changes an object's custom metadata in place (S3 object tagging): `remove` goes, `set`
@@ -736,13 +814,15 @@ impl Store {
     }
 
     /// Up to `limit` objects of a bucket after `start_after`, in name order, merged across
-    /// mountpaths.
+    /// mountpaths. With `versions`, noncurrent versions and delete markers too, under their
+    /// stored names.
     pub async fn list(
         &self,
         bck: &Bck,
         prefix: &str,
         start_after: &str,
         limit: usize,
+        versions: bool,
     ) -> Result<Vec<ObjectMeta>, StoreError> {
         let bucket = bck.uname();
         let prefix = prefix.to_owned();
@@ -751,7 +831,7 @@ impl Store {
         tokio::task::spawn_blocking(move || {
             let mut all = Vec::new();
             for index in &indexes {
-                all.extend(index.list(&bucket, &prefix, &start_after, limit)?);
+                all.extend(index.list(&bucket, &prefix, &start_after, limit, versions)?);
             }
             // Newest first among copies of one name (a resilver moving it), then one each.
             all.sort_by(|a, b| a.name.cmp(&b.name).then(b.mtime_ns.cmp(&a.mtime_ns)));
@@ -880,4 +960,11 @@ pub fn now_ns() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
+}
+
+fn no_such_version(bck: &Bck, name: &str, id: &str) -> StoreError {
+    StoreError::Api(gristmill_core::ApiError::new(
+        gristmill_core::ErrorKind::NoSuchVersion,
+        format!("object {bck}/{name} has no version {id}"),
+    ))
 }

@@ -100,6 +100,7 @@ impl MountSet {
 
     /// Position in `available` of the mountpath that owns an object.
     pub fn pick(&self, bucket_uname: &str, name: &str) -> usize {
+        let name = gristmill_core::name::placement_name(name);
         let d = hrw::digest(&format!("{bucket_uname}/{name}"));
         hrw::pick(d, self.available.iter().map(|m| m.digest)).unwrap_or(0)
     }

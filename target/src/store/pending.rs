@@ -301,6 +301,10 @@ impl PendingWrite {
         if let Some(old) = applied.replaced {
             remove_data_file(&mp, &old.file).await;
         }
+        for old in &applied.freed {
+            remove_data_file(&mp, &old.file).await;
+            self.usage.account(&self.bucket, None, Some(old.size));
+        }
         if !self.others.is_empty() {
             mountset::drop_other_copies(&self.others, &self.usage, &self.bucket, &self.name)
                 .await?;

@@ -13,6 +13,159 @@ use axum::response::IntoResponse;
 use gristmill_core::api::{self, header as h};
 use gristmill_core::{ApiError, Bck};
 
+/// A bucket's S3 versioning state ("", "Enabled", "Suspended").
+pub(crate) fn s3_versioning(t: &Target, bck: &Bck) -> String {
+    t.bmd()
+        .get(bck)
+        .map(|r| r.props.versioning.s3.clone())
+        .unwrap_or_default()
+}
+
+/// Gives a write to a versioned bucket its version id, decided with its generation: a new
+/// one (versioning enabled) or the null version (suspended). A client's copy of these keys
+/// never counts.
+pub(crate) fn version_custom(
+    t: &Target,
+    bck: &Bck,
+    custom: &mut std::collections::BTreeMap<String, String>,
+) {
+    use crate::store::{DELETE_MARKER_KEY, MINT_VERSION_ID, NULL_VERSION_ID, VERSION_ID_KEY};
+    custom.remove(VERSION_ID_KEY);
+    custom.remove(DELETE_MARKER_KEY);
+    let id = match s3_versioning(t, bck).as_str() {
+        api::S3_VERSIONING_ENABLED => MINT_VERSION_ID,
+        api::S3_VERSIONING_SUSPENDED => NULL_VERSION_ID,
+        _ => return,
+    };
+    custom.insert(VERSION_ID_KEY.to_owned(), id.to_owned());
+}
+
+/// Whether a version id is one this cluster could have given: "null" or 32 hex digits.
+fn valid_version_id(id: &str) -> bool {
+    id == crate::store::NULL_VERSION_ID
+        || (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// `GET|HEAD|DELETE /v1/objects/{bucket}/{object}?version_id=`: one version of an object in a
+/// versioned bucket. A delete marker cannot be read (405, `ais-delete-marker: true`); a
+/// DELETE removes that version for good (the newest remaining one becomes current again).
+pub(crate) async fn one_version(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    id: &str,
+    params: &std::collections::HashMap<String, String>,
+    req: Request,
+) -> ApiResult {
+    if bck.is_remote() {
+        return Err(ApiError::bad_request(format!(
+            "{bck} is a remote bucket: version ids are for native buckets"
+        )));
+    }
+    if !valid_version_id(id) {
+        return Err(ApiError::bad_request(format!("invalid version id {id:?}")));
+    }
+    let marker_headers = |resp: &mut axum::response::Response, marker: bool| {
+        let hs = resp.headers_mut();
+        if marker {
+            hs.insert(h::DELETE_MARKER, header::HeaderValue::from_static("true"));
+        }
+        if let Ok(v) = header::HeaderValue::from_str(id)
+            && id != crate::store::NULL_VERSION_ID
+        {
+            hs.insert(h::VERSION_ID, v);
+        }
+    };
+    match *req.method() {
+        axum::http::Method::DELETE => {
+            let (removed, _) = t.store.delete_version(bck, name, id).await?;
+            let mut resp = StatusCode::NO_CONTENT.into_response();
+            marker_headers(&mut resp, crate::store::index::is_delete_marker(&removed));
+            Ok(resp)
+        }
+        axum::http::Method::GET | axum::http::Method::HEAD => {
+            let meta = t.store.find_version(bck, name, id)?;
+            if crate::store::index::is_delete_marker(&meta) {
+                let mut resp = (
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    axum::Json(serde_json::json!({
+                        "message": format!("{bck}/{name} version {id} is a delete marker"),
+                        "status": 405,
+                        "tcode": gristmill_core::ErrorKind::MethodNotAllowed,
+                    })),
+                )
+                    .into_response();
+                marker_headers(&mut resp, true);
+                if let Ok(v) =
+                    header::HeaderValue::from_str(&gristmill_core::name::encode_path(&meta.name))
+                {
+                    resp.headers_mut().insert(h::STORED_NAME, v);
+                }
+                return Ok(resp);
+            }
+            if req.method() == axum::http::Method::HEAD {
+                return crate::read::local::head_object(t, bck, &meta.name, req.headers());
+            }
+            let read = crate::read::local::ReadRequest::of(params, &req);
+            crate::read::get_object(t, bck, &meta.name, &read).await
+        }
+        _ => Err(ApiError::new(
+            gristmill_core::ErrorKind::MethodNotAllowed,
+            format!("{} of one version of an object", req.method()),
+        )),
+    }
+}
+
+/// DELETE in a versioned bucket (without a version id): a delete marker becomes the latest
+/// version — written like a PUT of nothing, so replicas, rebalance and generations treat it as
+/// one — and what was current stays as a noncurrent version (unless both are the null
+/// version, when suspended). S3 leaves a marker even when the object does not exist.
+async fn delete_with_marker(t: &Target, bck: &Bck, name: &str) -> ApiResult {
+    let mut custom = std::collections::BTreeMap::new();
+    version_custom(t, bck, &mut custom);
+    custom.insert(
+        crate::store::DELETE_MARKER_KEY.to_owned(),
+        "true".to_owned(),
+    );
+    let elsewhere = crate::cluster::placement::elsewhere(t, bck, name).await?;
+    let opts = PutOptions {
+        generation: crate::store::index::GenRule::Next {
+            floor: elsewhere.write_floor(),
+        },
+        durable: true,
+        expected_size: Some(0),
+        custom,
+        ..Default::default()
+    };
+    let mut pending = t.store.begin_write(bck, name, opts).await?;
+    pending
+        .write_stream(futures::stream::empty::<
+            Result<axum::body::Bytes, std::io::Error>,
+        >())
+        .await?;
+    let marker = commit_with_replicas(t, bck, name, pending).await?;
+    crate::cluster::placement::retire_copies(t, bck, name, &elsewhere).await;
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    let hs = resp.headers_mut();
+    hs.insert(h::DELETE_MARKER, header::HeaderValue::from_static("true"));
+    if let Some(id) = marker.custom.get(crate::store::VERSION_ID_KEY)
+        && id != crate::store::NULL_VERSION_ID
+        && let Ok(v) = header::HeaderValue::from_str(id)
+    {
+        hs.insert(h::VERSION_ID, v);
+    }
+    Ok(resp)
+}
+
+/// DELETE of a native object: a delete marker in a versioned bucket, else [`delete_object`].
+pub(crate) async fn delete_native(t: &Target, bck: &Bck, name: &str) -> ApiResult {
+    if !s3_versioning(t, bck).is_empty() {
+        return delete_with_marker(t, bck, name).await;
+    }
+    delete_object(t, bck, name).await?;
+    Ok(StatusCode::OK.into_response())
+}
+
 /// DELETE on the owner: buries the object here (a tombstone one generation past every copy
 /// known, here and on past owners), then deletes it on every other possible holder with that
 /// tombstone's generation. `NotFound` only if no node held it.
@@ -44,10 +197,11 @@ pub(crate) async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) 
         (Some("xxhash"), Some(v)) => Some(v.to_owned()),
         _ => None,
     };
-    let custom = match headers.get(h::CUSTOM_MD_JSON).and_then(|v| v.to_str().ok()) {
+    let mut custom = match headers.get(h::CUSTOM_MD_JSON).and_then(|v| v.to_str().ok()) {
         Some(v) => api::decode_custom_md(v)?,
         None => Default::default(),
     };
+    version_custom(t, bck, &mut custom);
     let condition = write_condition(headers)?;
     t.space.check_room(bck, name, expected_size.unwrap_or(0))?;
     // Ordered after every copy a past owner may still hold (a rebalance not yet finished).

@@ -108,7 +108,10 @@ async fn attach_moves_misplaced_and_newer_writes_win() {
     assert!(store.misplaced().await.unwrap().is_empty());
     assert_eq!(read(&store, &bck, &first).await, "v2");
     assert!(store.head(&bck, &second).is_err());
-    assert_eq!(store.list(&bck, "", "", 1000).await.unwrap().len(), 59);
+    assert_eq!(
+        store.list(&bck, "", "", 1000, false).await.unwrap().len(),
+        59
+    );
     store.finish_resilver(changed.epoch, true).await.unwrap();
     assert!(!store.resilver_pending());
 
@@ -127,7 +130,10 @@ async fn attach_moves_misplaced_and_newer_writes_win() {
     let dropped = store.finish_resilver(changed.epoch, true).await.unwrap();
     assert_eq!(dropped.len(), 1);
     assert_eq!(store.mountpaths().len(), 1);
-    assert_eq!(store.list(&bck, "", "", 1000).await.unwrap().len(), 59);
+    assert_eq!(
+        store.list(&bck, "", "", 1000, false).await.unwrap().len(),
+        59
+    );
     drop(misplaced); // the scan's entries held the detached mountpath open
     // Attached again (its index file was closed when it left the set): objects move back.
     let changed = store
