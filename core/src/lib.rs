@@ -25,5 +25,5 @@ pub mod users;
 pub use bmd::{BucketMetadata, BucketRecord, MetaSync};
 pub use bucket::{Bck, Namespace, Provider};
 pub use error::{ApiError, ErrorBody, ErrorKind};
-pub use name::validate_object_name;
+pub use name::{validate_object_name, validate_stored_name};
 pub use smap::{ClusterMap, Node};

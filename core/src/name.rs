@@ -45,6 +45,18 @@ pub fn placement_name(name_or_uname: &str) -> &str {
     split_version_slot(name_or_uname).0
 }
 
+/// Like [`validate_object_name`], also accepting a [`version_slot`] name: for node-to-node
+/// routes, which move and read every stored record.
+pub fn validate_stored_name(name: &str) -> Result<(), ApiError> {
+    match name.split_once('\0') {
+        None => validate_object_name(name),
+        Some((base, slot)) if slot.len() == 16 && slot.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            validate_object_name(base)
+        }
+        Some(_) => Err(ApiError::bad_request("invalid object name: contains NUL")),
+    }
+}
+
 pub fn validate_object_name(name: &str) -> Result<(), ApiError> {
     let bad = |why: &str| -> Result<(), ApiError> {
         Err(ApiError::bad_request(format!("invalid object name: {why}")))
@@ -86,6 +98,21 @@ mod tests {
         ] {
             validate_object_name(ok).unwrap();
         }
+    }
+
+    #[test]
+    fn version_slots_sort_newest_first_after_their_object_and_place_with_it() {
+        let (older, newer) = (version_slot("a/b", 7), version_slot("a/b", 9));
+        assert!("a/b" < newer.as_str() && newer < older && older.as_str() < "a/b!");
+        assert_eq!(split_version_slot(&older), ("a/b", true));
+        assert_eq!(split_version_slot("a/b"), ("a/b", false));
+        assert_eq!(
+            placement_name(&format!("ais/@#/bk/{older}")),
+            "ais/@#/bk/a/b"
+        );
+        validate_stored_name(&older).unwrap();
+        assert!(validate_object_name(&older).is_err());
+        assert!(validate_stored_name("a\0zz").is_err());
     }
 
     #[test]

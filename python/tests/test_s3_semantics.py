@@ -812,7 +812,7 @@ def test_versions_are_kept_and_read_by_id(s3, bkt):
     assert err(ei)[1] == 404
 
 
-def test_delete_leaves_a_marker_and_removing_it_restores(s3, bkt):
+def test_delete_leaves_a_marker_and_removing_it_restores(s3, bkt, request):
     _enable(s3, bkt)
     v1 = s3.put_object(Bucket=bkt, Key="k", Body=b"kept")["VersionId"]
     d = s3.delete_object(Bucket=bkt, Key="k")
@@ -822,13 +822,16 @@ def test_delete_leaves_a_marker_and_removing_it_restores(s3, bkt):
         s3.get_object(Bucket=bkt, Key="k")
     assert err(ei) == ("NoSuchKey", 404)
     assert _body(s3, bkt, "k", VersionId=v1) == b"kept"
-    with pytest.raises(ClientError) as ei:
-        s3.get_object(Bucket=bkt, Key="k", VersionId=marker)
-    assert err(ei) == ("MethodNotAllowed", 405)
-    assert ei.value.response["ResponseMetadata"]["HTTPHeaders"].get("x-amz-delete-marker") == "true"
-    with pytest.raises(ClientError) as ei:
-        s3.head_object(Bucket=bkt, Key="k", VersionId=marker)
-    assert err(ei)[1] == 405
+    if request.node.callspec.params["s3"] == "gristmill":
+        # S3 answers a read of a delete marker's version with 405 and x-amz-delete-marker;
+        # moto 5.2 answers it NoSuchVersion when the test runs on its own, 405 after others.
+        with pytest.raises(ClientError) as ei:
+            s3.get_object(Bucket=bkt, Key="k", VersionId=marker)
+        assert err(ei) == ("MethodNotAllowed", 405)
+        assert ei.value.response["ResponseMetadata"]["HTTPHeaders"].get("x-amz-delete-marker") == "true"
+        with pytest.raises(ClientError) as ei:
+            s3.head_object(Bucket=bkt, Key="k", VersionId=marker)
+        assert err(ei)[1] == 405
     assert s3.list_objects_v2(Bucket=bkt).get("Contents", []) == []
     assert _versions(s3, bkt) == [("k", marker, True, True), ("k", v1, False, False)]
     # Removing the marker for good makes the version before it current again.

@@ -9,7 +9,7 @@ use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::IntoResponse;
 use gristmill_core::api::{self, header as h, query as q};
-use gristmill_core::{ApiError, MetaSync, validate_object_name};
+use gristmill_core::{ApiError, MetaSync, validate_stored_name};
 use std::sync::Arc;
 
 /// `PUT /v1/internal/placed` `{"version": v}` (from the primary): every object is where map
@@ -39,7 +39,7 @@ pub(crate) async fn internal_object(
     req: Request,
 ) -> ApiResult {
     let bck = bucket_from(&bucket, &params)?;
-    validate_object_name(&name)?;
+    validate_stored_name(&name)?;
     t.await_first_map().await?;
     t.require_bucket(&bck).await?;
     let tombstone = || {

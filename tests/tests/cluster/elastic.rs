@@ -59,7 +59,7 @@ async fn fill(c: &Cluster, bucket: &str, n: usize, size: usize) {
 
 /// Waits until no target runs a rebalance and the rebalance of the current map version has
 /// finished (on the targets that ran one: those whose placement changed, or that restarted).
-async fn rebalanced(c: &Cluster) -> (ClusterMap, Option<JobStatus>) {
+pub(crate) async fn rebalanced(c: &Cluster) -> (ClusterMap, Option<JobStatus>) {
     let deadline = Instant::now() + Duration::from_secs(120);
     // Map changes reach targets asynchronously: give them a moment to start.
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -711,3 +711,177 @@ async fn racing_if_none_match_puts_have_exactly_one_winner() {
         );
     }
 }
+
+/// Every version and delete marker of a bucket over S3, in S3's order: (key, version id,
+/// latest, marker).
+async fn all_versions(s3: &Client, bucket: &str) -> Vec<(String, String, bool, bool)> {
+    let mut out = Vec::new();
+    let (mut key_marker, mut id_marker) = (None::<String>, None::<String>);
+    loop {
+        let r = s3
+            .list_object_versions()
+            .bucket(bucket)
+            .max_keys(7)
+            .set_key_marker(key_marker.clone())
+            .set_version_id_marker(id_marker.clone())
+            .send()
+            .await
+            .unwrap();
+        let mut page: Vec<(String, String, bool, bool, i64)> = r
+            .versions()
+            .iter()
+            .map(|v| {
+                let t = v.last_modified().unwrap();
+                (
+                    v.key().unwrap().to_owned(),
+                    v.version_id().unwrap().to_owned(),
+                    v.is_latest().unwrap(),
+                    false,
+                    t.secs() * 1_000_000_000 + t.subsec_nanos() as i64,
+                )
+            })
+            .chain(r.delete_markers().iter().map(|m| {
+                let t = m.last_modified().unwrap();
+                (
+                    m.key().unwrap().to_owned(),
+                    m.version_id().unwrap().to_owned(),
+                    m.is_latest().unwrap(),
+                    true,
+                    t.secs() * 1_000_000_000 + t.subsec_nanos() as i64,
+                )
+            }))
+            .collect();
+        page.sort_by(|a, b| a.0.cmp(&b.0).then(b.4.cmp(&a.4)));
+        out.extend(page.into_iter().map(|(k, v, l, m, _)| (k, v, l, m)));
+        if !r.is_truncated().unwrap_or(false) {
+            return out;
+        }
+        key_marker = r.next_key_marker().map(str::to_owned);
+        id_marker = r.next_version_id_marker().map(str::to_owned);
+    }
+}
+
+/// Versions are objects of their own to the cluster: with `mirror.copies = 2`, every version
+/// and delete marker, with its id and bytes, is still there after every target restarts, after
+/// a target joins (a rebalance moves them with their object), and after an owner dies (its
+/// replica answers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn versions_survive_restarts_rebalance_and_a_dead_owner() {
+    use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+    let mut c = Cluster::start(3, 2).await.unwrap();
+    let s3 = client(&c, "gristmill", "gristmill-secret");
+    s3.create_bucket().bucket("vers").send().await.unwrap();
+    c.grist_ok(&["bucket", "props", "set", "ais://vers", "mirror.copies=2"]);
+    s3.put_bucket_versioning()
+        .bucket("vers")
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    // (key, version id) -> bytes, for every version written.
+    let mut bytes = std::collections::BTreeMap::new();
+    for k in 0..24 {
+        let key = format!("k{k:02}");
+        for v in 0..3 {
+            let body = content(k * 10 + v, 1000 + k as usize * 97 + v as usize);
+            let put = s3
+                .put_object()
+                .bucket("vers")
+                .key(&key)
+                .body(ByteStream::from(body.clone()))
+                .send()
+                .await
+                .unwrap();
+            bytes.insert((key.clone(), put.version_id().unwrap().to_owned()), body);
+        }
+        if k % 3 == 0 {
+            let d = s3
+                .delete_object()
+                .bucket("vers")
+                .key(&key)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(d.delete_marker(), Some(true));
+        }
+    }
+    let want = all_versions(&s3, "vers").await;
+    assert_eq!(want.len(), 24 * 3 + 8, "{want:?}");
+    let check = |stage: &'static str| {
+        let (s3, want, bytes) = (&s3, &want, &bytes);
+        async move {
+            let got = all_versions(s3, "vers").await;
+            assert_eq!(&got, want, "{stage}: the versions listing changed");
+            for ((key, id), body) in bytes {
+                let r = s3
+                    .get_object()
+                    .bucket("vers")
+                    .key(key)
+                    .version_id(id)
+                    .send()
+                    .await
+                    .unwrap_or_else(|e| panic!("{stage}: GET {key} {id}: {e:?}"));
+                assert_eq!(r.version_id(), Some(id.as_str()));
+                let got = r.body.collect().await.unwrap().into_bytes();
+                assert!(
+                    got.as_ref() == &body[..],
+                    "{stage}: {key} {id}: wrong bytes"
+                );
+            }
+        }
+    };
+    check("written").await;
+
+    for i in 0..c.targets.len() {
+        c.targets[i].stop();
+        c.restart_target(i).await.unwrap();
+    }
+    check("after every target restarted").await;
+
+    c.add_target().await.unwrap();
+    super::elastic::rebalanced(&c).await;
+    check("after a target joined and the rebalance finished").await;
+
+    // The owner of k01 dies; its replica holds every version.
+    let smap = c.smap().await.unwrap();
+    let bck = gristmill_core::Bck::new("vers", gristmill_core::Provider::Ais).unwrap();
+    let owner = smap.owners(&bck.object_uname("k01"), 1)[0]
+        .daemon_id
+        .clone();
+    let mut idx = None;
+    for i in 0..c.targets.len() {
+        if c.target_id(i).await.unwrap() == owner {
+            idx = Some(i);
+        }
+    }
+    c.targets[idx.expect("the owner's process")].kill9();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while c.smap().await.unwrap().tmap.contains_key(&owner) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed owner stays in the map"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    super::elastic::rebalanced(&c).await;
+    for ((key, id), body) in bytes.iter().filter(|((k, _), _)| k == "k01") {
+        let r = s3
+            .get_object()
+            .bucket("vers")
+            .key(key)
+            .version_id(id)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("after the owner died: GET {key} {id}: {e:?}"));
+        let got = r.body.collect().await.unwrap().into_bytes();
+        assert!(
+            got.as_ref() == &body[..],
+            "after the owner died: {key} {id}"
+        );
+    }
+    check("after the owner of k01 died").await;
+}
