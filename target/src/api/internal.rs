@@ -51,6 +51,9 @@ pub(crate) async fn internal_object(
         }
         resp
     };
+    if let Some(id) = params.get(api::query::VERSION_ID) {
+        return crate::write::local::one_version(&t, &bck, &name, id, &params, req, true).await;
+    }
     let stage = params.get("stage").map(String::as_str);
     match (req.method().clone(), stage) {
         (Method::PUT, Some(stage)) => {

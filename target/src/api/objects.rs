@@ -36,7 +36,7 @@ pub(crate) async fn object(
     };
     let remote = bck.is_remote();
     if let Some(id) = params.get(gristmill_core::api::query::VERSION_ID) {
-        return crate::write::local::one_version(&t, &bck, &name, id, &params, req).await;
+        return crate::write::local::one_version(&t, &bck, &name, id, &params, req, false).await;
     }
     if !remote && matches!(*req.method(), Method::GET | Method::HEAD) {
         let method = req.method().clone();
@@ -224,6 +224,7 @@ pub(crate) async fn multipart(
                 .map_err(|e| ApiError::bad_request(format!("invalid parts list: {e}")))?;
             // Ordered after any copy a rebalance has not moved yet, and conditional, like a PUT.
             let elsewhere = crate::cluster::placement::elsewhere(&t, &bck, &name).await?;
+            crate::write::local::replaced_version_is_here(&t, &bck, &name, &elsewhere)?;
             let condition =
                 crate::write::local::decide_here(&t, &bck, &name, condition, &elsewhere)?;
             let floor = elsewhere.write_floor();

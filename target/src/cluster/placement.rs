@@ -198,6 +198,47 @@ pub(crate) async fn delete_everywhere(
     Ok(held)
 }
 
+/// After the owner deleted one version of an object for good (versioned buckets): the same on
+/// every other possible holder — replicas keep the same versions, and a past owner may not have
+/// moved it yet. Answers whether any of them held it; an error when one could not be told.
+pub(crate) async fn delete_version_everywhere(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    id: &str,
+) -> Result<bool, ApiError> {
+    let deletes = other_holders(t, bck, name)
+        .into_iter()
+        .map(|node| async move {
+            let resp = t
+                .relay
+                .delete(internal_url(&node, bck, name))
+                .query(&bucket_query(bck))
+                .query(&[(gristmill_core::api::query::VERSION_ID, id)])
+                .timeout(HOLDER_TIMEOUT)
+                .send()
+                .await;
+            match resp {
+                Ok(r) if r.status().is_success() => Ok(true),
+                Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => Ok(false),
+                Ok(r) => Err(format!("{}: {}", node.daemon_id, r.status())),
+                Err(e) => Err(format!("{}: {e}", node.daemon_id)),
+            }
+        });
+    let mut held = false;
+    for answer in futures::future::join_all(deletes).await {
+        match answer {
+            Ok(h) => held |= h,
+            Err(e) => {
+                return Err(ApiError::unavailable(format!(
+                    "{bck}/{name} version {id}: deleted here, but a target that may hold it was not reached ({e}); try again"
+                )));
+            }
+        }
+    }
+    Ok(held)
+}
+
 /// Active target ids of a map, to tell whether a change moves objects.
 pub(crate) fn active_set(smap: &ClusterMap) -> Vec<String> {
     smap.active_targets().map(|n| n.daemon_id.clone()).collect()

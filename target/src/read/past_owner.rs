@@ -145,6 +145,36 @@ pub(crate) async fn fetch_from_past_owner(
     None
 }
 
+/// A read of one version (`?version_id=`) that missed here: the other possible holders
+/// (replicas, past owners while a rebalance is unfinished) are asked in turn; the first that
+/// has it (or knows it as a delete marker) answers.
+pub(crate) async fn read_version_elsewhere(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+) -> Option<Response> {
+    for node in crate::cluster::placement::other_holders(t, bck, name) {
+        let Some(resp) = request(t, &node, bck, name, method, uri, headers).await else {
+            continue;
+        };
+        let status = resp.status();
+        if !status.is_success() && status != reqwest::StatusCode::METHOD_NOT_ALLOWED {
+            continue;
+        }
+        let mut out = Response::builder().status(status.as_u16());
+        for (k, v) in resp.headers() {
+            if k != "transfer-encoding" && k != "connection" {
+                out = out.header(k.as_str(), v.as_bytes());
+            }
+        }
+        return out.body(Body::from_stream(resp.bytes_stream())).ok();
+    }
+    None
+}
+
 /// How long a holder has to answer whether it has a copy.
 const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 

@@ -40,6 +40,25 @@ pub(crate) fn version_custom(
     custom.insert(VERSION_ID_KEY.to_owned(), id.to_owned());
 }
 
+/// A versioned bucket's write keeps the version it replaces, so it must find it here: while a
+/// rebalance has not yet moved a newer copy of the object here, the write waits (503, which
+/// clients retry) instead of replacing an older one.
+pub(crate) fn replaced_version_is_here(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    elsewhere: &crate::cluster::placement::Elsewhere,
+) -> Result<(), ApiError> {
+    if s3_versioning(t, bck).is_empty()
+        || elsewhere.floor <= known_here(t, bck, name, t.store.head(bck, name).ok().as_ref())
+    {
+        return Ok(());
+    }
+    Err(ApiError::unavailable(format!(
+        "the current version of {bck}/{name} is still being moved here; retry"
+    )))
+}
+
 /// Whether a version id is one this cluster could have given: "null" or 32 hex digits.
 fn valid_version_id(id: &str) -> bool {
     id == crate::store::NULL_VERSION_ID
@@ -49,6 +68,9 @@ fn valid_version_id(id: &str) -> bool {
 /// `GET|HEAD|DELETE /v1/objects/{bucket}/{object}?version_id=`: one version of an object in a
 /// versioned bucket. A delete marker cannot be read (405, `ais-delete-marker: true`); a
 /// DELETE removes that version for good (the newest remaining one becomes current again).
+///
+/// `here_only` (the node-to-node route): this target's own records; otherwise a version that is
+/// not here is looked for on the other possible holders, and a DELETE reaches them all.
 pub(crate) async fn one_version(
     t: &Target,
     bck: &Bck,
@@ -56,6 +78,7 @@ pub(crate) async fn one_version(
     id: &str,
     params: &std::collections::HashMap<String, String>,
     req: Request,
+    here_only: bool,
 ) -> ApiResult {
     if bck.is_remote() {
         return Err(ApiError::bad_request(format!(
@@ -78,13 +101,57 @@ pub(crate) async fn one_version(
     };
     match *req.method() {
         axum::http::Method::DELETE => {
-            let (removed, _) = t.store.delete_version(bck, name, id).await?;
+            let removed = match t.store.delete_version(bck, name, id).await {
+                Ok((removed, _)) => Some(removed),
+                Err(crate::StoreError::Api(e))
+                    if e.kind == gristmill_core::ErrorKind::NoSuchVersion =>
+                {
+                    if here_only {
+                        return Err(e);
+                    }
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let elsewhere = if here_only {
+                false
+            } else {
+                crate::cluster::placement::delete_version_everywhere(t, bck, name, id).await?
+            };
+            if removed.is_none() && !elsewhere {
+                return Err(ApiError::new(
+                    gristmill_core::ErrorKind::NoSuchVersion,
+                    format!("object {bck}/{name} has no version {id}"),
+                ));
+            }
             let mut resp = StatusCode::NO_CONTENT.into_response();
-            marker_headers(&mut resp, crate::store::index::is_delete_marker(&removed));
+            marker_headers(
+                &mut resp,
+                removed
+                    .as_ref()
+                    .is_some_and(crate::store::index::is_delete_marker),
+            );
             Ok(resp)
         }
         axum::http::Method::GET | axum::http::Method::HEAD => {
-            let meta = t.store.find_version(bck, name, id)?;
+            let meta = match t.store.find_version(bck, name, id) {
+                Ok(m) => m,
+                Err(crate::StoreError::Api(e))
+                    if e.kind == gristmill_core::ErrorKind::NoSuchVersion && !here_only =>
+                {
+                    let found = crate::read::past_owner::read_version_elsewhere(
+                        t,
+                        bck,
+                        name,
+                        req.method(),
+                        req.uri(),
+                        req.headers(),
+                    )
+                    .await;
+                    return found.ok_or(e);
+                }
+                Err(e) => return Err(e.into()),
+            };
             if crate::store::index::is_delete_marker(&meta) {
                 let mut resp = (
                     StatusCode::METHOD_NOT_ALLOWED,
@@ -128,6 +195,7 @@ async fn delete_with_marker(t: &Target, bck: &Bck, name: &str) -> ApiResult {
         "true".to_owned(),
     );
     let elsewhere = crate::cluster::placement::elsewhere(t, bck, name).await?;
+    replaced_version_is_here(t, bck, name, &elsewhere)?;
     let opts = PutOptions {
         generation: crate::store::index::GenRule::Next {
             floor: elsewhere.write_floor(),
@@ -206,6 +274,7 @@ pub(crate) async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) 
     t.space.check_room(bck, name, expected_size.unwrap_or(0))?;
     // Ordered after every copy a past owner may still hold (a rebalance not yet finished).
     let elsewhere = crate::cluster::placement::elsewhere(t, bck, name).await?;
+    replaced_version_is_here(t, bck, name, &elsewhere)?;
     let condition = decide_here(t, bck, name, condition, &elsewhere)?;
     let floor = elsewhere.write_floor();
     let opts = PutOptions {

@@ -809,8 +809,23 @@ async fn versions_survive_restarts_rebalance_and_a_dead_owner() {
             assert_eq!(d.delete_marker(), Some(true));
         }
     }
+    // One version of k01 goes for good: on every holder (the replica too), so it never
+    // comes back below, when k01's owner dies.
+    let gone = bytes
+        .keys()
+        .find(|(k, _)| k == "k01")
+        .map(|(_, id)| id.clone())
+        .unwrap();
+    s3.delete_object()
+        .bucket("vers")
+        .key("k01")
+        .version_id(&gone)
+        .send()
+        .await
+        .unwrap();
+    bytes.remove(&("k01".to_owned(), gone.clone()));
     let want = all_versions(&s3, "vers").await;
-    assert_eq!(want.len(), 24 * 3 + 8, "{want:?}");
+    assert_eq!(want.len(), 24 * 3 + 8 - 1, "{want:?}");
     let check = |stage: &'static str| {
         let (s3, want, bytes) = (&s3, &want, &bytes);
         async move {
@@ -884,4 +899,13 @@ async fn versions_survive_restarts_rebalance_and_a_dead_owner() {
         );
     }
     check("after the owner of k01 died").await;
+    let e = s3
+        .get_object()
+        .bucket("vers")
+        .key("k01")
+        .version_id(&gone)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "NoSuchVersion", "{e:?}");
 }
