@@ -268,10 +268,26 @@ impl Client {
         name: &str,
         out: &mut W,
     ) -> anyhow::Result<u64> {
+        self.get_version_into(bck, name, None, out).await
+    }
+
+    /// Like [`Client::get_into`], of one version of the object when `version_id` is given
+    /// (versioned buckets).
+    pub async fn get_version_into<W: tokio::io::AsyncWrite + Unpin>(
+        &self,
+        bck: &Bck,
+        name: &str,
+        version_id: Option<&str>,
+        out: &mut W,
+    ) -> anyhow::Result<u64> {
+        let mut q = query(bck);
+        if let Some(id) = version_id {
+            q.push((gristmill_core::api::query::VERSION_ID, id.to_owned()));
+        }
         let resp = self
             .http
             .get(self.url(&object_path(bck, name)))
-            .query(&query(bck))
+            .query(&q)
             .send()
             .await?;
         let resp = check(resp).await?;
@@ -459,10 +475,25 @@ impl Client {
 
     /// Deletes one object.
     pub async fn delete_object(&self, bck: &Bck, name: &str) -> anyhow::Result<()> {
+        self.delete_version(bck, name, None).await
+    }
+
+    /// Deletes one version of an object for good when `version_id` is given (versioned
+    /// buckets); else like [`Client::delete_object`] (a delete marker in a versioned bucket).
+    pub async fn delete_version(
+        &self,
+        bck: &Bck,
+        name: &str,
+        version_id: Option<&str>,
+    ) -> anyhow::Result<()> {
+        let mut q = query(bck);
+        if let Some(id) = version_id {
+            q.push((gristmill_core::api::query::VERSION_ID, id.to_owned()));
+        }
         let resp = self
             .http
             .delete(self.url(&object_path(bck, name)))
-            .query(&query(bck))
+            .query(&q)
             .send()
             .await?;
         check(resp).await?;

@@ -59,6 +59,9 @@ enum Command {
         /// Remote buckets: only objects not cached in the cluster.
         #[arg(long)]
         not_cached: bool,
+        /// Versioned buckets: every version and delete marker, newest first per object.
+        #[arg(long)]
+        versions: bool,
     },
     /// Upload a file, a directory (with -r) or stdin (`-`).
     Put {
@@ -76,9 +79,17 @@ enum Command {
     Get {
         object: String,
         destination: Option<String>,
+        /// Versioned buckets: this version of the object (`grist ls --versions` lists them).
+        #[arg(long)]
+        version_id: Option<String>,
     },
-    /// Remove objects.
-    Rmo { objects: Vec<String> },
+    /// Remove objects (in a versioned bucket: a delete marker, unless --version-id).
+    Rmo {
+        objects: Vec<String>,
+        /// Versioned buckets: delete this version of the one object named, for good.
+        #[arg(long)]
+        version_id: Option<String>,
+    },
     /// Object operations.
     #[command(subcommand)]
     Object(ObjectCmd),
@@ -329,9 +340,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             limit,
             cached,
             not_cached,
+            versions,
         } => {
             // AIStore's list flags: LsCached (bit 0), LsNotCached (bit 9).
-            let flags = if cached { 1 } else { 0 } | if not_cached { 1 << 9 } else { 0 };
+            let flags = if cached { 1 } else { 0 }
+                | if not_cached { 1 << 9 } else { 0 }
+                | if versions {
+                    gristmill_core::api::LS_VERSIONS
+                } else {
+                    0
+                };
             let lso = ListObjectsMsg {
                 prefix,
                 pagesize: page_size,
@@ -507,7 +525,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Get {
             object: uri,
             destination,
+            version_id,
         } => {
+            let version_id = version_id.as_deref();
             let (bck, name) = object(&uri)?;
             let dest = destination.unwrap_or_else(|| {
                 Path::new(&name)
@@ -517,14 +537,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             });
             if dest == "-" {
                 let mut out = tokio::io::stdout();
-                client.get_into(&bck, &name, &mut out).await?;
+                client
+                    .get_version_into(&bck, &name, version_id, &mut out)
+                    .await?;
             } else {
                 // Write to a temp name and rename, so a failed download leaves no partial file.
                 let tmp = format!("{dest}.grist-partial");
                 let mut f = tokio::fs::File::create(&tmp)
                     .await
                     .with_context(|| format!("creating {tmp}"))?;
-                let n = match client.get_into(&bck, &name, &mut f).await {
+                let n = match client
+                    .get_version_into(&bck, &name, version_id, &mut f)
+                    .await
+                {
                     Ok(n) => n,
                     Err(e) => {
                         let _ = tokio::fs::remove_file(&tmp).await;
@@ -541,14 +566,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .get_into(&bck, &name, &mut tokio::io::stdout())
                 .await?;
         }
-        Command::Rmo { objects } => {
+        Command::Rmo {
+            objects,
+            version_id,
+        } => {
             if objects.is_empty() {
                 bail!("name at least one object");
             }
+            if version_id.is_some() && objects.len() > 1 {
+                bail!("--version-id deletes one version of one object: name one object");
+            }
             for uri in objects {
                 let (bck, name) = object(&uri)?;
-                client.delete_object(&bck, &name).await?;
-                println!("deleted {uri}");
+                client
+                    .delete_version(&bck, &name, version_id.as_deref())
+                    .await?;
+                match &version_id {
+                    Some(id) => println!("deleted {uri} version {id}"),
+                    None => println!("deleted {uri}"),
+                }
             }
         }
         Command::Show(ShowCmd::S3) => {
@@ -671,6 +707,74 @@ fn props_patch(settings: &[String]) -> anyhow::Result<serde_json::Value> {
     Ok(patch)
 }
 
+/// `grist ls --versions`: every version of each object, newest first, the latest marked.
+async fn list_versions(
+    client: &Client,
+    bck: &gristmill_core::Bck,
+    mut lso: ListObjectsMsg,
+    limit: usize,
+    json: bool,
+) -> anyhow::Result<()> {
+    #[derive(serde::Serialize)]
+    struct Version {
+        name: String,
+        version_id: String,
+        latest: bool,
+        delete_marker: bool,
+        size: u64,
+        mtime: String,
+    }
+    lso.props = "name,size,version".into();
+    let mut all: Vec<Version> = Vec::new();
+    'pages: loop {
+        let page = client.list_page(bck, &lso).await?;
+        for e in page.entries {
+            if limit > 0 && all.len() >= limit {
+                break 'pages;
+            }
+            let (name, _) = gristmill_core::name::split_version_slot(&e.name);
+            let latest = all.last().is_none_or(|v| v.name != name);
+            all.push(Version {
+                name: name.to_owned(),
+                version_id: e.version.clone(),
+                latest,
+                delete_marker: e.flags & gristmill_core::api::ENTRY_DELETE_MARKER != 0,
+                size: e.size,
+                mtime: gristmill_core::time::rfc3339_from_ns(e.mtime_ns),
+            });
+        }
+        if page.continuation_token.is_empty() {
+            break;
+        }
+        lso.continuation_token = page.continuation_token;
+        lso.uuid = page.uuid;
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(());
+    }
+    let mut table = Table::new();
+    table
+        .load_preset(NOTHING)
+        .set_header(["NAME", "VERSION ID", "LATEST", "SIZE", "MODIFIED"]);
+    for v in &all {
+        table.add_row([
+            v.name.clone(),
+            v.version_id.clone(),
+            if v.latest { "yes" } else { "" }.to_owned(),
+            if v.delete_marker {
+                "(delete marker)".to_owned()
+            } else {
+                human(v.size)
+            },
+            v.mtime.clone(),
+        ]);
+    }
+    println!("{table}");
+    println!("\nListed {} version(s)", all.len());
+    Ok(())
+}
+
 async fn list(
     client: &Client,
     uri: &str,
@@ -693,6 +797,9 @@ async fn list(
     table
         .load_preset(NOTHING)
         .set_header(cols.iter().map(|c| c.to_uppercase()));
+    if lso.flags & gristmill_core::api::LS_VERSIONS != 0 {
+        return list_versions(client, &bck, lso, limit, json).await;
+    }
     let mut all = Vec::new();
     loop {
         let page = client.list_page(&bck, &lso).await?;

@@ -809,20 +809,14 @@ async fn versions_survive_restarts_rebalance_and_a_dead_owner() {
             assert_eq!(d.delete_marker(), Some(true));
         }
     }
-    // One version of k01 goes for good: on every holder (the replica too), so it never
-    // comes back below, when k01's owner dies.
+    // One version of k01 goes for good (`grist rmo --version-id`): on every holder (the
+    // replica too), so it never comes back below, when k01's owner dies.
     let gone = bytes
         .keys()
         .find(|(k, _)| k == "k01")
         .map(|(_, id)| id.clone())
         .unwrap();
-    s3.delete_object()
-        .bucket("vers")
-        .key("k01")
-        .version_id(&gone)
-        .send()
-        .await
-        .unwrap();
+    c.grist_ok(&["rmo", "ais://vers/k01", "--version-id", &gone]);
     bytes.remove(&("k01".to_owned(), gone.clone()));
     let want = all_versions(&s3, "vers").await;
     assert_eq!(want.len(), 24 * 3 + 8 - 1, "{want:?}");
@@ -850,6 +844,35 @@ async fn versions_survive_restarts_rebalance_and_a_dead_owner() {
         }
     };
     check("written").await;
+
+    // The native API through `grist`: the same versions listed; one read and one deleted by id.
+    let listed: Vec<serde_json::Value> =
+        serde_json::from_str(&c.grist_ok(&["--json", "ls", "ais://vers", "--versions"])).unwrap();
+    let native: Vec<(String, String, bool, bool)> = listed
+        .iter()
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap().to_owned(),
+                v["version_id"].as_str().unwrap().to_owned(),
+                v["latest"].as_bool().unwrap(),
+                v["delete_marker"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(native, want, "grist ls --versions");
+    let ((key, id), body) = bytes.iter().find(|((k, _), _)| k == "k04").unwrap();
+    let file = c.dir.path().join("k04.version");
+    c.grist_ok(&[
+        "get",
+        &format!("ais://vers/{key}"),
+        file.to_str().unwrap(),
+        "--version-id",
+        id,
+    ]);
+    assert!(
+        std::fs::read(&file).unwrap() == *body,
+        "grist get --version-id"
+    );
 
     for i in 0..c.targets.len() {
         c.targets[i].stop();
