@@ -168,7 +168,12 @@ impl S3Access for Grants {
             label.set(&op);
         }
         let Some(creds) = cx.credentials() else {
-            if self.anonymous || self.directory.anonymous_may(&op, cx.s3_path()) {
+            // A policy's s3:GetObject is not s3:GetObjectVersion: one version is not public.
+            let one_version = cx
+                .uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("versionId=")));
+            if self.anonymous || (!one_version && self.directory.anonymous_may(&op, cx.s3_path())) {
                 return Ok(());
             }
             return Err(s3_error!(AccessDenied, "anonymous access is disabled"));

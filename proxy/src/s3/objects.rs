@@ -2,7 +2,9 @@
 //! delete (one and many), copy.
 
 use super::common::*;
-use super::versioning::{answered_marker, answered_version, marker_error, version_of, version_url};
+use super::versioning::{
+    answered_marker, answered_version, marker_error, marker_headers, version_of, version_url,
+};
 use futures::StreamExt;
 use reqwest::StatusCode;
 use s3s::dto::*;
@@ -83,7 +85,12 @@ pub(super) async fn get_object(
         return Err(marker_error(answered_version(resp.headers())));
     }
     if !resp.status().is_success() {
-        return Err(node_error(resp, true).await);
+        let marker = answered_marker(resp.headers()).then(|| answered_version(resp.headers()));
+        let mut e = node_error(resp, true).await;
+        if let Some(id) = marker {
+            e.set_headers(marker_headers(id));
+        }
+        return Err(e);
     }
     let partial = resp.status() == StatusCode::PARTIAL_CONTENT;
     let attrs = Attrs::from(resp.headers());
@@ -170,6 +177,11 @@ pub(super) async fn head_object(
                 marker_error(answered_version(resp.headers()))
             }
             StatusCode::NOT_FOUND if input.version_id.is_some() => s3_error!(NoSuchVersion),
+            StatusCode::NOT_FOUND if answered_marker(resp.headers()) => {
+                let mut e = s3_error!(NoSuchKey);
+                e.set_headers(marker_headers(answered_version(resp.headers())));
+                e
+            }
             StatusCode::NOT_FOUND => s3_error!(NoSuchKey),
             StatusCode::PRECONDITION_FAILED => s3_error!(PreconditionFailed),
             StatusCode::NOT_MODIFIED => s3_error!(NotModified),

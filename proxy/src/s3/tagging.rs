@@ -118,7 +118,13 @@ pub(super) fn count(attrs: &Attrs) -> Option<i32> {
 }
 
 /// Changes an object's custom metadata in place on its owner.
-async fn patch(s: &GristS3, bucket: &str, key: &str, change: serde_json::Value) -> S3Result<Attrs> {
+async fn patch(
+    s: &GristS3,
+    bucket: &str,
+    key: &str,
+    version_id: Option<&str>,
+    change: serde_json::Value,
+) -> S3Result<Attrs> {
     let bck = s.existing(bucket).await?;
     if bck.is_remote() {
         return Err(s3_error!(
@@ -126,7 +132,7 @@ async fn patch(s: &GristS3, bucket: &str, key: &str, change: serde_json::Value) 
             "tagging objects of remote bucket {bck} is not supported"
         ));
     }
-    let url = s.owner_url("objects", &bck, key)?;
+    let url = super::versioning::version_url(s.owner_url("objects", &bck, key)?, version_id)?;
     let resp = s
         .send(
             s.proxy
@@ -135,7 +141,7 @@ async fn patch(s: &GristS3, bucket: &str, key: &str, change: serde_json::Value) 
                 .json(&change),
         )
         .await?;
-    if resp.status() == reqwest::StatusCode::NOT_FOUND {
+    if resp.status() == reqwest::StatusCode::NOT_FOUND && version_id.is_none() {
         return Err(s3_error!(NoSuchKey));
     }
     if !resp.status().is_success() {
@@ -161,8 +167,17 @@ pub(super) async fn put_object_tagging(
     } else {
         serde_json::json!({"set": {TAGGING: encode(&tags)}})
     };
-    patch(s, &input.bucket, &input.key, change).await?;
-    Ok(S3Response::new(PutObjectTaggingOutput::default()))
+    let attrs = patch(
+        s,
+        &input.bucket,
+        &input.key,
+        input.version_id.as_deref(),
+        change,
+    )
+    .await?;
+    Ok(S3Response::new(PutObjectTaggingOutput {
+        version_id: super::versioning::version_of(&attrs),
+    }))
 }
 
 pub(super) async fn delete_object_tagging(
@@ -171,8 +186,17 @@ pub(super) async fn delete_object_tagging(
 ) -> S3Result<S3Response<DeleteObjectTaggingOutput>> {
     let input = req.input;
     let change = serde_json::json!({"delete": [TAGGING]});
-    patch(s, &input.bucket, &input.key, change).await?;
-    Ok(S3Response::new(DeleteObjectTaggingOutput::default()))
+    let attrs = patch(
+        s,
+        &input.bucket,
+        &input.key,
+        input.version_id.as_deref(),
+        change,
+    )
+    .await?;
+    Ok(S3Response::new(DeleteObjectTaggingOutput {
+        version_id: super::versioning::version_of(&attrs),
+    }))
 }
 
 pub(super) async fn get_object_tagging(
@@ -181,10 +205,22 @@ pub(super) async fn get_object_tagging(
 ) -> S3Result<S3Response<GetObjectTaggingOutput>> {
     let input = req.input;
     let bck = s.existing(&input.bucket).await?;
-    let url = s.owner_url("objects", &bck, &input.key)?;
+    let url = super::versioning::version_url(
+        s.owner_url("objects", &bck, &input.key)?,
+        input.version_id.as_deref(),
+    )?;
     let resp = s.send(s.proxy.http.head(url)).await?;
     if resp.status() == reqwest::StatusCode::NOT_FOUND {
-        return Err(s3_error!(NoSuchKey));
+        return Err(if input.version_id.is_some() {
+            s3_error!(NoSuchVersion)
+        } else {
+            s3_error!(NoSuchKey)
+        });
+    }
+    if resp.status() == reqwest::StatusCode::METHOD_NOT_ALLOWED {
+        return Err(super::versioning::marker_error(
+            super::versioning::answered_version(resp.headers()),
+        ));
     }
     if !resp.status().is_success() {
         return Err(node_error(resp, true).await);
@@ -195,6 +231,7 @@ pub(super) async fn get_object_tagging(
         None => Vec::new(),
     };
     Ok(S3Response::new(GetObjectTaggingOutput {
+        version_id: super::versioning::version_of(&attrs),
         tag_set: tags
             .into_iter()
             .map(|(k, v)| Tag {
@@ -202,7 +239,6 @@ pub(super) async fn get_object_tagging(
                 value: Some(v),
             })
             .collect(),
-        ..Default::default()
     }))
 }
 

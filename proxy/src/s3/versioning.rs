@@ -72,6 +72,12 @@ pub(super) fn marker_error(version_id: Option<String>) -> S3Error {
         MethodNotAllowed,
         "The specified method is not allowed against this resource."
     );
+    e.set_headers(marker_headers(version_id));
+    e
+}
+
+/// `x-amz-delete-marker: true` and the marker's version id (none for the null marker).
+pub(super) fn marker_headers(version_id: Option<String>) -> http::HeaderMap {
     let mut headers = http::HeaderMap::new();
     headers.insert(
         "x-amz-delete-marker",
@@ -80,8 +86,7 @@ pub(super) fn marker_error(version_id: Option<String>) -> S3Error {
     if let Some(v) = version_id.and_then(|id| http::HeaderValue::from_str(&id).ok()) {
         headers.insert("x-amz-version-id", v);
     }
-    e.set_headers(headers);
-    e
+    headers
 }
 
 pub(super) async fn put_bucket_versioning(

@@ -45,7 +45,7 @@ pub(crate) async fn object(
         } else {
             crate::read::local::head_object(&t, &bck, &name, req.headers())
         };
-        return match local {
+        let found = match local {
             Err(e) if e.kind == gristmill_core::ErrorKind::NotFound => {
                 match crate::read::past_owner::fetch_from_past_owner(
                     &t,
@@ -70,6 +70,12 @@ pub(crate) async fn object(
                     None => crate::read::local::head_object(&t, &bck, &name, req.headers()),
                 }
             }
+            other => other,
+        };
+        return match found {
+            Err(e) if e.kind == gristmill_core::ErrorKind::NotFound => Ok(
+                crate::write::local::not_found_in_versions(&t, &bck, &name, e),
+            ),
             other => other,
         };
     }

@@ -512,6 +512,10 @@ impl Store {
             let (old, new) = (mp.path.join(&current.file), mp.path.join(&meta.file));
             let linked = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
                 let _ = std::fs::remove_file(&new); // a leftover of a crashed attempt
+                // A version's stored name hashes to a directory of its own, maybe not made yet.
+                if let Some(dir) = new.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
                 std::fs::hard_link(&old, &new)?;
                 // Durable before the record names it: else a crash could keep a record whose
                 // file is gone.

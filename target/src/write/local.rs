@@ -40,6 +40,37 @@ pub(crate) fn version_custom(
     custom.insert(VERSION_ID_KEY.to_owned(), id.to_owned());
 }
 
+/// The 404 of an object that is not there; in a versioned bucket whose latest version of it is
+/// a delete marker, the answer says so (`ais-delete-marker: true`, `ais-version-id`), as S3's
+/// does.
+pub(crate) fn not_found_in_versions(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    e: ApiError,
+) -> axum::response::Response {
+    let mut resp = e.into_response();
+    if s3_versioning(t, bck).is_empty() {
+        return resp;
+    }
+    let latest = t
+        .store
+        .versions(bck, name)
+        .ok()
+        .and_then(|v| v.into_iter().next());
+    if let Some(marker) = latest.filter(crate::store::index::is_delete_marker) {
+        let hs = resp.headers_mut();
+        hs.insert(h::DELETE_MARKER, header::HeaderValue::from_static("true"));
+        let id = crate::store::index::version_id(&marker);
+        if id != crate::store::NULL_VERSION_ID
+            && let Ok(v) = header::HeaderValue::from_str(id)
+        {
+            hs.insert(h::VERSION_ID, v);
+        }
+    }
+    resp
+}
+
 /// A versioned bucket's write keeps the version it replaces, so it must find it here: while a
 /// rebalance has not yet moved a newer copy of the object here, the write waits (503, which
 /// clients retry) instead of replacing an older one.
@@ -175,6 +206,17 @@ pub(crate) async fn one_version(
             }
             let read = crate::read::local::ReadRequest::of(params, &req);
             crate::read::get_object(t, bck, &meta.name, &read).await
+        }
+        // A metadata change (S3 tagging) of one version: of the record it is stored under.
+        axum::http::Method::PATCH if !here_only => {
+            let meta = t.store.find_version(bck, name, id)?;
+            if crate::store::index::is_delete_marker(&meta) {
+                return Err(ApiError::new(
+                    gristmill_core::ErrorKind::MethodNotAllowed,
+                    format!("{bck}/{name} version {id} is a delete marker"),
+                ));
+            }
+            patch_custom(t, bck, &meta.name, req).await
         }
         _ => Err(ApiError::new(
             gristmill_core::ErrorKind::MethodNotAllowed,
