@@ -801,6 +801,8 @@ def test_versions_are_kept_and_read_by_id(s3, bkt):
     assert old["Body"].read() == b"one" and old["VersionId"] == v1
     head = s3.head_object(Bucket=bkt, Key="k", VersionId=v1)
     assert head["ContentLength"] == 3 and head["VersionId"] == v1
+    attrs = s3.get_object_attributes(Bucket=bkt, Key="k", VersionId=v1, ObjectAttributes=["ObjectSize", "ETag"])
+    assert attrs["ObjectSize"] == 3 and attrs["VersionId"] == v1
     # The current listing shows one object; the versions listing both, newest first.
     assert [o["Key"] for o in s3.list_objects_v2(Bucket=bkt).get("Contents", [])] == ["k"]
     assert _versions(s3, bkt) == [("k", v2, True, False), ("k", v1, False, False)]

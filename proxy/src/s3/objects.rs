@@ -257,11 +257,18 @@ pub(super) async fn get_object_attributes(
 ) -> S3Result<S3Response<GetObjectAttributesOutput>> {
     let input = &req.input;
     let bck = s.existing(&input.bucket).await?;
-    let url = s.owner_url("objects", &bck, &input.key)?;
+    let url = version_url(
+        s.owner_url("objects", &bck, &input.key)?,
+        input.version_id.as_deref(),
+    )?;
     let resp = s.send(s.proxy.http.head(url)).await?;
     if !resp.status().is_success() {
         return Err(match resp.status() {
+            StatusCode::NOT_FOUND if input.version_id.is_some() => s3_error!(NoSuchVersion),
             StatusCode::NOT_FOUND => s3_error!(NoSuchKey),
+            StatusCode::METHOD_NOT_ALLOWED if answered_marker(resp.headers()) => {
+                marker_error(answered_version(resp.headers()))
+            }
             _ => node_error(resp, true).await,
         });
     }
@@ -318,6 +325,7 @@ pub(super) async fn get_object_attributes(
         _ => None,
     };
     Ok(S3Response::new(GetObjectAttributesOutput {
+        version_id: version_of(&attrs),
         e_tag: want(ObjectAttributes::ETAG).then(|| quoted(&attrs.etag)),
         object_size: want(ObjectAttributes::OBJECT_SIZE).then_some(attrs.size as i64),
         storage_class: want(ObjectAttributes::STORAGE_CLASS)

@@ -536,7 +536,20 @@ pub(crate) async fn commit_with_replicas(
     // put back (or the new object deleted), ordered after this write, and the replicas that
     // did commit follow it.
     tracing::warn!(object = %name, bucket = %bck, replicas = ?failed, "a replica did not commit: undoing the PUT");
+    let versioned = meta.custom.contains_key(crate::store::VERSION_ID_KEY);
     let undone = match &kept {
+        // A versioned bucket's PUT is undone by deleting the new version for good (here and
+        // on the replicas that committed it): the one it replaced becomes current again.
+        // Putting that one back as a new write would keep the failed version as noncurrent.
+        _ if versioned => {
+            let id = crate::store::index::version_id(&meta).to_owned();
+            match t.store.delete_version(bck, name, &id).await {
+                Ok(_) => crate::cluster::placement::delete_version_everywhere(t, bck, name, &id)
+                    .await
+                    .map(|_| ()),
+                Err(e) => Err(e.into()),
+            }
+        }
         Some(kept) => match t.store.restore(bck, kept, meta.generation).await {
             Ok(back) => crate::cluster::replicas::replicate(t, bck, &back).await,
             Err(e) => Err(e.into()),
