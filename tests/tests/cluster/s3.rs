@@ -715,13 +715,22 @@ async fn racing_if_none_match_puts_have_exactly_one_winner() {
 /// Every version and delete marker of a bucket over S3, in S3's order: (key, version id,
 /// latest, marker).
 async fn all_versions(s3: &Client, bucket: &str) -> Vec<(String, String, bool, bool)> {
+    versions_in_pages(s3, bucket, 7).await
+}
+
+/// [`all_versions`] in pages of `max_keys`.
+async fn versions_in_pages(
+    s3: &Client,
+    bucket: &str,
+    max_keys: i32,
+) -> Vec<(String, String, bool, bool)> {
     let mut out = Vec::new();
     let (mut key_marker, mut id_marker) = (None::<String>, None::<String>);
     loop {
         let r = s3
             .list_object_versions()
             .bucket(bucket)
-            .max_keys(7)
+            .max_keys(max_keys)
             .set_key_marker(key_marker.clone())
             .set_version_id_marker(id_marker.clone())
             .send()
@@ -931,4 +940,122 @@ async fn versions_survive_restarts_rebalance_and_a_dead_owner() {
         .await
         .unwrap_err();
     assert_eq!(code(&e), "NoSuchVersion", "{e:?}");
+}
+
+/// The versions listing stays exact while a rebalance moves versions: 3,000 versions and
+/// markers (1,000 keys), listed over S3 again and again — and single versions read by id —
+/// from before a target joins until the join's rebalance finished. Every listing, during and
+/// after, equals the one taken before; every read returns its version's bytes. If a
+/// rebalance ends before any listing overlapped it, another target joins (at most 3 times).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn version_listings_stay_exact_while_a_target_joins() {
+    use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let mut c = Cluster::start(3, 1).await.unwrap();
+    let s3 = client(&c, "gristmill", "gristmill-secret");
+    s3.create_bucket().bucket("vjoin").send().await.unwrap();
+    s3.put_bucket_versioning()
+        .bucket("vjoin")
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    const KEYS: usize = 1000;
+    let writes = futures::stream::iter(0..KEYS * 3)
+        .map(|i| {
+            let (c, key, v) = (&c, i % KEYS, i / KEYS);
+            async move {
+                let name = format!("k{key:04}");
+                let r = if v == 2 && key % 4 == 0 {
+                    c.http
+                        .delete(c.url(&format!("/v1/objects/vjoin/{name}")))
+                        .send()
+                        .await
+                        .unwrap()
+                } else {
+                    super::put(c, "vjoin", &name, content((key * 3 + v) as u64, 300)).await
+                };
+                assert!(r.status().is_success(), "{name} v{v}: {}", r.status());
+            }
+        })
+        .buffered(16);
+    writes.collect::<Vec<()>>().await;
+    let want = Arc::new(versions_in_pages(&s3, "vjoin", 1000).await);
+    assert_eq!(want.len(), KEYS * 3, "versions and markers");
+    // Versions to read by id while objects move: every 37th that is not a marker.
+    let reads: Arc<Vec<(String, String)>> = Arc::new(
+        want.iter()
+            .filter(|v| !v.3)
+            .step_by(37)
+            .map(|v| (v.0.clone(), v.1.clone()))
+            .collect(),
+    );
+    let mut joins = 0;
+    loop {
+        joins += 1;
+        let stop = Arc::new(AtomicBool::new(false));
+        let during = Arc::new(AtomicU64::new(0));
+        let lister = {
+            let (s3, want, reads, stop, during) = (
+                s3.clone(),
+                want.clone(),
+                reads.clone(),
+                stop.clone(),
+                during.clone(),
+            );
+            let jobs = c.http.clone();
+            let jobs_url = c.url("/v1/jobs?kind=rebalance&running=true");
+            tokio::spawn(async move {
+                let mut listings = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    let running = |url: String| {
+                        let jobs = jobs.clone();
+                        async move {
+                            let r: Vec<serde_json::Value> =
+                                jobs.get(url).send().await.unwrap().json().await.unwrap();
+                            !r.is_empty()
+                        }
+                    };
+                    let before = running(jobs_url.clone()).await;
+                    let got = versions_in_pages(&s3, "vjoin", 1000).await;
+                    assert_eq!(&got, &*want, "listing {listings} changed");
+                    let (key, id) = &reads[listings as usize % reads.len()];
+                    let r = s3
+                        .get_object()
+                        .bucket("vjoin")
+                        .key(key)
+                        .version_id(id)
+                        .send()
+                        .await
+                        .unwrap_or_else(|e| panic!("GET {key} {id}: {e:?}"));
+                    assert_eq!(r.version_id(), Some(id.as_str()));
+                    if before && running(jobs_url.clone()).await {
+                        during.fetch_add(1, Ordering::SeqCst);
+                    }
+                    listings += 1;
+                }
+                listings
+            })
+        };
+        c.add_target().await.unwrap();
+        super::elastic::rebalanced(&c).await;
+        stop.store(true, Ordering::SeqCst);
+        let listings = lister.await.unwrap();
+        let during = during.load(Ordering::SeqCst);
+        println!("join {joins}: {listings} listings, {during} wholly during the rebalance");
+        if during > 0 {
+            break;
+        }
+        assert!(joins < 3, "no listing overlapped any of {joins} rebalances");
+    }
+    assert_eq!(
+        all_versions(&s3, "vjoin").await,
+        *want,
+        "after, in pages of 7"
+    );
 }
