@@ -697,6 +697,11 @@ def test_anonymous_reads_follow_the_bucket_policy_and_acl(auth_s3_endpoint, admi
         denied(lambda: anon.delete_object(Bucket=name, Key="k"))
         # s3:GetObject is not s3:GetObjectVersion: one version of an object stays private.
         denied(lambda: anon.get_object(Bucket=name, Key="k", VersionId="null"))
+        # ...however the parameter's name is spelled in the query.
+        url = f"{auth_s3_endpoint}/{name}/k?version%49d=null"
+        with pytest.raises(urllib.error.HTTPError) as ei:
+            urllib.request.urlopen(url, timeout=10)
+        assert ei.value.code == 403
         denied(lambda: anon.get_object(Bucket=closed, Key="k"))
         denied(lambda: anon.get_bucket_policy(Bucket=name))
         denied(lambda: anon.list_buckets())
@@ -1007,3 +1012,26 @@ def test_tags_belong_to_one_version(s3, bkt, request):
     # Tags change no version: the same two, the same bytes.
     assert [v[1] for v in _versions(s3, bkt)] == [v2, v1]
     assert _body(s3, bkt, "k", VersionId=v1) == b"1"
+
+
+def test_versioned_buckets_guard_their_version_metadata(gristmill_s3, s3_endpoint):
+    """Gristmill only, over the native API: a client cannot set or remove an object's version
+    id or delete-marker flag, and cannot append to a shard in place in a versioned bucket."""
+    import requests
+
+    s3 = gristmill_s3
+    name = _bucket(s3)
+    try:
+        _enable(s3, name)
+        v = s3.put_object(Bucket=name, Key="k", Body=b"x")["VersionId"]
+        url = f"{s3_endpoint}/v1/objects/{name}/k"
+        for change in ({"set": {"ais-delete-marker": "true"}}, {"set": {"ais-version-id": "mint"}},
+                       {"delete": ["ais-version-id"]}):
+            r = requests.patch(url, json=change, timeout=10)
+            assert r.status_code == 400 and "cannot be changed" in r.text, (change, r.status_code, r.text)
+        assert _versions(s3, name) == [("k", v, True, False)]
+        assert _body(s3, name, "k") == b"x"
+        r = requests.put(f"{s3_endpoint}/v1/objects/{name}/shard.tar?archpath=a.txt", data=b"a", timeout=10)
+        assert r.status_code == 400 and "versioned" in r.text, r.text
+    finally:
+        empty_and_delete(s3, name)

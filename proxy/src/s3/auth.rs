@@ -169,10 +169,12 @@ impl S3Access for Grants {
         }
         let Some(creds) = cx.credentials() else {
             // A policy's s3:GetObject is not s3:GetObjectVersion: one version is not public.
-            let one_version = cx
-                .uri()
-                .query()
-                .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("versionId=")));
+            let one_version = cx.uri().query().is_some_and(|q| {
+                q.split('&').any(|kv| {
+                    let key = kv.split('=').next().unwrap_or("");
+                    percent_encoding::percent_decode_str(key).decode_utf8_lossy() == "versionId"
+                })
+            });
             if self.anonymous || (!one_version && self.directory.anonymous_may(&op, cx.s3_path())) {
                 return Ok(());
             }

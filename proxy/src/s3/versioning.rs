@@ -171,6 +171,14 @@ pub(super) async fn list_object_versions(
     let mut cursor = match &id_marker {
         None if key_marker.is_empty() => String::new(),
         None => after_every_version(&resume_after(&key_marker, delimiter.as_deref())),
+        // A minted id starts with the generation its version is ordered by: the listing
+        // resumes right after that version's stored name (which sorts after the current
+        // record, so this also holds when the marker is the current version).
+        Some(id) if id != NULL => {
+            let generation = u64::from_str_radix(&id[..16], 16)
+                .map_err(|_| s3_error!(InvalidArgument, "Invalid version id specified"))?;
+            gristmill_core::name::version_slot(&key_marker, generation)
+        }
         Some(id) => stored_name_of(s, &bck, &key_marker, id).await?,
     };
     // The first key's versions are not the latest when the walk starts inside them.
@@ -331,6 +339,11 @@ async fn stored_name_of(
         }
         return Ok(key.to_owned());
     }
-    // A version that is gone meanwhile: resume after the whole key.
-    Ok(after_every_version(key))
+    if resp.status() == http::StatusCode::NOT_FOUND {
+        // The null version is gone meanwhile (deleted for good, or replaced by a later null
+        // write): its place is unknown, so the listing goes on with the next key — older
+        // versions of this key are then left out of this listing (a race with that delete).
+        return Ok(after_every_version(key));
+    }
+    Err(node_error(resp, true).await)
 }

@@ -35,6 +35,11 @@ pub(crate) async fn append(
             "appending to shards of remote buckets is not supported ({bck})"
         )));
     }
+    if !crate::write::local::s3_versioning(t, bck).is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "appending to shards of a versioned bucket is not supported ({bck}): PUT the whole shard, which makes a new version"
+        )));
+    }
     let member = params.get(aq::ARCHPATH).cloned().unwrap_or_default();
     gristmill_shard::validate_member_name(&member)?;
     if member.ends_with('/') {

@@ -366,6 +366,13 @@ impl ObjectIndex {
             .collect())
     }
 
+    /// The highest generation among an object's noncurrent versions and delete markers.
+    pub fn versions_gen(&self, bucket: &str, name: &str) -> Result<u64, StoreError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(OBJECTS)?;
+        versions_gen(&table, bucket, name)
+    }
+
     /// Whether the index holds no record. Blocking.
     pub fn is_empty(&self) -> Result<bool, StoreError> {
         let tx = self.db.begin_read()?;
@@ -532,6 +539,19 @@ fn versions_of(
     Ok(out)
 }
 
+/// The highest generation among an object's noncurrent versions and delete markers (0: none).
+pub fn versions_gen(
+    table: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    bucket: &str,
+    name: &str,
+) -> Result<u64, StoreError> {
+    Ok(versions_of(table, bucket, name)?
+        .iter()
+        .map(|(_, m)| m.effective_gen().max(slot_gen(m)))
+        .max()
+        .unwrap_or(0))
+}
+
 /// A versioned bucket's write of an object's current version (a delete marker included),
 /// after its generation is decided: the version it replaces moves to its slot unless both are
 /// the null version; a null write removes a noncurrent null version; a delete marker goes to
@@ -553,6 +573,8 @@ fn put_versioned(
         for (k, m) in versions_of(table, &stored.bucket, &stored.name)? {
             if version_id(&m) == NULL_VERSION_ID {
                 table.remove(k.as_slice())?;
+                // A copy of it still on its way (rebalance, replica) stays out.
+                write_tombstone(tombs, &k, m.effective_gen())?;
                 applied.touched.push(m.name.clone());
                 applied.freed.push(m);
             }
@@ -620,7 +642,9 @@ fn delete_version(
         }
     };
     let tomb = read_tombstone(tombs, &key)?.map_or(0, |(g, _)| g);
-    let mut known = tomb.max(removed.effective_gen());
+    let mut known = tomb
+        .max(removed.effective_gen())
+        .max(versions_gen(table, bucket, name)?);
     if table.get(key.as_slice())?.is_none() {
         let newest = versions_of(table, bucket, name)?.into_iter().next();
         if let Some((_, m)) = &newest {
@@ -630,6 +654,7 @@ fn delete_version(
             // The newest remaining version becomes current again, ordered after the delete.
             Some((k, m)) if !is_delete_marker(&m) => {
                 table.remove(k.as_slice())?;
+                write_tombstone(tombs, &k, m.effective_gen())?;
                 applied.touched.push(m.name.clone());
                 let mut promoted = m;
                 promoted.name = name.to_owned();
@@ -667,10 +692,20 @@ fn apply_one(
                     ..Default::default()
                 });
             }
+            // A versioned write also counts its object's versions: when the latest is a delete
+            // marker whose tombstone was purged (or stayed behind on a past owner), they are
+            // all that remembers the generations — and a reused one would reuse a slot.
+            let versioned =
+                !split_version_slot(&meta.name).1 && meta.custom.contains_key(VERSION_ID_KEY);
             let known = || -> Result<u64, StoreError> {
                 let record = replaced.as_ref().map_or(0, ObjectMeta::effective_gen);
                 let tomb = read_tombstone(tombs, &key)?.map_or(0, |(g, _)| g);
-                Ok(record.max(tomb))
+                let slots = if versioned {
+                    versions_gen(table, &meta.bucket, &meta.name)?
+                } else {
+                    0
+                };
+                Ok(record.max(tomb).max(slots))
             };
             let mut stored = meta.clone();
             match *generation {

@@ -451,6 +451,9 @@ impl Store {
         id: &str,
     ) -> Result<(ObjectMeta, Option<ObjectMeta>), StoreError> {
         let bucket = bck.uname();
+        let mut outcome = None;
+        // Every mountpath: a resilver in progress may still hold a copy elsewhere, which it
+        // would otherwise move back.
         for mp in self.lookup_order(bck, name) {
             let applied = mp
                 .index
@@ -467,14 +470,35 @@ impl Store {
                 remove_data_file(&mp, &old.file).await;
                 self.usage.account(&old.bucket, None, Some(old.size));
             }
-            let removed = applied.freed.into_iter().next();
-            return Ok((
-                removed
-                    .ok_or_else(|| StoreError::Index("version delete without a record".into()))?,
-                applied.stored,
-            ));
+            if outcome.is_none()
+                && let Some(removed) = applied.freed.into_iter().next()
+            {
+                outcome = Some((removed, applied.stored));
+            }
         }
-        Err(no_such_version(bck, name, id))
+        outcome.ok_or_else(|| no_such_version(bck, name, id))
+    }
+
+    /// The highest generation among an object's noncurrent versions and delete markers here.
+    pub fn versions_gen(&self, bck: &Bck, name: &str) -> Result<u64, StoreError> {
+        let bucket = bck.uname();
+        let mut generation = 0;
+        for mp in self.lookup_order(bck, name) {
+            generation = generation.max(mp.index.versions_gen(&bucket, name)?);
+        }
+        Ok(generation)
+    }
+
+    /// Whether a mountpath other than the object's own still holds a record of it (a
+    /// resilver not finished).
+    pub fn held_off_its_mountpath(&self, bck: &Bck, name: &str) -> Result<bool, StoreError> {
+        let bucket = bck.uname();
+        for mp in self.lookup_order(bck, name).iter().skip(1) {
+            if mp.index.get(&bucket, name)?.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Changes an object's custom metadata in place (S3 object tagging): `remove` goes, `set`

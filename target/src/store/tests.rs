@@ -192,3 +192,95 @@ async fn patching_metadata_keeps_the_data_under_a_new_name_and_generation() {
     assert!(!removed.custom.contains_key("x-amz-tagging"));
     assert_eq!(removed.generation, 12);
 }
+
+fn versioned(id: &str, marker: bool) -> PutOptions {
+    let mut custom = std::collections::BTreeMap::new();
+    custom.insert(VERSION_ID_KEY.to_owned(), id.to_owned());
+    if marker {
+        custom.insert(DELETE_MARKER_KEY.to_owned(), "true".to_owned());
+    }
+    PutOptions {
+        custom,
+        ..Default::default()
+    }
+}
+
+/// The store's versioning rules, and the generation a write takes once the delete marker's
+/// tombstone is gone (purged, or left on a past owner): above every version, so no slot is
+/// reused and no version overwritten.
+#[tokio::test]
+async fn versions_keep_their_slots_after_the_tombstone_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&[dir.path().join("mp0")]).await.unwrap();
+    let bck = Bck::new("b", Provider::Ais).unwrap();
+    let id = |m: &ObjectMeta| index::version_id(m).to_owned();
+    let v1 = store
+        .put(&bck, "x", body("one"), versioned(MINT_VERSION_ID, false))
+        .await
+        .unwrap();
+    let v2 = store
+        .put(&bck, "x", body("two"), versioned(MINT_VERSION_ID, false))
+        .await
+        .unwrap();
+    assert_ne!(id(&v1), id(&v2));
+    let marker = store
+        .put(&bck, "x", empty_body(), versioned(MINT_VERSION_ID, true))
+        .await
+        .unwrap();
+    assert!(
+        marker.name.starts_with("x\0"),
+        "the marker lives in its slot"
+    );
+    assert!(store.head(&bck, "x").is_err(), "no current version");
+    assert_eq!(store.versions(&bck, "x").unwrap().len(), 3);
+
+    // Every tombstone forgotten: only the versions remember the generations.
+    store
+        .purge_tombstones(std::time::Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(store.tombstone(&bck, "x").unwrap(), 0);
+    let v3 = store
+        .put(&bck, "x", body("three"), versioned(MINT_VERSION_ID, false))
+        .await
+        .unwrap();
+    assert!(
+        v3.generation > marker.generation,
+        "{} > {}",
+        v3.generation,
+        marker.generation
+    );
+    let v4 = store
+        .put(&bck, "x", body("four"), versioned(MINT_VERSION_ID, false))
+        .await
+        .unwrap();
+    let ids: Vec<String> = store.versions(&bck, "x").unwrap().iter().map(id).collect();
+    assert_eq!(
+        ids,
+        [id(&v3), id(&marker), id(&v2), id(&v1)],
+        "newest first, none lost"
+    );
+    for (v, want) in [(&v1, "one"), (&v2, "two"), (&v3, "three"), (&v4, "four")] {
+        let found = store.find_version(&bck, "x", &id(v)).unwrap();
+        assert_eq!(read(&store, &bck, &found.name).await, want);
+    }
+
+    // A null write replaces only the null version; deleting the current for good brings
+    // the one before back.
+    let null = store
+        .put(&bck, "x", body("null"), versioned(NULL_VERSION_ID, false))
+        .await
+        .unwrap();
+    assert_eq!(id(&null), NULL_VERSION_ID);
+    let (gone, promoted) = store
+        .delete_version(&bck, "x", NULL_VERSION_ID)
+        .await
+        .unwrap();
+    assert_eq!(id(&gone), NULL_VERSION_ID);
+    assert_eq!(id(&promoted.unwrap()), id(&v4));
+    assert_eq!(read(&store, &bck, "x").await, "four");
+}
+
+fn empty_body() -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + use<> {
+    futures::stream::iter(Vec::<Result<Bytes, std::io::Error>>::new())
+}

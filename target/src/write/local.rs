@@ -80,14 +80,22 @@ pub(crate) fn replaced_version_is_here(
     name: &str,
     elsewhere: &crate::cluster::placement::Elsewhere,
 ) -> Result<(), ApiError> {
-    if s3_versioning(t, bck).is_empty()
-        || elsewhere.floor <= known_here(t, bck, name, t.store.head(bck, name).ok().as_ref())
-    {
+    if s3_versioning(t, bck).is_empty() {
         return Ok(());
     }
-    Err(ApiError::unavailable(format!(
-        "the current version of {bck}/{name} is still being moved here; retry"
-    )))
+    // A live copy newer than ours on another target (a tombstone there loses no version).
+    let newer_elsewhere = elsewhere
+        .newest
+        .as_ref()
+        .is_some_and(|(g, _)| *g > known_here(t, bck, name, t.store.head(bck, name).ok().as_ref()));
+    // A copy on another mountpath here (a resilver not finished), which the write would drop.
+    let off_its_mountpath = t.store.held_off_its_mountpath(bck, name)?;
+    if newer_elsewhere || off_its_mountpath {
+        return Err(ApiError::unavailable(format!(
+            "the current version of {bck}/{name} is still being moved; retry"
+        )));
+    }
+    Ok(())
 }
 
 /// Whether a version id is one this cluster could have given: "null" or 32 hex digits.
@@ -165,47 +173,63 @@ pub(crate) async fn one_version(
             Ok(resp)
         }
         axum::http::Method::GET | axum::http::Method::HEAD => {
-            let meta = match t.store.find_version(bck, name, id) {
-                Ok(m) => m,
-                Err(crate::StoreError::Api(e))
-                    if e.kind == gristmill_core::ErrorKind::NoSuchVersion && !here_only =>
-                {
-                    let found = crate::read::past_owner::read_version_elsewhere(
-                        t,
-                        bck,
-                        name,
-                        req.method(),
-                        req.uri(),
-                        req.headers(),
+            for _ in 0..3 {
+                let meta = match t.store.find_version(bck, name, id) {
+                    Ok(m) => m,
+                    Err(crate::StoreError::Api(e))
+                        if e.kind == gristmill_core::ErrorKind::NoSuchVersion && !here_only =>
+                    {
+                        let found = crate::read::past_owner::read_version_elsewhere(
+                            t,
+                            bck,
+                            name,
+                            req.method(),
+                            req.uri(),
+                            req.headers(),
+                        )
+                        .await;
+                        return found.ok_or(e);
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                if crate::store::index::is_delete_marker(&meta) {
+                    let mut resp = (
+                        StatusCode::METHOD_NOT_ALLOWED,
+                        axum::Json(serde_json::json!({
+                            "message": format!("{bck}/{name} version {id} is a delete marker"),
+                            "status": 405,
+                            "tcode": gristmill_core::ErrorKind::MethodNotAllowed,
+                        })),
                     )
-                    .await;
-                    return found.ok_or(e);
+                        .into_response();
+                    marker_headers(&mut resp, true);
+                    if let Ok(v) = header::HeaderValue::from_str(
+                        &gristmill_core::name::encode_path(&meta.name),
+                    ) {
+                        resp.headers_mut().insert(h::STORED_NAME, v);
+                    }
+                    return Ok(resp);
                 }
-                Err(e) => return Err(e.into()),
-            };
-            if crate::store::index::is_delete_marker(&meta) {
-                let mut resp = (
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    axum::Json(serde_json::json!({
-                        "message": format!("{bck}/{name} version {id} is a delete marker"),
-                        "status": 405,
-                        "tcode": gristmill_core::ErrorKind::MethodNotAllowed,
-                    })),
-                )
-                    .into_response();
-                marker_headers(&mut resp, true);
-                if let Ok(v) =
-                    header::HeaderValue::from_str(&gristmill_core::name::encode_path(&meta.name))
-                {
-                    resp.headers_mut().insert(h::STORED_NAME, v);
+                let resp = if req.method() == axum::http::Method::HEAD {
+                    crate::read::local::head_object(t, bck, &meta.name, req.headers())?
+                } else {
+                    let read = crate::read::local::ReadRequest::of(params, &req);
+                    crate::read::get_object(t, bck, &meta.name, &read).await?
+                };
+                // The current version read by its name: a write between the lookup and the
+                // read may have made it noncurrent (and moved it); then look again.
+                let answered = resp
+                    .headers()
+                    .get(h::VERSION_ID)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or(crate::store::NULL_VERSION_ID);
+                if meta.name != name || answered == id {
+                    return Ok(resp);
                 }
-                return Ok(resp);
             }
-            if req.method() == axum::http::Method::HEAD {
-                return crate::read::local::head_object(t, bck, &meta.name, req.headers());
-            }
-            let read = crate::read::local::ReadRequest::of(params, &req);
-            crate::read::get_object(t, bck, &meta.name, &read).await
+            Err(ApiError::unavailable(format!(
+                "{bck}/{name} kept changing while version {id} was read; retry"
+            )))
         }
         // A metadata change (S3 tagging) of one version: of the record it is stored under.
         axum::http::Method::PATCH if !here_only => {
@@ -365,6 +389,17 @@ pub(crate) async fn patch_custom(t: &Target, bck: &Bck, name: &str, req: Request
         .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?;
     let patch: Patch = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid metadata change: {e}")))?;
+    // The version id and delete-marker flag are the cluster's, never a client's to change.
+    if let Some(k) = patch
+        .set
+        .keys()
+        .chain(&patch.delete)
+        .find(|k| *k == crate::store::VERSION_ID_KEY || *k == crate::store::DELETE_MARKER_KEY)
+    {
+        return Err(ApiError::bad_request(format!(
+            "metadata key {k} cannot be changed"
+        )));
+    }
     let elsewhere = crate::cluster::placement::elsewhere(t, bck, name).await?;
     if elsewhere.floor > known_here(t, bck, name, t.store.head(bck, name).ok().as_ref()) {
         return Err(ApiError::unavailable(format!(
@@ -390,8 +425,14 @@ pub(crate) async fn patch_custom(t: &Target, bck: &Bck, name: &str, req: Request
 /// The highest generation this target knows of an object: its record (`here`) or tombstone.
 /// A past owner reporting more holds a newer copy than this one.
 fn known_here(t: &Target, bck: &Bck, name: &str, here: Option<&ObjectMeta>) -> u64 {
+    let versions = if s3_versioning(t, bck).is_empty() {
+        0
+    } else {
+        t.store.versions_gen(bck, name).unwrap_or(0)
+    };
     here.map_or(0, ObjectMeta::effective_gen)
         .max(t.store.tombstone(bck, name).unwrap_or(0))
+        .max(versions)
 }
 
 /// The precondition of a conditional write: `If-None-Match: *` (only if absent), `If-Match:
@@ -537,11 +578,18 @@ pub(crate) async fn commit_with_replicas(
     // did commit follow it.
     tracing::warn!(object = %name, bucket = %bck, replicas = ?failed, "a replica did not commit: undoing the PUT");
     let versioned = meta.custom.contains_key(crate::store::VERSION_ID_KEY);
+    let null = crate::store::NULL_VERSION_ID;
+    // A null write replaced a null version: that one (kept aside) is put back below, and
+    // its null write replaces the failed one in every holder.
+    let null_over_null = crate::store::index::version_id(&meta) == null
+        && kept
+            .as_ref()
+            .is_some_and(|k| crate::store::index::version_id(&k.meta) == null);
     let undone = match &kept {
-        // A versioned bucket's PUT is undone by deleting the new version for good (here and
-        // on the replicas that committed it): the one it replaced becomes current again.
-        // Putting that one back as a new write would keep the failed version as noncurrent.
-        _ if versioned => {
+        // A versioned bucket's PUT is otherwise undone by deleting the new version for good
+        // (here and on the replicas that committed it): the one it replaced becomes current
+        // again. Putting that one back as a new write would keep the failed one as noncurrent.
+        _ if versioned && !null_over_null => {
             let id = crate::store::index::version_id(&meta).to_owned();
             match t.store.delete_version(bck, name, &id).await {
                 Ok(_) => crate::cluster::placement::delete_version_everywhere(t, bck, name, &id)
