@@ -165,37 +165,14 @@ pub(crate) async fn delete_everywhere(
     name: &str,
     generation: u64,
 ) -> Result<bool, ApiError> {
-    let deletes = other_holders(t, bck, name)
-        .into_iter()
-        .map(|node| async move {
-            let resp = t
-                .relay
-                .delete(internal_url(&node, bck, name))
-                .query(&bucket_query(bck))
-                .header(h::GEN, generation)
-                .timeout(HOLDER_TIMEOUT)
-                .send()
-                .await;
-            match resp {
-                Ok(r) if r.status().is_success() => Ok(true),
-                Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => Ok(false),
-                Ok(r) => Err(format!("{}: {}", node.daemon_id, r.status())),
-                Err(e) => Err(format!("{}: {e}", node.daemon_id)),
-            }
-        });
-    let mut held = false;
-    for answer in futures::future::join_all(deletes).await {
-        match answer {
-            Ok(h) => held |= h,
-            Err(e) => {
-                tracing::warn!(object = %name, error = %e, "delete of another copy failed");
-                return Err(ApiError::unavailable(format!(
-                    "{bck}/{name}: deleted on its owner, but a target that may hold a copy was not reached ({e}); try again"
-                )));
-            }
-        }
-    }
-    Ok(held)
+    delete_on_other_holders(t, bck, name, |r| r.header(h::GEN, generation))
+        .await
+        .map_err(|e| {
+            tracing::warn!(object = %name, error = %e, "delete of another copy failed");
+            ApiError::unavailable(format!(
+                "{bck}/{name}: deleted on its owner, but a target that may hold a copy was not reached ({e}); try again"
+            ))
+        })
 }
 
 /// After the owner deleted one version of an object for good (versioned buckets): the same on
@@ -207,18 +184,35 @@ pub(crate) async fn delete_version_everywhere(
     name: &str,
     id: &str,
 ) -> Result<bool, ApiError> {
+    delete_on_other_holders(t, bck, name, |r| {
+        r.query(&[(gristmill_core::api::query::VERSION_ID, id)])
+    })
+    .await
+    .map_err(|e| {
+        ApiError::unavailable(format!(
+            "{bck}/{name} version {id}: deleted here, but a target that may hold it was not reached ({e}); try again"
+        ))
+    })
+}
+
+/// An internal DELETE (shaped by `with`) on every other possible holder, at once: whether any
+/// held it (2xx rather than 404), or the first holder that did not answer.
+async fn delete_on_other_holders(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
+    with: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+) -> Result<bool, String> {
+    let with = &with;
     let deletes = other_holders(t, bck, name)
         .into_iter()
         .map(|node| async move {
-            let resp = t
+            let req = t
                 .relay
                 .delete(internal_url(&node, bck, name))
                 .query(&bucket_query(bck))
-                .query(&[(gristmill_core::api::query::VERSION_ID, id)])
-                .timeout(HOLDER_TIMEOUT)
-                .send()
-                .await;
-            match resp {
+                .timeout(HOLDER_TIMEOUT);
+            match with(req).send().await {
                 Ok(r) if r.status().is_success() => Ok(true),
                 Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => Ok(false),
                 Ok(r) => Err(format!("{}: {}", node.daemon_id, r.status())),
@@ -227,14 +221,7 @@ pub(crate) async fn delete_version_everywhere(
         });
     let mut held = false;
     for answer in futures::future::join_all(deletes).await {
-        match answer {
-            Ok(h) => held |= h,
-            Err(e) => {
-                return Err(ApiError::unavailable(format!(
-                    "{bck}/{name} version {id}: deleted here, but a target that may hold it was not reached ({e}); try again"
-                )));
-            }
-        }
+        held |= answer?;
     }
     Ok(held)
 }
