@@ -8,6 +8,12 @@
 //!   connect are refused (ABI 4+); signals and abstract unix sockets cannot reach processes
 //!   outside the sandbox, gristd included (ABI 6+). Landlock also stops the worker from
 //!   reading `/proc/<gristd>/…` (no ptrace rights across domains).
+//! - **Seccomp**: system calls a transform never needs fail with `EPERM` — sockets other than
+//!   unix ones (so UDP and raw sockets too, which Landlock does not cover and a network
+//!   namespace cannot shut where user namespaces are refused), io_uring (its operations bypass
+//!   seccomp), new namespaces, tracing other processes, keyrings, BPF, perf events,
+//!   userfaultfd, mounts, modules and kexec. `clone3` answers `ENOSYS` (its flags cannot be
+//!   inspected) so that the C library falls back to `clone`, whose namespace flags can.
 //! - `setsid`, and rlimits: address space (the ETL's memory limit), no core files.
 //!
 //! gristd runs this as a separate program (its own binary, dispatched before any runtime or
@@ -17,8 +23,8 @@
 //! argv `Sandbox::command` builds.
 //!
 //! Usage: `gristd etl-sandbox [--ro PATH]... [--rw PATH]... [--protect PATH]... [--as BYTES]
-//! -- PROGRAM [ARGS]...`, or `gristd etl-sandbox --probe` (applies an empty rule set, prints
-//! what is enforced, exits 0 when file access is confined).
+//! -- PROGRAM [ARGS]...`, or `gristd etl-sandbox --probe` (applies an empty rule set and the
+//! seccomp filter, prints what is enforced, exits 0 when both hold).
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -149,6 +155,123 @@ fn limits(address_space: Option<u64>) -> Result<(), String> {
     Ok(())
 }
 
+/// Namespace flags of `clone`: a worker makes no namespaces (kernel surface, and a way
+/// around the rules above inside a new user namespace).
+const CLONE_NAMESPACES: [u64; 8] = [
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWCGROUP as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWNET as u64,
+    libc::CLONE_NEWTIME as u64,
+];
+
+/// System calls that fail whatever their arguments.
+const FORBIDDEN_SYSCALLS: [libc::c_long; 30] = [
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_bpf,
+    libc::SYS_perf_event_open,
+    libc::SYS_userfaultfd,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_fsopen,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_move_mount,
+    libc::SYS_open_tree,
+    libc::SYS_mount_setattr,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_kexec_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_reboot,
+];
+
+/// The seccomp filters a worker runs under (see the module docs): the `EPERM` rules, and
+/// `clone3` answering `ENOSYS`.
+fn seccomp_filters() -> Result<[seccompiler::BpfProgram; 2], String> {
+    use seccompiler::{
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule,
+    };
+    use std::collections::BTreeMap;
+    let err = |e: seccompiler::BackendError| format!("seccomp: {e}");
+    let arch = std::env::consts::ARCH.try_into().map_err(err)?;
+    let arg = |index, len, op, value| -> Result<SeccompRule, String> {
+        SeccompRule::new(vec![
+            SeccompCondition::new(index, len, op, value).map_err(err)?,
+        ])
+        .map_err(err)
+    };
+    let mut denied: BTreeMap<i64, Vec<SeccompRule>> = FORBIDDEN_SYSCALLS
+        .iter()
+        .map(|&call| (call as i64, Vec::new()))
+        .collect();
+    denied.insert(
+        libc::SYS_socket as i64,
+        vec![arg(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            libc::AF_UNIX as u64,
+        )?],
+    );
+    denied.insert(
+        libc::SYS_clone as i64,
+        CLONE_NAMESPACES
+            .iter()
+            .map(|&flag| {
+                arg(
+                    0,
+                    SeccompCmpArgLen::Qword,
+                    SeccompCmpOp::MaskedEq(flag),
+                    flag,
+                )
+            })
+            .collect::<Result<_, _>>()?,
+    );
+    let compile = |rules, errno: i32| -> Result<BpfProgram, String> {
+        let filter = SeccompFilter::new(
+            rules,
+            SeccompAction::Allow,
+            SeccompAction::Errno(errno as u32),
+            arch,
+        )
+        .map_err(err)?;
+        filter.try_into().map_err(err)
+    };
+    Ok([
+        compile(denied, libc::EPERM)?,
+        compile(
+            BTreeMap::from([(libc::SYS_clone3 as i64, Vec::new())]),
+            libc::ENOSYS,
+        )?,
+    ])
+}
+
+/// Installs [`seccomp_filters`] on this (single-threaded) process.
+fn forbid_syscalls() -> Result<(), String> {
+    for filter in seccomp_filters()? {
+        seccompiler::apply_filter(&filter).map_err(|e| format!("seccomp: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Runs `gristd etl-sandbox ARGS` (the arguments after the subcommand): sets up the sandbox
 /// and execs the program. Returns only on failure, with the exit status to use.
 pub fn exec_helper(args: impl IntoIterator<Item = OsString>) -> i32 {
@@ -167,13 +290,18 @@ pub fn exec_helper(args: impl IntoIterator<Item = OsString>) -> i32 {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
+    // Seccomp fails closed: a worker without it does not start (a kernel without seccomp
+    // filters fails the probe, and the target treats the helper as unavailable).
+    if let Err(e) = forbid_syscalls() {
+        return fail(e);
+    }
     if policy.probe {
         let (word, code) = match status {
             RulesetStatus::FullyEnforced => ("full", 0),
             RulesetStatus::PartiallyEnforced => ("partial", 0),
             RulesetStatus::NotEnforced => ("none", 1),
         };
-        println!("landlock {word}");
+        println!("landlock {word}, seccomp on");
         return code;
     }
     if status == RulesetStatus::NotEnforced {
@@ -286,6 +414,14 @@ mod tests {
 
     fn args(s: &[&str]) -> Vec<OsString> {
         s.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_seccomp_filters_compile_for_this_machine() {
+        let [denied, clone3] = seccomp_filters().unwrap();
+        // One check per forbidden call at least (the kernel caps programs at 4096).
+        assert!(denied.len() > FORBIDDEN_SYSCALLS.len() && denied.len() < 4096);
+        assert!(!clone3.is_empty());
     }
 
     #[test]

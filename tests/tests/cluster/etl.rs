@@ -287,7 +287,7 @@ async fn offline_transform_with_extension_map_lists_bad_inputs() {
 }
 
 const HOSTILE_ETL: &str = r#"
-import os, socket
+import ctypes, os, socket, subprocess, threading
 
 def transform(data, path, args):
     if path == "loop":
@@ -305,6 +305,23 @@ def transform(data, path, args):
     if path == "socket":
         s = socket.create_connection(("127.0.0.1", int(args)), timeout=2)
         return b"connected"
+    if path == "udp":
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.sendto(b"x", ("127.0.0.1", int(args)))
+        return b"sent"
+    if path == "userns":
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
+            raise PermissionError(ctypes.get_errno(), "unshare refused")
+        return b"unshared"
+    if path == "good-spawn":
+        # Threads and child processes work (clone3 falls back to clone under seccomp).
+        out = []
+        t = threading.Thread(target=lambda: out.append(data.upper()))
+        t.start()
+        t.join()
+        subprocess.run(["true"], check=True)
+        return out[0]
     if path == "good-tmp":
         # Temporary files work: the sandbox's scratch directory is TMPDIR.
         import tempfile
@@ -360,8 +377,8 @@ async fn hostile_transforms_refused_when_gristd_is_not_root() {
 }
 
 /// Transforms that loop, allocate, exit, read what they must not (`/etc/shadow`, a data
-/// file of another bucket, a file of the target's state directory) or connect to the proxy:
-/// each fails its object with an error that names the ETL, and the ETL and the target keep
+/// file of another bucket, a file of the target's state directory), connect to the proxy,
+/// send UDP to it or make a user namespace: each fails its object with an error that names the ETL, and the ETL and the target keep
 /// serving.
 async fn hostile_cases(c: &Cluster) {
     // Another bucket's object, stored before the ETL's bucket has any: the only data file.
@@ -370,8 +387,19 @@ async fn hostile_cases(c: &Cluster) {
     let data_file = some_data_file(&c.mountpaths[0][0]);
     c.create_bucket("h").await.unwrap();
     let names = [
-        "loop", "alloc", "exit", "shadow", "datadir", "statedir", "socket", "good-1", "good-2",
+        "loop",
+        "alloc",
+        "exit",
+        "shadow",
+        "datadir",
+        "statedir",
+        "socket",
+        "udp",
+        "userns",
+        "good-1",
+        "good-2",
         "good-tmp",
+        "good-spawn",
     ];
     put_all(
         c,
@@ -407,13 +435,13 @@ async fn hostile_cases(c: &Cluster) {
     let proxy_port = c.endpoint.rsplit(':').next().unwrap().to_owned();
 
     let hostile = [
-        "loop", "alloc", "exit", "shadow", "datadir", "statedir", "socket",
+        "loop", "alloc", "exit", "shadow", "datadir", "statedir", "socket", "udp", "userns",
     ]
     .map(|name| {
         let args = match name {
             "datadir" => data_file.clone(),
             "statedir" => state_file.clone(),
-            "socket" => proxy_port.clone(),
+            "socket" | "udp" => proxy_port.clone(),
             _ => String::new(),
         };
         async move {
@@ -470,11 +498,14 @@ async fn hostile_cases(c: &Cluster) {
                 assert!(!body.contains("the secret"), "{body}");
             }
             "socket" => assert!(body.contains("Error"), "{body}"),
+            // Seccomp: no UDP socket at all (a network namespace alone lets it be made), and
+            // no new user namespace.
+            "udp" | "userns" => assert!(body.contains("PermissionError"), "{body}"),
             _ => unreachable!(),
         }
     }
     // The ETL keeps working for good objects (workers were replaced).
-    for good in ["good-1", "good-2", "good-tmp"] {
+    for good in ["good-1", "good-2", "good-tmp", "good-spawn"] {
         let (status, body) = get_etl(c, "h", good, "hostile", "").await;
         assert_eq!(status, 200);
         assert_eq!(
