@@ -169,7 +169,7 @@ const CLONE_NAMESPACES: [u64; 8] = [
 ];
 
 /// System calls that fail whatever their arguments.
-const FORBIDDEN_SYSCALLS: [libc::c_long; 30] = [
+const FORBIDDEN_SYSCALLS: [i64; 30] = [
     libc::SYS_io_uring_setup,
     libc::SYS_io_uring_enter,
     libc::SYS_io_uring_register,
@@ -220,10 +220,10 @@ fn seccomp_filters() -> Result<[seccompiler::BpfProgram; 2], String> {
     };
     let mut denied: BTreeMap<i64, Vec<SeccompRule>> = FORBIDDEN_SYSCALLS
         .iter()
-        .map(|&call| (call as i64, Vec::new()))
+        .map(|&call| (call, Vec::new()))
         .collect();
     denied.insert(
-        libc::SYS_socket as i64,
+        libc::SYS_socket,
         vec![arg(
             0,
             SeccompCmpArgLen::Dword,
@@ -232,7 +232,7 @@ fn seccomp_filters() -> Result<[seccompiler::BpfProgram; 2], String> {
         )?],
     );
     denied.insert(
-        libc::SYS_clone as i64,
+        libc::SYS_clone,
         CLONE_NAMESPACES
             .iter()
             .map(|&flag| {
@@ -258,7 +258,7 @@ fn seccomp_filters() -> Result<[seccompiler::BpfProgram; 2], String> {
     Ok([
         compile(denied, libc::EPERM)?,
         compile(
-            BTreeMap::from([(libc::SYS_clone3 as i64, Vec::new())]),
+            BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
             libc::ENOSYS,
         )?,
     ])
