@@ -267,26 +267,19 @@ pub async fn archive(client: &Client, cmd: ArchiveCmd, json_out: bool) -> anyhow
         }
         ArchiveCmd::Ls { shard } => {
             let (bck, name) = object(&shard)?;
-            let mut lso = ListObjectsMsg {
-                prefix: format!("{name}/"),
+            let prefix = format!("{name}/");
+            let lso = ListObjectsMsg {
+                prefix: prefix.clone(),
                 props: "name,size".into(),
                 flags: LS_ARCH_DIR,
                 ..Default::default()
             };
-            let mut members = Vec::new();
-            loop {
-                let page = client.list_page(&bck, &lso).await?;
-                for e in page.entries {
-                    if let Some(m) = e.name.strip_prefix(&lso.prefix) {
-                        members.push((m.to_owned(), e.size));
-                    }
-                }
-                if page.continuation_token.is_empty() {
-                    break;
-                }
-                lso.continuation_token = page.continuation_token;
-                lso.uuid = page.uuid;
-            }
+            let members: Vec<(String, u64)> = client
+                .list_entries(&bck, lso, 0)
+                .await?
+                .into_iter()
+                .filter_map(|e| Some((e.name.strip_prefix(&prefix)?.to_owned(), e.size)))
+                .collect();
             if members.is_empty() {
                 // Not an error to list an empty shard, but a missing one is.
                 Client::send(

@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use futures::StreamExt;
-use gristmill_core::api::{ActionMsg, ListObjectsMsg, ListObjectsPage, action};
+use gristmill_core::api::{ActionMsg, ListEntry, ListObjectsMsg, ListObjectsPage, action};
 use gristmill_core::job::JobStatus;
 use gristmill_core::{Bck, ClusterMap};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
@@ -205,6 +205,30 @@ impl Client {
             .send()
             .await?;
         Ok(check(resp).await?.json().await?)
+    }
+
+    /// A bucket listing's entries, page after page: all of them, or the first `limit` when it
+    /// is not 0.
+    pub async fn list_entries(
+        &self,
+        bck: &Bck,
+        mut lso: ListObjectsMsg,
+        limit: usize,
+    ) -> anyhow::Result<Vec<ListEntry>> {
+        let mut all = Vec::new();
+        loop {
+            let page = self.list_page(bck, &lso).await?;
+            all.extend(page.entries);
+            if limit > 0 && all.len() >= limit {
+                all.truncate(limit);
+                return Ok(all);
+            }
+            if page.continuation_token.is_empty() {
+                return Ok(all);
+            }
+            lso.continuation_token = page.continuation_token;
+            lso.uuid = page.uuid;
+        }
     }
 
     /// PUTs a body produced by `body` (called again if the request must be re-sent).

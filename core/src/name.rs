@@ -21,6 +21,19 @@ pub fn encode_path(name: &str) -> String {
     percent_encoding::utf8_percent_encode(name, PATH).to_string()
 }
 
+/// Custom-metadata key of a versioned bucket's records: the S3 version id (absent: "null").
+pub const VERSION_ID_KEY: &str = "ais-version-id";
+/// Custom-metadata key of a delete marker's record ("true").
+pub const DELETE_MARKER_KEY: &str = "ais-delete-marker";
+/// The null version's id: objects written while versioning was off or suspended.
+pub const NULL_VERSION_ID: &str = "null";
+
+/// Whether a client's version id could name a version here: "null", or 32 hex digits (the
+/// generation and a random part, as a target mints them).
+pub fn is_version_id(id: &str) -> bool {
+    id == NULL_VERSION_ID || (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// Noncurrent versions and delete markers of a versioned bucket are stored under names of
 /// their own: the object's name, NUL, and 16 hex digits that sort newest first. A client's name
 /// never holds a NUL, so these never collide with one, and they sort right after the current

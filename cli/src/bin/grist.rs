@@ -726,28 +726,17 @@ async fn list_versions(
     }
     lso.props = "name,size,version".into();
     let mut all: Vec<Version> = Vec::new();
-    'pages: loop {
-        let page = client.list_page(bck, &lso).await?;
-        for e in page.entries {
-            if limit > 0 && all.len() >= limit {
-                break 'pages;
-            }
-            let (name, _) = gristmill_core::name::split_version_slot(&e.name);
-            let latest = all.last().is_none_or(|v| v.name != name);
-            all.push(Version {
-                name: name.to_owned(),
-                version_id: e.version.clone(),
-                latest,
-                delete_marker: e.flags & gristmill_core::api::ENTRY_DELETE_MARKER != 0,
-                size: e.size,
-                mtime: gristmill_core::time::rfc3339_from_ns(e.mtime_ns),
-            });
-        }
-        if page.continuation_token.is_empty() {
-            break;
-        }
-        lso.continuation_token = page.continuation_token;
-        lso.uuid = page.uuid;
+    for e in client.list_entries(bck, lso, limit).await? {
+        let (name, _) = gristmill_core::name::split_version_slot(&e.name);
+        let latest = all.last().is_none_or(|v| v.name != name);
+        all.push(Version {
+            name: name.to_owned(),
+            version_id: e.version,
+            latest,
+            delete_marker: e.flags & gristmill_core::api::ENTRY_DELETE_MARKER != 0,
+            size: e.size,
+            mtime: gristmill_core::time::rfc3339_from_ns(e.mtime_ns),
+        });
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&all)?);
@@ -778,7 +767,7 @@ async fn list_versions(
 async fn list(
     client: &Client,
     uri: &str,
-    mut lso: ListObjectsMsg,
+    lso: ListObjectsMsg,
     limit: usize,
     json: bool,
 ) -> anyhow::Result<()> {
@@ -800,21 +789,7 @@ async fn list(
     if lso.flags & gristmill_core::api::LS_VERSIONS != 0 {
         return list_versions(client, &bck, lso, limit, json).await;
     }
-    let mut all = Vec::new();
-    loop {
-        let page = client.list_page(&bck, &lso).await?;
-        for e in page.entries {
-            if limit > 0 && all.len() >= limit {
-                break;
-            }
-            all.push(e);
-        }
-        if page.continuation_token.is_empty() || (limit > 0 && all.len() >= limit) {
-            break;
-        }
-        lso.continuation_token = page.continuation_token;
-        lso.uuid = page.uuid;
-    }
+    let all = client.list_entries(&bck, lso, limit).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(());

@@ -16,12 +16,12 @@ use gristmill_core::name::split_version_slot;
 use s3s::dto::*;
 use s3s::{S3Error, S3Request, S3Response, S3Result, s3_error};
 
-/// The null version's id.
-pub(super) const NULL: &str = "null";
+pub(super) use gristmill_core::name::NULL_VERSION_ID as NULL;
+use gristmill_core::name::VERSION_ID_KEY;
 
 /// Checks a client's version id: "null" or one this cluster could have minted (32 hex digits).
 pub(super) fn check_version_id(id: &str) -> S3Result<()> {
-    if id == NULL || (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())) {
+    if gristmill_core::name::is_version_id(id) {
         Ok(())
     } else {
         Err(s3_error!(InvalidArgument, "Invalid version id specified"))
@@ -55,9 +55,6 @@ pub(super) fn answered_version(headers: &reqwest::header::HeaderMap) -> Option<S
 pub(super) fn version_of(attrs: &Attrs) -> Option<String> {
     attrs.get(VERSION_ID_KEY).filter(|v| v != NULL)
 }
-
-/// The custom-metadata key a target keeps an object's version id under.
-const VERSION_ID_KEY: &str = "ais-version-id";
 
 /// Whether a target's answer concerns a delete marker.
 pub(super) fn answered_marker(headers: &reqwest::header::HeaderMap) -> bool {

@@ -109,12 +109,7 @@ pub struct PutOptions {
 
 /// Custom-metadata key holding an object's S3 ETag (without quotes).
 pub const ETAG_KEY: &str = "ETag";
-/// Custom key of a versioned bucket's records: the S3 version id (absent: "null").
-pub const VERSION_ID_KEY: &str = "ais-version-id";
-/// Custom key of a delete marker's record ("true").
-pub const DELETE_MARKER_KEY: &str = "ais-delete-marker";
-/// The null version's id.
-pub const NULL_VERSION_ID: &str = "null";
+pub use gristmill_core::name::{DELETE_MARKER_KEY, NULL_VERSION_ID, VERSION_ID_KEY};
 /// [`VERSION_ID_KEY`] on a write: mint a new id when the generation is decided.
 pub const MINT_VERSION_ID: &str = "mint";
 

@@ -40,6 +40,20 @@ pub(crate) fn version_custom(
     custom.insert(VERSION_ID_KEY.to_owned(), id.to_owned());
 }
 
+/// Marks an answer as concerning one version: `ais-version-id` (not for the null version, as
+/// S3 sends none), and `ais-delete-marker: true` when that version is a delete marker.
+fn version_headers(resp: &mut axum::response::Response, id: &str, marker: bool) {
+    let hs = resp.headers_mut();
+    if marker {
+        hs.insert(h::DELETE_MARKER, header::HeaderValue::from_static("true"));
+    }
+    if id != crate::store::NULL_VERSION_ID
+        && let Ok(v) = header::HeaderValue::from_str(id)
+    {
+        hs.insert(h::VERSION_ID, v);
+    }
+}
+
 /// The 404 of an object that is not there; in a versioned bucket whose latest version of it is
 /// a delete marker, the answer says so (`ais-delete-marker: true`, `ais-version-id`), as S3's
 /// does.
@@ -59,14 +73,7 @@ pub(crate) fn not_found_in_versions(
         .ok()
         .and_then(|v| v.into_iter().next());
     if let Some(marker) = latest.filter(crate::store::index::is_delete_marker) {
-        let hs = resp.headers_mut();
-        hs.insert(h::DELETE_MARKER, header::HeaderValue::from_static("true"));
-        let id = crate::store::index::version_id(&marker);
-        if id != crate::store::NULL_VERSION_ID
-            && let Ok(v) = header::HeaderValue::from_str(id)
-        {
-            hs.insert(h::VERSION_ID, v);
-        }
+        version_headers(&mut resp, crate::store::index::version_id(&marker), true);
     }
     resp
 }
@@ -98,12 +105,6 @@ pub(crate) fn replaced_version_is_here(
     Ok(())
 }
 
-/// Whether a version id is one this cluster could have given: "null" or 32 hex digits.
-fn valid_version_id(id: &str) -> bool {
-    id == crate::store::NULL_VERSION_ID
-        || (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
 /// `GET|HEAD|DELETE /v1/objects/{bucket}/{object}?version_id=`: one version of an object in a
 /// versioned bucket. A delete marker cannot be read (405, `ais-delete-marker: true`); a
 /// DELETE removes that version for good (the newest remaining one becomes current again).
@@ -124,20 +125,9 @@ pub(crate) async fn one_version(
             "{bck} is a remote bucket: version ids are for native buckets"
         )));
     }
-    if !valid_version_id(id) {
+    if !gristmill_core::name::is_version_id(id) {
         return Err(ApiError::bad_request(format!("invalid version id {id:?}")));
     }
-    let marker_headers = |resp: &mut axum::response::Response, marker: bool| {
-        let hs = resp.headers_mut();
-        if marker {
-            hs.insert(h::DELETE_MARKER, header::HeaderValue::from_static("true"));
-        }
-        if let Ok(v) = header::HeaderValue::from_str(id)
-            && id != crate::store::NULL_VERSION_ID
-        {
-            hs.insert(h::VERSION_ID, v);
-        }
-    };
     match *req.method() {
         axum::http::Method::DELETE => {
             let removed = match t.store.delete_version(bck, name, id).await {
@@ -164,8 +154,9 @@ pub(crate) async fn one_version(
                 ));
             }
             let mut resp = StatusCode::NO_CONTENT.into_response();
-            marker_headers(
+            version_headers(
                 &mut resp,
+                id,
                 removed
                     .as_ref()
                     .is_some_and(crate::store::index::is_delete_marker),
@@ -202,7 +193,7 @@ pub(crate) async fn one_version(
                         })),
                     )
                         .into_response();
-                    marker_headers(&mut resp, true);
+                    version_headers(&mut resp, id, true);
                     if let Ok(v) = header::HeaderValue::from_str(
                         &gristmill_core::name::encode_path(&meta.name),
                     ) {
@@ -280,14 +271,8 @@ async fn delete_with_marker(t: &Target, bck: &Bck, name: &str) -> ApiResult {
     let marker = commit_with_replicas(t, bck, name, pending).await?;
     crate::cluster::placement::retire_copies(t, bck, name, &elsewhere).await;
     let mut resp = StatusCode::NO_CONTENT.into_response();
-    let hs = resp.headers_mut();
-    hs.insert(h::DELETE_MARKER, header::HeaderValue::from_static("true"));
-    if let Some(id) = marker.custom.get(crate::store::VERSION_ID_KEY)
-        && id != crate::store::NULL_VERSION_ID
-        && let Ok(v) = header::HeaderValue::from_str(id)
-    {
-        hs.insert(h::VERSION_ID, v);
-    }
+    let id = crate::store::index::version_id(&marker);
+    version_headers(&mut resp, id, true);
     Ok(resp)
 }
 
