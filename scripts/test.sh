@@ -86,6 +86,17 @@ if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
     || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q chromium chromium-driver >/dev/null; }
 fi
 
+step "node + the prometheus-operator API types (test_deploy.py validates the ServiceMonitor with them)"
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get install -y -q nodejs npm >/dev/null 2>&1 \
+    || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q nodejs npm >/dev/null; }
+fi
+if [ ! -d build/k8s-models/node_modules/@kubernetes-models/prometheus-operator ]; then
+  npm install -q --no-audit --no-fund --prefix build/k8s-models \
+    @kubernetes-models/prometheus-operator@6.0.0 >/dev/null
+fi
+
 step "Python venv (.venv): the gristmill SDK and clients that Rust integration tests drive too"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv

@@ -2,8 +2,10 @@
 (deploy/systemd) and the Dockerfile.
 
 - Every manifest validates offline against the Kubernetes schemas `kubernetes-validate` ships
-  (strict: unknown fields are errors); the one CRD kind, ServiceMonitor, has no schema there and
-  gets a small schema of our own plus cross-checks against the Services it selects.
+  (strict: unknown fields are errors); the one CRD kind, ServiceMonitor, has no schema there: it
+  is validated against the prometheus-operator's API types (the schemas npm's
+  @kubernetes-models/prometheus-operator generates from them, run with node), against a strict
+  schema of our own (they allow unknown fields), and cross-checked with the Services it selects.
 - Overlays render with `kubectl kustomize` (no kubectl is a failure: scripts/test.sh installs it).
 - Flags, variables, ports, probe paths, mountpaths and config keys in the rendered manifests are
   ones `gristd` accepts: names from `gristd proxy|target --help`, and the rendered pods are run
@@ -372,6 +374,34 @@ SERVICEMONITOR_SCHEMA = {
         },
     },
 }
+
+
+# The prometheus-operator's API types for node (scripts/test.sh installs them).
+K8S_MODELS = REPO / "build" / "k8s-models"
+
+
+def operator_types_check(docs: list) -> subprocess.CompletedProcess:
+    assert (K8S_MODELS / "node_modules" / "@kubernetes-models" / "prometheus-operator").is_dir(), \
+        "run scripts/test.sh: it installs @kubernetes-models/prometheus-operator into build/k8s-models"
+    return subprocess.run(
+        ["node", str(Path(__file__).with_name("servicemonitor_check.mjs")), str(K8S_MODELS)],
+        input=json.dumps(docs), capture_output=True, text=True, timeout=60,
+    )
+
+
+@pytest.mark.parametrize("rel", RENDERS)
+def test_servicemonitor_matches_the_operator_api_types(rel):
+    sm = one(render(rel), "ServiceMonitor")
+    r = operator_types_check([sm])
+    assert r.returncode == 0 and r.stdout.startswith("ok "), r.stdout + r.stderr
+    # Not vacuous: a wrong type, a scheme that is not one, a numeric port name each fail.
+    endpoint = sm["spec"]["endpoints"][0]
+    broken = [
+        {**sm, "spec": {**sm["spec"], "endpoints": [{**endpoint, **change}]}}
+        for change in ({"interval": 30}, {"scheme": "gopher"}, {"port": 8080})
+    ]
+    r = operator_types_check(broken)
+    assert r.returncode == 1 and r.stdout.count("invalid ") == 3, r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("rel", RENDERS)
