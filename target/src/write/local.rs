@@ -224,7 +224,32 @@ pub(crate) async fn one_version(
         }
         // A metadata change (S3 tagging) of one version: of the record it is stored under.
         axum::http::Method::PATCH if !here_only => {
-            let meta = t.store.find_version(bck, name, id)?;
+            let meta = match t.store.find_version(bck, name, id) {
+                Ok(m) => m,
+                Err(crate::StoreError::Api(e))
+                    if e.kind == gristmill_core::ErrorKind::NoSuchVersion =>
+                {
+                    // Not here yet: a rebalance or resilver has not moved it. The change
+                    // belongs to the record where it settles, so ask for a retry while another
+                    // holder still has it.
+                    let held = crate::read::past_owner::read_version_elsewhere(
+                        t,
+                        bck,
+                        name,
+                        &axum::http::Method::HEAD,
+                        req.uri(),
+                        req.headers(),
+                    )
+                    .await;
+                    return Err(match held {
+                        Some(_) => ApiError::unavailable(format!(
+                            "version {id} of {bck}/{name} is still being moved here; retry"
+                        )),
+                        None => e,
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            };
             if crate::store::index::is_delete_marker(&meta) {
                 return Err(ApiError::new(
                     gristmill_core::ErrorKind::MethodNotAllowed,

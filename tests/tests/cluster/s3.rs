@@ -1000,11 +1000,59 @@ async fn version_listings_stay_exact_while_a_target_joins() {
             .map(|v| (v.0.clone(), v.1.clone()))
             .collect(),
     );
+    // Tags set by version id while objects move: each call succeeds or asks for a retry
+    // (503) — never NoSuchVersion for a version that exists — and the last tag set stays.
+    let tagged: Arc<std::sync::Mutex<std::collections::BTreeMap<(String, String), u64>>> =
+        Default::default();
     let mut joins = 0;
     loop {
         joins += 1;
         let stop = Arc::new(AtomicBool::new(false));
         let during = Arc::new(AtomicU64::new(0));
+        let tagger = {
+            let (s3, reads, stop, tagged) =
+                (s3.clone(), reads.clone(), stop.clone(), tagged.clone());
+            tokio::spawn(async move {
+                use aws_sdk_s3::types::{Tag, Tagging};
+                let (mut round, mut retry) = (0u64, 0u64);
+                while !stop.load(Ordering::SeqCst) {
+                    round += 1;
+                    let (key, id) = &reads[round as usize % reads.len()];
+                    let tagging = Tagging::builder()
+                        .tag_set(
+                            Tag::builder()
+                                .key("round")
+                                .value(round.to_string())
+                                .build()
+                                .unwrap(),
+                        )
+                        .build()
+                        .unwrap();
+                    let r = s3
+                        .put_object_tagging()
+                        .bucket("vjoin")
+                        .key(key)
+                        .version_id(id)
+                        .tagging(tagging)
+                        .send()
+                        .await;
+                    match r {
+                        Ok(r) => {
+                            assert_eq!(r.version_id(), Some(id.as_str()));
+                            tagged
+                                .lock()
+                                .unwrap()
+                                .insert((key.clone(), id.clone()), round);
+                        }
+                        Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 503) => {
+                            retry += 1
+                        }
+                        Err(e) => panic!("PutObjectTagging {key} {id}: {e:?}"),
+                    }
+                }
+                (round, retry)
+            })
+        };
         let lister = {
             let (s3, want, reads, stop, during) = (
                 s3.clone(),
@@ -1051,8 +1099,12 @@ async fn version_listings_stay_exact_while_a_target_joins() {
         super::elastic::rebalanced(&c).await;
         stop.store(true, Ordering::SeqCst);
         let listings = lister.await.unwrap();
+        let (tag_calls, tag_retries) = tagger.await.unwrap();
         let during = during.load(Ordering::SeqCst);
-        println!("join {joins}: {listings} listings, {during} wholly during the rebalance");
+        println!(
+            "join {joins}: {listings} listings, {during} wholly during the rebalance; \
+             {tag_calls} tag changes ({tag_retries} answered 503 after the SDK's retries)"
+        );
         if during > 0 {
             break;
         }
@@ -1063,4 +1115,22 @@ async fn version_listings_stay_exact_while_a_target_joins() {
         *want,
         "after, in pages of 7"
     );
+    let tagged = tagged.lock().unwrap().clone();
+    assert!(!tagged.is_empty());
+    for ((key, id), round) in tagged {
+        let tags = s3
+            .get_object_tagging()
+            .bucket("vjoin")
+            .key(&key)
+            .version_id(&id)
+            .send()
+            .await
+            .unwrap();
+        let tags: Vec<(&str, &str)> = tags
+            .tag_set()
+            .iter()
+            .map(|t| (t.key(), t.value()))
+            .collect();
+        assert_eq!(tags, [("round", round.to_string().as_str())], "{key} {id}");
+    }
 }
