@@ -343,15 +343,25 @@ impl ObjectIndex {
         };
         let want_prefix = object_key(bucket, prefix);
         let mut out = Vec::new();
-        for item in table.range(start.as_slice()..)? {
-            let (k, v) = item?;
-            if !k.value().starts_with(&want_prefix) || out.len() >= limit {
-                break;
+        let mut from = start;
+        'seek: loop {
+            for item in table.range(from.as_slice()..)? {
+                let (k, v) = item?;
+                let key = k.value();
+                if !key.starts_with(&want_prefix) || out.len() >= limit {
+                    break 'seek;
+                }
+                if !versions && let Some(nul) = key[bucket.len() + 1..].iter().position(|&b| b == 0)
+                {
+                    // A version slot (`name\0…`): seek past all of this name's slots (to
+                    // `name\x01`) instead of stepping over each of them.
+                    from = key[..bucket.len() + 1 + nul].to_vec();
+                    from.push(1);
+                    continue 'seek;
+                }
+                out.push(ObjectMeta::decode(v.value())?);
             }
-            if !versions && k.value()[bucket.len() + 1..].contains(&0) {
-                continue;
-            }
-            out.push(ObjectMeta::decode(v.value())?);
+            break;
         }
         Ok(out)
     }

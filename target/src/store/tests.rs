@@ -209,6 +209,41 @@ fn versioned(id: &str, marker: bool) -> PutOptions {
 /// tombstone is gone (purged, or left on a past owner): above every version, so no slot is
 /// reused and no version overwritten.
 #[tokio::test]
+async fn plain_listings_skip_every_version_slot() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&[dir.path().join("mp0")]).await.unwrap();
+    let bck = Bck::new("b", Provider::Ais).unwrap();
+    for (name, versions) in [("x", 5), ("x-a", 1), ("x/y", 3), ("y", 4)] {
+        for _ in 0..versions {
+            store
+                .put(&bck, name, body(name), versioned(MINT_VERSION_ID, false))
+                .await
+                .unwrap();
+        }
+    }
+    let names = |v: Vec<ObjectMeta>| v.into_iter().map(|m| m.name).collect::<Vec<_>>();
+    let list = |prefix: &'static str, after: &'static str, limit, versions| {
+        let store = &store;
+        let bck = &bck;
+        async move {
+            names(
+                store
+                    .list(bck, prefix, after, limit, versions)
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    assert_eq!(list("", "", 100, false).await, ["x", "x-a", "x/y", "y"]);
+    assert_eq!(list("", "", 2, false).await, ["x", "x-a"]);
+    assert_eq!(list("", "x", 100, false).await, ["x-a", "x/y", "y"]);
+    assert_eq!(list("x/", "", 100, false).await, ["x/y"]);
+    let all = list("", "", 100, true).await;
+    assert_eq!(all.len(), 5 + 1 + 3 + 4);
+    assert_eq!(all.iter().filter(|n| !n.contains('\0')).count(), 4);
+}
+
+#[tokio::test]
 async fn versions_keep_their_slots_after_the_tombstone_is_gone() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&[dir.path().join("mp0")]).await.unwrap();
