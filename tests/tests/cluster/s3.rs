@@ -950,7 +950,10 @@ async fn versions_survive_restarts_rebalance_and_a_dead_owner() {
 /// The versions listing stays exact while a rebalance moves versions: 3,000 versions and
 /// markers (1,000 keys), listed over S3 again and again — and single versions read by id —
 /// from before a target joins until the join's rebalance finished. Every listing, during and
-/// after, equals the one taken before; every read returns its version's bytes. If a
+/// after, equals the one taken before; every read returns its version's bytes. Meanwhile tags
+/// are set by version id (never NoSuchVersion; the last one set stays) and a second versioned
+/// bucket takes new versions of all its keys (each key keeps every version, in order, with its
+/// bytes: fails when a write does not wait for a current version still on a past owner). If a
 /// rebalance ends before any listing overlapped it, another target joins (at most 3 times).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn version_listings_stay_exact_while_a_target_joins() {
@@ -990,6 +993,45 @@ async fn version_listings_stay_exact_while_a_target_joins() {
         })
         .buffered(16);
     writes.collect::<Vec<()>>().await;
+    // A second versioned bucket written throughout the joins: each key's versions are kept,
+    // in order, however its current version is placed when a write arrives (a write that
+    // finds it still on a past owner waits with 503).
+    const WKEYS: usize = 200;
+    s3.create_bucket().bucket("vwrite").send().await.unwrap();
+    s3.put_bucket_versioning()
+        .bucket("vwrite")
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let written: Arc<std::sync::Mutex<Vec<Vec<u64>>>> =
+        Arc::new(std::sync::Mutex::new(vec![Vec::new(); WKEYS]));
+    let put_version = |s3: aws_sdk_s3::Client, key: usize, seed: u64| async move {
+        loop {
+            let r = s3
+                .put_object()
+                .bucket("vwrite")
+                .key(format!("w{key:03}"))
+                .body(content(seed, 200).into())
+                .send()
+                .await;
+            match r {
+                Ok(_) => return,
+                Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 503) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await
+                }
+                Err(e) => panic!("PUT w{key:03}: {e:?}"),
+            }
+        }
+    };
+    for key in 0..WKEYS {
+        put_version(s3.clone(), key, key as u64 * 1000).await;
+        written.lock().unwrap()[key].push(key as u64 * 1000);
+    }
     let want = Arc::new(versions_in_pages(&s3, "vjoin", 1000).await);
     assert_eq!(want.len(), KEYS * 3, "versions and markers");
     // Versions to read by id while objects move: every 37th that is not a marker.
@@ -1009,6 +1051,31 @@ async fn version_listings_stay_exact_while_a_target_joins() {
         joins += 1;
         let stop = Arc::new(AtomicBool::new(false));
         let during = Arc::new(AtomicU64::new(0));
+        let writer = {
+            let (s3, stop, written) = (s3.clone(), stop.clone(), written.clone());
+            tokio::spawn(async move {
+                // Rounds over every key, 8 keys at a time (one write per key in flight).
+                let puts = AtomicU64::new(0);
+                while !stop.load(Ordering::SeqCst) {
+                    futures::stream::iter(0..WKEYS)
+                        .for_each_concurrent(8, |key| {
+                            let (s3, stop, written, puts) = (&s3, &stop, &written, &puts);
+                            async move {
+                                if stop.load(Ordering::SeqCst) {
+                                    return;
+                                }
+                                let seed =
+                                    key as u64 * 1000 + written.lock().unwrap()[key].len() as u64;
+                                put_version(s3.clone(), key, seed).await;
+                                written.lock().unwrap()[key].push(seed);
+                                puts.fetch_add(1, Ordering::SeqCst);
+                            }
+                        })
+                        .await;
+                }
+                puts.into_inner()
+            })
+        };
         let tagger = {
             let (s3, reads, stop, tagged) =
                 (s3.clone(), reads.clone(), stop.clone(), tagged.clone());
@@ -1100,10 +1167,12 @@ async fn version_listings_stay_exact_while_a_target_joins() {
         stop.store(true, Ordering::SeqCst);
         let listings = lister.await.unwrap();
         let (tag_calls, tag_retries) = tagger.await.unwrap();
+        let puts = writer.await.unwrap();
         let during = during.load(Ordering::SeqCst);
         println!(
             "join {joins}: {listings} listings, {during} wholly during the rebalance; \
-             {tag_calls} tag changes ({tag_retries} answered 503 after the SDK's retries)"
+             {tag_calls} tag changes ({tag_retries} answered 503 after the SDK's retries), \
+             {puts} versioned PUTs"
         );
         if during > 0 {
             break;
@@ -1115,6 +1184,33 @@ async fn version_listings_stay_exact_while_a_target_joins() {
         *want,
         "after, in pages of 7"
     );
+    // Every version written to vwrite is there, newest first, with its bytes.
+    let listed = all_versions(&s3, "vwrite").await;
+    let written = written.lock().unwrap().clone();
+    for (key, seeds) in written.iter().enumerate() {
+        let name = format!("w{key:03}");
+        let ids: Vec<&str> = listed
+            .iter()
+            .filter(|v| v.0 == name)
+            .map(|v| v.1.as_str())
+            .collect();
+        assert_eq!(ids.len(), seeds.len(), "{name}: versions kept");
+        for (id, seed) in ids.iter().zip(seeds.iter().rev()) {
+            let got = s3
+                .get_object()
+                .bucket("vwrite")
+                .key(&name)
+                .version_id(*id)
+                .send()
+                .await
+                .unwrap();
+            let got = got.body.collect().await.unwrap().into_bytes();
+            assert!(
+                got.as_ref() == &content(*seed, 200)[..],
+                "{name} {id}: bytes"
+            );
+        }
+    }
     let tagged = tagged.lock().unwrap().clone();
     assert!(!tagged.is_empty());
     for ((key, id), round) in tagged {
