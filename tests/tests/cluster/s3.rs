@@ -1230,3 +1230,167 @@ async fn version_listings_stay_exact_while_a_target_joins() {
         assert_eq!(tags, [("round", round.to_string().as_str())], "{key} {id}");
     }
 }
+
+/// Directories under `root` (and it) made read-only, or writable again: a node running as an
+/// unprivileged user can then stage files in `tmp/` but not put them in place under `obj/`.
+fn set_dirs_writable(root: &std::path::Path, writable: bool) {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = if writable { 0o700 } else { 0o500 };
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).unwrap();
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+}
+
+/// With `mirror.copies = 2`, a versioned PUT whose replica staged the bytes but cannot commit
+/// them (its object directories are read-only; nodes run as an unprivileged user so that
+/// holds) is undone: it fails, and every key keeps exactly its versions — the current one
+/// and its bytes on the owner, and on the replica once the owner is gone. In an Enabled
+/// bucket the new version is deleted for good; in a Suspended one, where a null write
+/// replaced the null version, the replaced null version is put back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_versioned_put_a_replica_cannot_commit_is_undone() {
+    use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+    let mut c = Cluster::start_unprivileged(3, 1, 10001).await.unwrap();
+    let s3 = client(&c, "gristmill", "gristmill-secret");
+    let smap = c.smap().await.unwrap();
+    let replica = c.target_id(2).await.unwrap();
+    let mut owners = std::collections::BTreeMap::new();
+    for (bucket, status) in [
+        ("undo-on", BucketVersioningStatus::Enabled),
+        ("undo-sus", BucketVersioningStatus::Suspended),
+    ] {
+        s3.create_bucket().bucket(bucket).send().await.unwrap();
+        c.grist_ok(&[
+            "bucket",
+            "props",
+            "set",
+            &format!("ais://{bucket}"),
+            "mirror.copies=2",
+        ]);
+        // Two versions first (Suspended: one minted, then the null one), then the status.
+        let bck = gristmill_core::Bck::new(bucket, gristmill_core::Provider::Ais).unwrap();
+        let key = (0..400)
+            .map(|i| format!("k{i:03}"))
+            .find(|k| smap.owners(&bck.object_uname(k), 2)[1].daemon_id == replica)
+            .unwrap();
+        owners.insert(
+            bucket,
+            (
+                key.clone(),
+                smap.owners(&bck.object_uname(&key), 1)[0].daemon_id.clone(),
+            ),
+        );
+        let enable = |st: BucketVersioningStatus| {
+            s3.put_bucket_versioning()
+                .bucket(bucket)
+                .versioning_configuration(VersioningConfiguration::builder().status(st).build())
+                .send()
+        };
+        enable(BucketVersioningStatus::Enabled).await.unwrap();
+        for seed in 0..2u64 {
+            if seed == 1 && status == BucketVersioningStatus::Suspended {
+                enable(BucketVersioningStatus::Suspended).await.unwrap();
+            }
+            s3.put_object()
+                .bucket(bucket)
+                .key(&key)
+                .body(content(seed, 1000).into())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    let before_on = all_versions(&s3, "undo-on").await;
+    let before_sus = all_versions(&s3, "undo-sus").await;
+    assert_eq!((before_on.len(), before_sus.len()), (2, 2));
+    assert_eq!(before_sus[0].1, "null", "{before_sus:?}");
+
+    let obj_dir = c.mountpaths[2][0].join("obj");
+    set_dirs_writable(&obj_dir, false);
+    for (bucket, (key, _)) in &owners {
+        let r = super::put(&c, bucket, key, content(7, 1000)).await;
+        assert!(
+            r.status().is_server_error(),
+            "{bucket}/{key}: the PUT answered {}",
+            r.status()
+        );
+    }
+    set_dirs_writable(&obj_dir, true);
+
+    let check = |s3: Client, when: &'static str| {
+        let (before_on, before_sus, owners) =
+            (before_on.clone(), before_sus.clone(), owners.clone());
+        async move {
+            for (bucket, before) in [("undo-on", &before_on), ("undo-sus", &before_sus)] {
+                let key = &owners[bucket].0;
+                let listed = all_versions(&s3, bucket).await;
+                let ids = |v: &[(String, String, bool, bool)]| {
+                    v.iter().map(|v| (v.1.clone(), v.2)).collect::<Vec<_>>()
+                };
+                assert_eq!(ids(&listed), ids(before), "{when}: {bucket} versions");
+                let got = s3
+                    .get_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .send()
+                    .await
+                    .unwrap();
+                let got = got.body.collect().await.unwrap().into_bytes();
+                assert!(
+                    got.as_ref() == &content(1, 1000)[..],
+                    "{when}: {bucket}: the current bytes"
+                );
+                let old = s3
+                    .get_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .version_id(&before[1].1)
+                    .send()
+                    .await
+                    .unwrap();
+                let old = old.body.collect().await.unwrap().into_bytes();
+                assert!(
+                    old.as_ref() == &content(0, 1000)[..],
+                    "{when}: {bucket}: the older version's bytes"
+                );
+            }
+        }
+    };
+    check(s3.clone(), "after the undo").await;
+    let mut undone = 0;
+    for i in 0..2 {
+        undone += c.targets[i]
+            .log_text()
+            .matches("a replica did not commit: undoing the PUT")
+            .count();
+    }
+    assert_eq!(undone, 2, "both PUTs were undone after the local commit");
+
+    // The owners gone, the replica answers the same.
+    let ids = [c.target_id(0).await.unwrap(), c.target_id(1).await.unwrap()];
+    let gone: Vec<&String> = owners.values().map(|(_, owner)| owner).collect();
+    for (i, id) in ids.iter().enumerate() {
+        if gone.contains(&id) {
+            c.targets[i].kill9();
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let tmap = c.smap().await.unwrap().tmap;
+        if !gone.iter().any(|id| tmap.contains_key(*id)) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the killed owners stay in the map"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    check(s3.clone(), "from the replica").await;
+}
