@@ -99,8 +99,10 @@ pub(super) fn anonymous(public: &PublicProps, bucket: &str) -> Anonymous {
     }
 }
 
-/// The bucket and its properties, if the requester may change its access (its owner, a
-/// bucket nobody owns, or an admin).
+/// The bucket and its properties, if the requester may change its access: its owner or an
+/// admin. A bucket nobody owns (a remote bucket, added on first use; one made before auth)
+/// is an admin's to open once cluster users exist (as over the native API), else anyone's
+/// who may write to it.
 async fn administered(
     s: &GristS3,
     name: &str,
@@ -116,7 +118,8 @@ async fn administered(
     let admin = credentials
         .and_then(|c| gristmill_core::users::by_access_key(&bmd.users, &c.access_key))
         .is_some_and(|(u, _)| u.is_admin());
-    if props.owner.is_empty() || props.owner == me || admin {
+    let unowned_and_no_cluster_users = props.owner.is_empty() && s.proxy.auth.is_none();
+    if admin || (!props.owner.is_empty() && props.owner == me) || unowned_and_no_cluster_users {
         Ok((bck, props))
     } else {
         Err(s3_error!(

@@ -1181,3 +1181,104 @@ async fn the_aws_credential_chain_web_identity_and_refresh() {
         count()
     );
 }
+
+/// With cluster users, a remote bucket — added on first use, so nobody owns it — is opened to
+/// anonymous readers only by an admin: a user who may write to it is refused
+/// PutBucketPolicy/PutBucketAcl over S3 (403, as over the native API), and anonymous reads
+/// stay closed until the admin's policy allows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_an_admin_opens_an_unowned_remote_bucket_to_anonymous_reads() {
+    use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+    use gristmill_tests::secure::{SecureCluster, SecureOptions};
+    let weed = Weed::start().await;
+    let backend = weed.client();
+    backend
+        .create_bucket()
+        .bucket("gm-pol")
+        .send()
+        .await
+        .unwrap();
+    put_direct(&backend, "gm-pol", "k", b"remote bytes".to_vec()).await;
+    let env = [
+        ("GRISTD_S3_ENDPOINT", weed.endpoint.as_str()),
+        ("AWS_ACCESS_KEY_ID", ACCESS_KEY),
+        ("AWS_SECRET_ACCESS_KEY", SECRET_KEY),
+        ("AWS_REGION", "us-east-1"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let c = SecureCluster::start(SecureOptions {
+        targets: 1,
+        auth: true,
+        env,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // The admin reads it natively: the remote bucket is added, with no owner.
+    let r = c.http.get(obj_url(&c, "gm-pol", "k")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let writer = c.add_user("w", &["write:gm-pol"], true).await.unwrap();
+    let admin = c.add_user("a", &["admin"], true).await.unwrap();
+    let s3 = |key: &str, secret: &str| {
+        aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::Config::builder()
+                .behavior_version(BehaviorVersion::latest())
+                .endpoint_url(&c.endpoint)
+                .region(Region::new("us-east-1"))
+                .credentials_provider(Credentials::new(key, secret, None, None, "test"))
+                .force_path_style(true)
+                .build(),
+        )
+    };
+    let writer = s3(&writer.s3_access_key, &writer.s3_secret_key);
+    let admin = s3(&admin.s3_access_key, &admin.s3_secret_key);
+    let anonymous = reqwest::Client::new();
+    let anonymous_get = || async {
+        anonymous
+            .get(c.url("/gm-pol/k"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let policy = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::gm-pol/*"}]}"#;
+    // The writer may write to it, not open it.
+    let got = writer.get_object().bucket("gm-pol").key("k").send().await;
+    assert!(got.is_ok(), "{got:?}");
+    let e = writer
+        .put_bucket_policy()
+        .bucket("gm-pol")
+        .policy(policy)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.raw_response().map(|r| r.status().as_u16()),
+        Some(403),
+        "{e:?}"
+    );
+    let e = writer
+        .put_bucket_acl()
+        .bucket("gm-pol")
+        .acl(aws_sdk_s3::types::BucketCannedAcl::PublicRead)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.raw_response().map(|r| r.status().as_u16()),
+        Some(403),
+        "{e:?}"
+    );
+    assert_eq!(anonymous_get().await, 403);
+    admin
+        .put_bucket_policy()
+        .bucket("gm-pol")
+        .policy(policy)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous_get().await, 200);
+}
