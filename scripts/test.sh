@@ -92,9 +92,12 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   $sudo apt-get install -y -q nodejs npm >/dev/null 2>&1 \
     || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q nodejs npm >/dev/null; }
 fi
-if [ ! -d build/k8s-models/node_modules/@kubernetes-models/prometheus-operator ]; then
+# 4.4.x: CommonJS + .mjs entry points, node >= 14 (5.x and later need node 22).
+K8S_MODELS_VERSION=4.4.4
+if ! grep -q "\"version\": \"$K8S_MODELS_VERSION\"" \
+    build/k8s-models/node_modules/@kubernetes-models/prometheus-operator/package.json 2>/dev/null; then
   npm install -q --no-audit --no-fund --prefix build/k8s-models \
-    @kubernetes-models/prometheus-operator@6.0.0 >/dev/null
+    "@kubernetes-models/prometheus-operator@$K8S_MODELS_VERSION" >/dev/null
 fi
 
 step "Python venv (.venv): the gristmill SDK and clients that Rust integration tests drive too"

@@ -13,7 +13,9 @@
 //!   namespace cannot shut where user namespaces are refused), io_uring (its operations bypass
 //!   seccomp), new namespaces, tracing other processes, keyrings, BPF, perf events,
 //!   userfaultfd, mounts, modules and kexec. `clone3` answers `ENOSYS` (its flags cannot be
-//!   inspected) so that the C library falls back to `clone`, whose namespace flags can.
+//!   inspected) so that the C library falls back to `clone`, whose namespace flags can. On
+//!   x86_64 every x32-ABI call fails (`ENOSYS`), and calls of another architecture (32-bit
+//!   `int 0x80`) kill the process, as seccompiler's filters do.
 //! - `setsid`, and rlimits: address space (the ETL's memory limit), no core files.
 //!
 //! gristd runs this as a separate program (its own binary, dispatched before any runtime or
@@ -23,8 +25,9 @@
 //! argv `Sandbox::command` builds.
 //!
 //! Usage: `gristd etl-sandbox [--ro PATH]... [--rw PATH]... [--protect PATH]... [--as BYTES]
-//! -- PROGRAM [ARGS]...`, or `gristd etl-sandbox --probe` (applies an empty rule set and the
-//! seccomp filter, prints what is enforced, exits 0 when both hold).
+//! [--no-seccomp] -- PROGRAM [ARGS]...`, or `gristd etl-sandbox --probe` (applies an empty rule
+//! set and the seccomp filter, prints what holds — `landlock full|partial|none` and `seccomp
+//! on|off: why` — and exits 0 when file access is confined).
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -52,6 +55,8 @@ struct Policy {
     write: Vec<PathBuf>,
     protect: Vec<PathBuf>,
     address_space: Option<u64>,
+    /// Leave seccomp out (the target's probe found it cannot be installed here).
+    no_seccomp: bool,
     program: Vec<OsString>,
 }
 
@@ -62,6 +67,7 @@ fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Policy, String> {
         let mut value = |flag: &str| args.next().ok_or_else(|| format!("{flag} needs a value"));
         match arg.to_str() {
             Some("--probe") => p.probe = true,
+            Some("--no-seccomp") => p.no_seccomp = true,
             Some("--ro") => p.read.push(value("--ro")?.into()),
             Some("--rw") => p.write.push(value("--rw")?.into()),
             Some("--protect") => p.protect.push(value("--protect")?.into()),
@@ -156,8 +162,10 @@ fn limits(address_space: Option<u64>) -> Result<(), String> {
 }
 
 /// Namespace flags of `clone`: a worker makes no namespaces (kernel surface, and a way
-/// around the rules above inside a new user namespace).
-const CLONE_NAMESPACES: [u64; 8] = [
+/// around the rules above inside a new user namespace). `CLONE_NEWTIME` is not among them:
+/// in `clone` its bit belongs to the exit signal; only `unshare` (denied) and `clone3`
+/// (`ENOSYS`) take it.
+const CLONE_NAMESPACES: [u64; 7] = [
     libc::CLONE_NEWNS as u64,
     libc::CLONE_NEWCGROUP as u64,
     libc::CLONE_NEWUTS as u64,
@@ -165,11 +173,10 @@ const CLONE_NAMESPACES: [u64; 8] = [
     libc::CLONE_NEWUSER as u64,
     libc::CLONE_NEWPID as u64,
     libc::CLONE_NEWNET as u64,
-    libc::CLONE_NEWTIME as u64,
 ];
 
 /// System calls that fail whatever their arguments.
-const FORBIDDEN_SYSCALLS: [i64; 30] = [
+const FORBIDDEN_SYSCALLS: [i64; 34] = [
     libc::SYS_io_uring_setup,
     libc::SYS_io_uring_enter,
     libc::SYS_io_uring_register,
@@ -178,6 +185,9 @@ const FORBIDDEN_SYSCALLS: [i64; 30] = [
     libc::SYS_ptrace,
     libc::SYS_process_vm_readv,
     libc::SYS_process_vm_writev,
+    libc::SYS_process_madvise,
+    libc::SYS_pidfd_getfd,
+    libc::SYS_kcmp,
     libc::SYS_keyctl,
     libc::SYS_add_key,
     libc::SYS_request_key,
@@ -196,6 +206,7 @@ const FORBIDDEN_SYSCALLS: [i64; 30] = [
     libc::SYS_mount_setattr,
     libc::SYS_open_by_handle_at,
     libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
     libc::SYS_init_module,
     libc::SYS_finit_module,
     libc::SYS_delete_module,
@@ -264,8 +275,35 @@ fn seccomp_filters() -> Result<[seccompiler::BpfProgram; 2], String> {
     ])
 }
 
-/// Installs [`seccomp_filters`] on this (single-threaded) process.
+/// On x86_64, the x32 ABI's calls carry the same audit architecture with bit 30 set in the
+/// number, which the rules above (by x86_64 number) would not match: every such call fails
+/// with `ENOSYS`, as on kernels built without x32. A hand-written program: seccompiler
+/// filters by exact numbers only.
+#[cfg(target_arch = "x86_64")]
+fn x32_guard() -> seccompiler::BpfProgram {
+    use seccompiler::sock_filter;
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    let op = |code, jt, jf, k| sock_filter { code, jt, jf, k };
+    vec![
+        op(LD_W_ABS, 0, 0, 4), // seccomp_data.arch
+        op(JEQ_K, 0, 3, AUDIT_ARCH_X86_64),
+        op(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        op(JGE_K, 0, 1, X32_SYSCALL_BIT),
+        op(RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+        op(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ]
+}
+
+/// Installs [`seccomp_filters`] (and on x86_64 [`x32_guard`]) on this (single-threaded)
+/// process.
 fn forbid_syscalls() -> Result<(), String> {
+    #[cfg(target_arch = "x86_64")]
+    seccompiler::apply_filter(&x32_guard()).map_err(|e| format!("seccomp: {e}"))?;
     for filter in seccomp_filters()? {
         seccompiler::apply_filter(&filter).map_err(|e| format!("seccomp: {e}"))?;
     }
@@ -290,19 +328,29 @@ pub fn exec_helper(args: impl IntoIterator<Item = OsString>) -> i32 {
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    // Seccomp fails closed: a worker without it does not start (a kernel without seccomp
-    // filters fails the probe, and the target treats the helper as unavailable).
-    if let Err(e) = forbid_syscalls() {
-        return fail(e);
-    }
+    // Seccomp fails closed: a worker whose filter cannot be installed does not start, unless
+    // the target's probe found it cannot be installed here at all (`--no-seccomp`).
+    let seccomp = if policy.no_seccomp {
+        Err("left out (--no-seccomp)".to_owned())
+    } else {
+        forbid_syscalls()
+    };
     if policy.probe {
         let (word, code) = match status {
             RulesetStatus::FullyEnforced => ("full", 0),
             RulesetStatus::PartiallyEnforced => ("partial", 0),
             RulesetStatus::NotEnforced => ("none", 1),
         };
-        println!("landlock {word}, seccomp on");
+        match seccomp {
+            Ok(()) => println!("landlock {word}\nseccomp on"),
+            Err(e) => println!("landlock {word}\nseccomp off: {e}"),
+        }
         return code;
+    }
+    if let Err(e) = seccomp
+        && !policy.no_seccomp
+    {
+        return fail(e);
     }
     if status == RulesetStatus::NotEnforced {
         return fail(
@@ -418,6 +466,8 @@ mod tests {
 
     #[test]
     fn the_seccomp_filters_compile_for_this_machine() {
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(x32_guard().len(), 6);
         let [denied, clone3] = seccomp_filters().unwrap();
         // One check per forbidden call at least (the kernel caps programs at 4096).
         assert!(denied.len() > FORBIDDEN_SYSCALLS.len() && denied.len() < 4096);
@@ -434,6 +484,11 @@ mod tests {
         assert!(parse(args(&["--ro", "/usr"])).is_err(), "no program");
         assert!(parse(args(&["--as", "lots", "--", "x"])).is_err());
         assert!(parse(args(&["--probe"])).unwrap().probe);
+        assert!(
+            parse(args(&["--no-seccomp", "--", "x"]))
+                .unwrap()
+                .no_seccomp
+        );
 
         // A grant above a mountpath would open it; one beside or below is fine.
         let mut p = parse(args(&[

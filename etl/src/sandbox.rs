@@ -25,6 +25,9 @@ pub struct Sandbox {
     pub memory_limit: bool,
     /// `gristd`, to run as `gristd etl-sandbox` (Landlock) in front of every worker.
     pub landlock: Option<PathBuf>,
+    /// Whether that helper also installs its seccomp filter (`--no-seccomp` otherwise: the
+    /// probe found it cannot be installed here).
+    pub seccomp: bool,
     /// Paths workers may read and execute, besides the system's.
     pub reads: Vec<PathBuf>,
     /// Paths no grant may contain (mountpaths, the state directory).
@@ -43,6 +46,19 @@ fn works(program: &str, args: &[&str]) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// What a successful run printed; `None` when it failed.
+fn output_of(program: &str, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn running_as_root() -> bool {
@@ -90,19 +106,29 @@ impl Sandbox {
             })
         };
         let memory_limit = works("prlimit", &["--as=1073741824", "--", "true"]);
-        // The helper must work as the worker's user (after `setpriv` under root).
-        let landlock = config.helper.clone().filter(|helper| {
-            let helper = helper.display().to_string();
-            let probe = [helper.as_str(), crate::confine::COMMAND, "--probe"];
-            match &user {
+        // The helper must work as the worker's user (after `setpriv` under root). Landlock
+        // decides whether it is used; its report says whether seccomp holds too.
+        let probed = config.helper.clone().and_then(|helper| {
+            let path = helper.display().to_string();
+            let probe = [path.as_str(), crate::confine::COMMAND, "--probe"];
+            let report = match &user {
                 Some((u, g)) => {
                     let (reuid, regid) = (format!("--reuid={u}"), format!("--regid={g}"));
                     let setpriv = [reuid.as_str(), regid.as_str(), "--clear-groups", "--"];
-                    works("setpriv", &[&setpriv[..], &probe].concat())
+                    output_of("setpriv", &[&setpriv[..], &probe].concat())
                 }
-                None => works(probe[0], &probe[1..]),
+                None => output_of(probe[0], &probe[1..]),
+            }?;
+            let seccomp = report.lines().any(|l| l == "seccomp on");
+            if !seccomp {
+                tracing::warn!(report = %report.trim(), "ETL workers run without a seccomp filter");
             }
+            Some((helper, seccomp))
         });
+        let (landlock, seccomp) = match probed {
+            Some((helper, seccomp)) => (Some(helper), seccomp),
+            None => (None, false),
+        };
         let unconfined = (!root && landlock.is_none()).then(|| {
             "gristd runs without root and this kernel offers no Landlock: a worker could read \
              every data directory. Run gristd as root, use a kernel with Landlock (5.13+, in \
@@ -114,6 +140,7 @@ impl Sandbox {
             user,
             memory_limit,
             landlock,
+            seccomp,
             reads: Vec::new(),
             protected: config.protected.clone(),
             unconfined,
@@ -121,7 +148,11 @@ impl Sandbox {
         };
         if s.unconfined.is_some() {
             tracing::error!(sandbox = ?s, "ETL sandbox unavailable: python and command ETLs are refused");
-        } else if s.network.is_none() || s.landlock.is_none() || (root && s.user.is_none()) {
+        } else if s.network.is_none()
+            || s.landlock.is_none()
+            || !s.seccomp
+            || (root && s.user.is_none())
+        {
             tracing::warn!(sandbox = ?s, "ETL sandbox is partial on this machine");
         } else {
             tracing::info!(sandbox = ?s, "ETL sandbox");
@@ -178,6 +209,9 @@ impl Sandbox {
                 for p in paths {
                     argv.extend([flag.to_owned(), p.display().to_string()]);
                 }
+            }
+            if !self.seccomp {
+                argv.push("--no-seccomp".into());
             }
             argv.extend(["--as".into(), memory_limit.to_string(), "--".into()]);
         } else if self.memory_limit {

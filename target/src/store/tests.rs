@@ -205,9 +205,8 @@ fn versioned(id: &str, marker: bool) -> PutOptions {
     }
 }
 
-/// The store's versioning rules, and the generation a write takes once the delete marker's
-/// tombstone is gone (purged, or left on a past owner): above every version, so no slot is
-/// reused and no version overwritten.
+/// A listing without versions returns each current record once, whatever the number of
+/// version slots after it, with prefix, start-after and limit; with versions, every record.
 #[tokio::test]
 async fn plain_listings_skip_every_version_slot() {
     let dir = tempfile::tempdir().unwrap();
@@ -243,6 +242,9 @@ async fn plain_listings_skip_every_version_slot() {
     assert_eq!(all.iter().filter(|n| !n.contains('\0')).count(), 4);
 }
 
+/// The store's versioning rules, and the generation a write takes once the delete marker's
+/// tombstone is gone (purged, or left on a past owner): above every version, so no slot is
+/// reused and no version overwritten.
 #[tokio::test]
 async fn versions_keep_their_slots_after_the_tombstone_is_gone() {
     let dir = tempfile::tempdir().unwrap();

@@ -229,9 +229,12 @@ pub(crate) async fn one_version(
                 Err(crate::StoreError::Api(e))
                     if e.kind == gristmill_core::ErrorKind::NoSuchVersion =>
                 {
-                    // Not here yet: a rebalance or resilver has not moved it. The change
-                    // belongs to the record where it settles, so ask for a retry while another
-                    // holder still has it.
+                    // Not here yet: a rebalance has not moved it. The change belongs to the
+                    // record where it settles, so ask for a retry while placement is unsettled
+                    // and another holder still has it (once settled, the answer stays).
+                    if t.placement_settled() {
+                        return Err(e);
+                    }
                     let held = crate::read::past_owner::read_version_elsewhere(
                         t,
                         bck,

@@ -312,7 +312,7 @@ def transform(data, path, args):
     if path == "userns":
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.unshare(0x10000000) != 0:  # CLONE_NEWUSER
-            raise PermissionError(ctypes.get_errno(), "unshare refused")
+            raise OSError(ctypes.get_errno(), "unshare refused")
         return b"unshared"
     if path == "good-spawn":
         # Threads and child processes work (clone3 falls back to clone under seccomp).
@@ -369,9 +369,10 @@ async fn hostile_transforms_refused_when_gristd_is_not_root() {
         "the target must not run as root: {uid}"
     );
     hostile_cases(&c).await;
+    let log = c.targets[0].log_text();
     assert!(
-        c.targets[0].log_text().contains("landlock: Some("),
-        "the target confines workers with Landlock: {}",
+        log.contains("landlock: Some(") && log.contains("seccomp: true"),
+        "the target confines workers with Landlock and seccomp: {}",
         c.targets[0].log_tail()
     );
 }
@@ -500,7 +501,8 @@ async fn hostile_cases(c: &Cluster) {
             "socket" => assert!(body.contains("Error"), "{body}"),
             // Seccomp: no UDP socket at all (a network namespace alone lets it be made), and
             // no new user namespace.
-            "udp" | "userns" => assert!(body.contains("PermissionError"), "{body}"),
+            "udp" => assert!(body.contains("PermissionError"), "{body}"),
+            "userns" => assert!(body.contains("[Errno 1] unshare refused"), "{body}"),
             _ => unreachable!(),
         }
     }

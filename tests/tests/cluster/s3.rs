@@ -1011,6 +1011,7 @@ async fn version_listings_stay_exact_while_a_target_joins() {
     let written: Arc<std::sync::Mutex<Vec<Vec<u64>>>> =
         Arc::new(std::sync::Mutex::new(vec![Vec::new(); WKEYS]));
     let put_version = |s3: aws_sdk_s3::Client, key: usize, seed: u64| async move {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         loop {
             let r = s3
                 .put_object()
@@ -1021,7 +1022,10 @@ async fn version_listings_stay_exact_while_a_target_joins() {
                 .await;
             match r {
                 Ok(_) => return,
-                Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 503) => {
+                Err(e)
+                    if e.raw_response().is_some_and(|r| r.status().as_u16() == 503)
+                        && std::time::Instant::now() < deadline =>
+                {
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await
                 }
                 Err(e) => panic!("PUT w{key:03}: {e:?}"),
@@ -1231,18 +1235,35 @@ async fn version_listings_stay_exact_while_a_target_joins() {
     }
 }
 
-/// Directories under `root` (and it) made read-only, or writable again: a node running as an
-/// unprivileged user can then stage files in `tmp/` but not put them in place under `obj/`.
-fn set_dirs_writable(root: &std::path::Path, writable: bool) {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = if writable { 0o700 } else { 0o500 };
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).unwrap();
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            if e.file_type().unwrap().is_dir() {
-                stack.push(e.path());
+/// Directories under a root (and it) made read-only while this lives, their modes put back
+/// when it is dropped (a failing assertion included): a node running as an unprivileged user
+/// can then stage files in `tmp/` but not put them in place under `obj/`.
+struct ReadOnlyDirs(Vec<(std::path::PathBuf, std::fs::Permissions)>);
+
+impl ReadOnlyDirs {
+    fn new(root: &std::path::Path) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let mut kept = Vec::new();
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                }
             }
+            let was = std::fs::metadata(&d).unwrap().permissions();
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(was.mode() & 0o555))
+                .unwrap();
+            kept.push((d, was));
+        }
+        Self(kept)
+    }
+}
+
+impl Drop for ReadOnlyDirs {
+    fn drop(&mut self) {
+        for (d, was) in self.0.drain(..).rev() {
+            let _ = std::fs::set_permissions(&d, was);
         }
     }
 }
@@ -1311,8 +1332,7 @@ async fn a_versioned_put_a_replica_cannot_commit_is_undone() {
     assert_eq!((before_on.len(), before_sus.len()), (2, 2));
     assert_eq!(before_sus[0].1, "null", "{before_sus:?}");
 
-    let obj_dir = c.mountpaths[2][0].join("obj");
-    set_dirs_writable(&obj_dir, false);
+    let read_only = ReadOnlyDirs::new(&c.mountpaths[2][0].join("obj"));
     for (bucket, (key, _)) in &owners {
         let r = super::put(&c, bucket, key, content(7, 1000)).await;
         assert!(
@@ -1321,7 +1341,7 @@ async fn a_versioned_put_a_replica_cannot_commit_is_undone() {
             r.status()
         );
     }
-    set_dirs_writable(&obj_dir, true);
+    drop(read_only);
 
     let check = |s3: Client, when: &'static str| {
         let (before_on, before_sus, owners) =
