@@ -712,6 +712,21 @@ async fn racing_if_none_match_puts_have_exactly_one_winner() {
     }
 }
 
+/// Sets a bucket's versioning status over S3.
+async fn set_versioning(
+    s3: &Client,
+    bucket: &str,
+    status: aws_sdk_s3::types::BucketVersioningStatus,
+) {
+    use aws_sdk_s3::types::VersioningConfiguration;
+    s3.put_bucket_versioning()
+        .bucket(bucket)
+        .versioning_configuration(VersioningConfiguration::builder().status(status).build())
+        .send()
+        .await
+        .unwrap();
+}
+
 /// Every version and delete marker of a bucket over S3, in S3's order: (key, version id,
 /// latest, marker).
 async fn all_versions(s3: &Client, bucket: &str) -> Vec<(String, String, bool, bool)> {
@@ -957,22 +972,13 @@ async fn versions_survive_restarts_rebalance_and_a_dead_owner() {
 /// rebalance ends before any listing overlapped it, another target joins (at most 3 times).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn version_listings_stay_exact_while_a_target_joins() {
-    use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+    use aws_sdk_s3::types::BucketVersioningStatus;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let mut c = Cluster::start(3, 1).await.unwrap();
     let s3 = client(&c, "gristmill", "gristmill-secret");
     s3.create_bucket().bucket("vjoin").send().await.unwrap();
-    s3.put_bucket_versioning()
-        .bucket("vjoin")
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    set_versioning(&s3, "vjoin", BucketVersioningStatus::Enabled).await;
     const KEYS: usize = 1000;
     let writes = futures::stream::iter(0..KEYS * 3)
         .map(|i| {
@@ -998,16 +1004,7 @@ async fn version_listings_stay_exact_while_a_target_joins() {
     // finds it still on a past owner waits with 503).
     const WKEYS: usize = 200;
     s3.create_bucket().bucket("vwrite").send().await.unwrap();
-    s3.put_bucket_versioning()
-        .bucket("vwrite")
-        .versioning_configuration(
-            VersioningConfiguration::builder()
-                .status(BucketVersioningStatus::Enabled)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    set_versioning(&s3, "vwrite", BucketVersioningStatus::Enabled).await;
     let written: Arc<std::sync::Mutex<Vec<Vec<u64>>>> =
         Arc::new(std::sync::Mutex::new(vec![Vec::new(); WKEYS]));
     let put_version = |s3: aws_sdk_s3::Client, key: usize, seed: u64| async move {
@@ -1276,7 +1273,7 @@ impl Drop for ReadOnlyDirs {
 /// replaced the null version, the replaced null version is put back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_versioned_put_a_replica_cannot_commit_is_undone() {
-    use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+    use aws_sdk_s3::types::BucketVersioningStatus;
     let mut c = Cluster::start_unprivileged(3, 1, 10001).await.unwrap();
     let s3 = client(&c, "gristmill", "gristmill-secret");
     let smap = c.smap().await.unwrap();
@@ -1307,16 +1304,10 @@ async fn a_versioned_put_a_replica_cannot_commit_is_undone() {
                 smap.owners(&bck.object_uname(&key), 1)[0].daemon_id.clone(),
             ),
         );
-        let enable = |st: BucketVersioningStatus| {
-            s3.put_bucket_versioning()
-                .bucket(bucket)
-                .versioning_configuration(VersioningConfiguration::builder().status(st).build())
-                .send()
-        };
-        enable(BucketVersioningStatus::Enabled).await.unwrap();
+        set_versioning(&s3, bucket, BucketVersioningStatus::Enabled).await;
         for seed in 0..2u64 {
             if seed == 1 && status == BucketVersioningStatus::Suspended {
-                enable(BucketVersioningStatus::Suspended).await.unwrap();
+                set_versioning(&s3, bucket, BucketVersioningStatus::Suspended).await;
             }
             s3.put_object()
                 .bucket(bucket)
