@@ -210,6 +210,8 @@ pub struct Applied {
     /// Stored names whose records moved or went (besides the op's own name): the hot-record
     /// cache forgets them.
     pub touched: Vec<String>,
+    /// Versioned buckets: the current version a write replaced moved to its slot.
+    pub demoted: bool,
 }
 
 pub type IndexReply = Result<Applied, StoreError>;
@@ -598,6 +600,7 @@ fn put_versioned(
                 moved.encode().as_slice(),
             )?;
             applied.touched.push(moved.name);
+            applied.demoted = true;
         }
         old => applied.replaced = old,
     }

@@ -173,19 +173,42 @@ struct Tally {
     objects: u64,
 }
 
+/// Whether a record counts as an object: a current version, not a version slot.
+fn is_current(m: &ObjectMeta) -> bool {
+    !gristmill_core::name::split_version_slot(&m.name).1
+}
+
 impl Usage {
-    /// An object of `added` bytes stored (if any) in place of one of `removed` bytes (if any).
-    fn account(&self, bucket_uname: &str, added: Option<u64>, removed: Option<u64>) {
+    /// The record `added` stored (if any) in place of `removed` (if any). Bytes count every
+    /// record, objects only current versions (noncurrent versions and delete markers of a
+    /// versioned bucket are not objects).
+    fn account(
+        &self,
+        bucket_uname: &str,
+        added: Option<&ObjectMeta>,
+        removed: Option<&ObjectMeta>,
+    ) {
         let mut usage = self.0.lock().expect("usage lock");
         let v = usage.entry(bucket_uname.to_owned()).or_default();
-        if let Some(size) = added {
-            v.bytes = v.bytes.saturating_add(size);
-            v.objects += 1;
+        if let Some(m) = added {
+            v.bytes = v.bytes.saturating_add(m.size);
+            v.objects += u64::from(is_current(m));
         }
-        if let Some(size) = removed {
-            v.bytes = v.bytes.saturating_sub(size);
-            v.objects = v.objects.saturating_sub(1);
+        if let Some(m) = removed {
+            v.bytes = v.bytes.saturating_sub(m.size);
+            v.objects = v.objects.saturating_sub(u64::from(is_current(m)));
         }
+    }
+
+    /// A record moved between an object's current place and a version slot (its bytes stay).
+    fn moved_current(&self, bucket_uname: &str, to_current: bool) {
+        let mut usage = self.0.lock().expect("usage lock");
+        let v = usage.entry(bucket_uname.to_owned()).or_default();
+        v.objects = if to_current {
+            v.objects + 1
+        } else {
+            v.objects.saturating_sub(1)
+        };
     }
 }
 
@@ -247,9 +270,10 @@ impl Store {
             let mut usage: HashMap<String, Tally> = HashMap::new();
             for index in &indexes {
                 index.for_each(|m| {
+                    let current = is_current(&m);
                     let t = usage.entry(m.bucket).or_default();
                     t.bytes += m.size;
-                    t.objects += 1;
+                    t.objects += u64::from(current);
                 })?;
             }
             Ok(usage)
@@ -463,7 +487,11 @@ impl Store {
             }
             for old in &applied.freed {
                 remove_data_file(&mp, &old.file).await;
-                self.usage.account(&old.bucket, None, Some(old.size));
+                self.usage.account(&old.bucket, None, Some(old));
+            }
+            if applied.stored.is_some() {
+                // The newest remaining version became current again.
+                self.usage.moved_current(&bucket, true);
             }
             if outcome.is_none()
                 && let Some(removed) = applied.freed.into_iter().next()
@@ -695,7 +723,7 @@ impl Store {
             };
             if let Some(old) = applied.replaced {
                 remove_data_file(&mp, &old.file).await;
-                self.usage.account(&old.bucket, None, Some(old.size));
+                self.usage.account(&old.bucket, None, Some(&old));
                 removed.get_or_insert(old);
             }
         }
@@ -727,7 +755,7 @@ impl Store {
                 .await?;
             if let Some(old) = applied.replaced {
                 remove_data_file(&mp, &old.file).await;
-                self.usage.account(&old.bucket, None, Some(old.size));
+                self.usage.account(&old.bucket, None, Some(&old));
                 return Ok(true);
             }
         }
@@ -829,7 +857,7 @@ impl Store {
                 .await?;
             if let Some(old) = applied.replaced {
                 remove_data_file(&mp, &old.file).await;
-                self.usage.account(&old.bucket, None, Some(old.size));
+                self.usage.account(&old.bucket, None, Some(&old));
                 removed.get_or_insert(old);
             }
         }
@@ -959,7 +987,7 @@ impl Store {
             .await?;
         match applied.replaced {
             Some(old) if old.file == meta.file => {
-                self.usage.account(&old.bucket, None, Some(old.size));
+                self.usage.account(&old.bucket, None, Some(&old));
                 Ok(true)
             }
             // Overwritten between the check and the drop: the new record goes back.

@@ -651,8 +651,8 @@ impl Store {
             }
             return Ok(Moved::Changed);
         }
-        let replaced = applied.replaced.as_ref().map(|r| r.size);
-        self.usage.account(&meta.bucket, Some(meta.size), replaced);
+        self.usage
+            .account(&meta.bucket, Some(meta), applied.replaced.as_ref());
         if let Some(older) = &applied.replaced {
             remove_data_file(to, &older.file).await;
         }
@@ -750,7 +750,7 @@ async fn drop_copy(
         .await?;
     match applied.replaced {
         Some(old) => {
-            usage.account(&old.bucket, None, Some(old.size));
+            usage.account(&old.bucket, None, Some(&old));
             remove_data_file(mp, &old.file).await;
             Ok(true)
         }

@@ -296,14 +296,21 @@ impl PendingWrite {
                 current: current.max(tomb),
             });
         }
-        let replaced_size = applied.replaced.as_ref().map(|m| m.size);
-        self.usage.account(&self.bucket, Some(size), replaced_size);
+        self.usage.account(
+            &self.bucket,
+            applied.stored.as_ref(),
+            applied.replaced.as_ref(),
+        );
+        if applied.demoted {
+            // The version this write replaced is noncurrent now.
+            self.usage.moved_current(&self.bucket, false);
+        }
         if let Some(old) = applied.replaced {
             remove_data_file(&mp, &old.file).await;
         }
         for old in &applied.freed {
             remove_data_file(&mp, &old.file).await;
-            self.usage.account(&self.bucket, None, Some(old.size));
+            self.usage.account(&self.bucket, None, Some(old));
         }
         if !self.others.is_empty() {
             mountset::drop_other_copies(&self.others, &self.usage, &self.bucket, &self.name)

@@ -318,6 +318,64 @@ async fn versions_keep_their_slots_after_the_tombstone_is_gone() {
     assert_eq!(read(&store, &bck, "x").await, "four");
 }
 
+/// In a versioned bucket, bytes count every version and objects only current ones: through
+/// versioned writes, a delete marker, a null write over a noncurrent null version, a
+/// permanent delete that makes the previous version current again.
+#[tokio::test]
+async fn usage_counts_current_objects_and_every_versions_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mps = [dir.path().join("mp0")];
+    let store = Store::open(&mps).await.unwrap();
+    let bck = Bck::new("b", Provider::Ais).unwrap();
+    let uname = bck.uname();
+    let counts = |store: &Store| (store.object_counts()[&uname], store.usage()[&uname]);
+    let put = |name: &'static str, data: &'static str, id: &'static str, marker: bool| {
+        let (store, bck) = (&store, &bck);
+        async move {
+            let data = if marker {
+                String::new()
+            } else {
+                data.to_owned()
+            };
+            let stream = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(data))]);
+            store
+                .put(bck, name, stream, versioned(id, marker))
+                .await
+                .unwrap()
+        }
+    };
+    put("x", "1", MINT_VERSION_ID, false).await;
+    put("x", "22", MINT_VERSION_ID, false).await;
+    put("y", "333", MINT_VERSION_ID, false).await;
+    assert_eq!(counts(&store), (2, 6), "x (two versions) and y");
+    put("y", "", MINT_VERSION_ID, true).await;
+    assert_eq!(counts(&store), (1, 6), "y's latest is a delete marker");
+    put("x", "4444", NULL_VERSION_ID, false).await;
+    assert_eq!(counts(&store), (1, 10), "x has three versions");
+    put("x", "55555", MINT_VERSION_ID, false).await;
+    put("x", "6", NULL_VERSION_ID, false).await;
+    assert_eq!(
+        counts(&store),
+        (1, 12),
+        "the noncurrent null version (4 bytes) went"
+    );
+    store
+        .delete_version(&bck, "x", NULL_VERSION_ID)
+        .await
+        .unwrap();
+    assert_eq!(
+        counts(&store),
+        (1, 11),
+        "the previous version is current again"
+    );
+    let marker = store.versions(&bck, "y").unwrap()[0].clone();
+    store
+        .delete_version(&bck, "y", index::version_id(&marker))
+        .await
+        .unwrap();
+    assert_eq!(counts(&store), (2, 11), "y is back");
+}
+
 fn empty_body() -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + use<> {
     futures::stream::iter(Vec::<Result<Bytes, std::io::Error>>::new())
 }
