@@ -296,7 +296,9 @@ impl Store {
         usage.iter().map(|(b, t)| (b.clone(), t.bytes)).collect()
     }
 
-    /// Objects stored per bucket uname (replicas included), kept current like [`Self::usage`].
+    /// Objects stored per bucket uname (replicas included; current versions only, not a
+    /// versioned bucket's noncurrent versions and delete markers), kept current like
+    /// [`Self::usage`].
     pub fn object_counts(&self) -> HashMap<String, u64> {
         let usage = self.usage.0.lock().expect("usage lock");
         usage.iter().map(|(b, t)| (b.clone(), t.objects)).collect()
@@ -470,6 +472,16 @@ impl Store {
         id: &str,
     ) -> Result<(ObjectMeta, Option<ObjectMeta>), StoreError> {
         let bucket = bck.uname();
+        // Which version becomes current again is decided among all of the object's records;
+        // while a resilver has them on two mountpaths, each would decide alone (two current
+        // records, or none), so wait until they are together.
+        if self.versions_off_their_mountpath(bck, name)? {
+            return Err(StoreError::Api(gristmill_core::ApiError::unavailable(
+                format!(
+                    "{bck}/{name}: its versions are still being moved between mountpaths; retry"
+                ),
+            )));
+        }
         let mut outcome = None;
         // Every mountpath: a resilver in progress may still hold a copy elsewhere, which it
         // would otherwise move back.
@@ -510,6 +522,20 @@ impl Store {
             generation = generation.max(mp.index.versions_gen(&bucket, name)?);
         }
         Ok(generation)
+    }
+
+    /// Whether a mountpath other than the object's own still holds its current record or any
+    /// of its versions (a resilver not finished).
+    fn versions_off_their_mountpath(&self, bck: &Bck, name: &str) -> Result<bool, StoreError> {
+        let bucket = bck.uname();
+        for mp in self.lookup_order(bck, name).iter().skip(1) {
+            if mp.index.get(&bucket, name)?.is_some()
+                || !mp.index.versions(&bucket, name)?.is_empty()
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Whether a mountpath other than the object's own still holds a record of it (a

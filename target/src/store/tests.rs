@@ -376,6 +376,67 @@ async fn usage_counts_current_objects_and_every_versions_bytes() {
     assert_eq!(counts(&store), (2, 11), "y is back");
 }
 
+/// A permanent version delete waits (unavailable) while a resilver has moved the object's
+/// current record to a new mountpath but not yet its versions: each mountpath would decide
+/// alone which version becomes current. Once all are moved, it goes through.
+#[tokio::test]
+async fn version_deletes_wait_for_a_resilver_to_bring_the_versions_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&[dir.path().join("mp0")]).await.unwrap();
+    let bck = Bck::new("b", Provider::Ais).unwrap();
+    let mut ids: std::collections::HashMap<String, Vec<String>> = Default::default();
+    for i in 0..16 {
+        let name = format!("x{i}");
+        for data in ["one", "two", "three"] {
+            let m = store
+                .put(&bck, &name, body(data), versioned(MINT_VERSION_ID, false))
+                .await
+                .unwrap();
+            ids.entry(name.clone())
+                .or_default()
+                .push(index::version_id(&m).to_owned());
+        }
+    }
+    let changed = store
+        .change_mountpath(mountset::MpAction::Attach, &dir.path().join("mp1"))
+        .await
+        .unwrap();
+    assert!(changed.resilver);
+    // The resilver moves one object's current record before its versions.
+    let misplaced = store.misplaced().await.unwrap();
+    let current = misplaced
+        .iter()
+        .find(|m| !m.meta.name.contains('\0'))
+        .expect("an object the new mountpath owns");
+    let name = current.meta.name.clone();
+    store.move_object(current).await.unwrap();
+    let ids = &ids[&name];
+    let err = store
+        .delete_version(&bck, &name, &ids[1])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, crate::StoreError::Api(e) if e.kind == gristmill_core::ErrorKind::Unavailable),
+        "{err:?}"
+    );
+    for m in store.misplaced().await.unwrap() {
+        store.move_object(&m).await.unwrap();
+    }
+    store.delete_version(&bck, &name, &ids[2]).await.unwrap();
+    assert_eq!(
+        read(&store, &bck, &name).await,
+        "two",
+        "v2 is current again"
+    );
+    let left: Vec<String> = store
+        .versions(&bck, &name)
+        .unwrap()
+        .iter()
+        .map(|m| index::version_id(m).to_owned())
+        .collect();
+    assert_eq!(left, [ids[0].clone()]);
+}
+
 fn empty_body() -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + use<> {
     futures::stream::iter(Vec::<Result<Bytes, std::io::Error>>::new())
 }
