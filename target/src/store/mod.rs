@@ -475,7 +475,7 @@ impl Store {
         // Which version becomes current again is decided among all of the object's records;
         // while a resilver has them on two mountpaths, each would decide alone (two current
         // records, or none), so wait until they are together.
-        if self.versions_off_their_mountpath(bck, name)? {
+        if self.held_off_its_mountpath(bck, name, true)? {
             return Err(StoreError::Api(gristmill_core::ApiError::unavailable(
                 format!(
                     "{bck}/{name}: its versions are still being moved between mountpaths; retry"
@@ -524,26 +524,19 @@ impl Store {
         Ok(generation)
     }
 
-    /// Whether a mountpath other than the object's own still holds its current record or any
-    /// of its versions (a resilver not finished).
-    fn versions_off_their_mountpath(&self, bck: &Bck, name: &str) -> Result<bool, StoreError> {
+    /// Whether a mountpath other than the object's own still holds the object's current
+    /// record — or, with `versions`, any of its noncurrent versions (a resilver not finished).
+    pub fn held_off_its_mountpath(
+        &self,
+        bck: &Bck,
+        name: &str,
+        versions: bool,
+    ) -> Result<bool, StoreError> {
         let bucket = bck.uname();
         for mp in self.lookup_order(bck, name).iter().skip(1) {
             if mp.index.get(&bucket, name)?.is_some()
-                || !mp.index.versions(&bucket, name)?.is_empty()
+                || (versions && !mp.index.versions(&bucket, name)?.is_empty())
             {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-
-    /// Whether a mountpath other than the object's own still holds a record of it (a
-    /// resilver not finished).
-    pub fn held_off_its_mountpath(&self, bck: &Bck, name: &str) -> Result<bool, StoreError> {
-        let bucket = bck.uname();
-        for mp in self.lookup_order(bck, name).iter().skip(1) {
-            if mp.index.get(&bucket, name)?.is_some() {
                 return Ok(true);
             }
         }

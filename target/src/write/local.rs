@@ -96,7 +96,7 @@ pub(crate) fn replaced_version_is_here(
         .as_ref()
         .is_some_and(|(g, _)| *g > known_here(t, bck, name, t.store.head(bck, name).ok().as_ref()));
     // A copy on another mountpath here (a resilver not finished), which the write would drop.
-    let off_its_mountpath = t.store.held_off_its_mountpath(bck, name)?;
+    let off_its_mountpath = t.store.held_off_its_mountpath(bck, name, false)?;
     if newer_elsewhere || off_its_mountpath {
         return Err(ApiError::unavailable(format!(
             "the current version of {bck}/{name} is still being moved; retry"

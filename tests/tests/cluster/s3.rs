@@ -712,6 +712,26 @@ async fn racing_if_none_match_puts_have_exactly_one_winner() {
     }
 }
 
+/// An object's (or one version's) tags over S3, as (key, value) pairs.
+async fn tags_of(
+    s3: &Client,
+    bucket: &str,
+    key: &str,
+    version: Option<&str>,
+) -> Vec<(String, String)> {
+    s3.get_object_tagging()
+        .bucket(bucket)
+        .key(key)
+        .set_version_id(version.map(str::to_owned))
+        .send()
+        .await
+        .unwrap()
+        .tag_set()
+        .iter()
+        .map(|t| (t.key().to_owned(), t.value().to_owned()))
+        .collect()
+}
+
 /// Sets a bucket's versioning status over S3.
 async fn set_versioning(
     s3: &Client,
@@ -1215,20 +1235,11 @@ async fn version_listings_stay_exact_while_a_target_joins() {
     let tagged = tagged.lock().unwrap().clone();
     assert!(!tagged.is_empty());
     for ((key, id), round) in tagged {
-        let tags = s3
-            .get_object_tagging()
-            .bucket("vjoin")
-            .key(&key)
-            .version_id(&id)
-            .send()
-            .await
-            .unwrap();
-        let tags: Vec<(&str, &str)> = tags
-            .tag_set()
-            .iter()
-            .map(|t| (t.key(), t.value()))
-            .collect();
-        assert_eq!(tags, [("round", round.to_string().as_str())], "{key} {id}");
+        assert_eq!(
+            tags_of(&s3, "vjoin", &key, Some(&id)).await,
+            [("round".to_owned(), round.to_string())],
+            "{key} {id}"
+        );
     }
 }
 
