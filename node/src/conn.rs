@@ -19,7 +19,7 @@ use std::convert::Infallible;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -408,17 +408,24 @@ async fn handle(
     if let Some(zero_copy) = zero_copy {
         parts.extensions.insert(zero_copy);
     }
-    let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // A client that sent `Expect: 100-continue` holds its body back until hyper sends
+    // `100 Continue`, which hyper does on the first read of the body.
+    let expects_continue = parts
+        .headers
+        .get(axum::http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+        && !http_body::Body::is_end_stream(&body);
+    let watch = Arc::new(BodyWatch::default());
     let body = Body::new(GapTimeout::new(
         body,
         limits.body_read_timeout,
-        stalled.clone(),
+        watch.clone(),
     ));
     let resp = match tower::ServiceExt::oneshot(app, Request::from_parts(parts, body)).await {
         Ok(resp) => resp,
         Err(never) => match never {},
     };
-    if stalled.load(Ordering::Relaxed) {
+    if watch.stalled.load(Ordering::Relaxed) {
         // Whatever the handler made of its failed body read, the cause is the client's.
         let mut resp = ApiError::new(
             ErrorKind::RequestTimeout,
@@ -430,6 +437,17 @@ async fn handle(
             axum::http::HeaderValue::from_static("close"),
         );
         return resp;
+    }
+    let mut resp = resp;
+    if expects_continue && !watch.read.load(Ordering::Relaxed) {
+        // Answered before asking for the body: the client may send it anyway (curl after a
+        // second) or not at all (botocore, which then reuses the connection). hyper would
+        // read the next bytes as this body, the next request's head included, which then
+        // fails its signature. Closing is the one unambiguous end (RFC 9110 §10.1.1).
+        resp.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
     }
     resp
 }
@@ -578,17 +596,26 @@ struct GapTimeout<B> {
     inner: B,
     gap: Duration,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// Set when the gap ran out, so the response can say 408 whatever the handler answered.
-    stalled: Arc<std::sync::atomic::AtomicBool>,
+    watch: Arc<BodyWatch>,
+}
+
+/// What became of a request body, for the response to act on.
+#[derive(Default)]
+struct BodyWatch {
+    /// The handler asked for the body (so hyper sent `100 Continue` to a client waiting
+    /// for it).
+    read: AtomicBool,
+    /// The gap ran out, so the response says 408 whatever the handler answered.
+    stalled: AtomicBool,
 }
 
 impl<B> GapTimeout<B> {
-    fn new(inner: B, gap: Duration, stalled: Arc<std::sync::atomic::AtomicBool>) -> Self {
+    fn new(inner: B, gap: Duration, watch: Arc<BodyWatch>) -> Self {
         Self {
             inner,
             gap,
             timer: None,
-            stalled,
+            watch,
         }
     }
 }
@@ -612,6 +639,7 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
+        this.watch.read.store(true, Ordering::Relaxed);
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(r) => {
                 this.timer = None;
@@ -624,7 +652,7 @@ where
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(gap)));
                 match timer.as_mut().poll(cx) {
                     Poll::Ready(()) => {
-                        this.stalled.store(true, Ordering::Relaxed);
+                        this.watch.stalled.store(true, Ordering::Relaxed);
                         metrics::counter!("grist_limit_refusals_total", "limit" => "body_read_timeout")
                             .increment(1);
                         Poll::Ready(Some(Err(Box::new(BodyStalled(gap)))))

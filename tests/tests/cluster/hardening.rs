@@ -440,3 +440,90 @@ async fn each_limit_answers_with_a_clear_status() {
     let r = c.http.get(c.url("/v1/health")).send().await.unwrap();
     assert!(r.status().is_success());
 }
+
+/// Reads one response head from a raw socket (lower-cased), within `limit`.
+async fn read_head(s: &mut TcpStream, limit: Duration) -> String {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    let deadline = Instant::now() + limit;
+    while !buf.ends_with(b"\r\n\r\n") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, s.read(&mut byte)).await {
+            Ok(Ok(1)) => buf.push(byte[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&buf).to_ascii_lowercase()
+}
+
+/// A client that sent `Expect: 100-continue` and got a final answer before `100 Continue`
+/// may never send its body (botocore then reuses the connection for its next request). The
+/// node must close the connection: kept open, it read the next request's first bytes as
+/// the withheld body, and that request failed (an S3 SignatureDoesNotMatch, once in CI).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_before_100_continue_closes_the_connection() {
+    let c = Cluster::start(1, 1).await.unwrap();
+    c.create_bucket("cont").await.unwrap();
+    let proxy = host_port(&c.endpoint);
+    let smap = c.smap().await.unwrap();
+    let target = host_port(smap.tmap.values().next().unwrap().url());
+    let long_name = format!("PUT /v1/objects/cont/{} HTTP/1.1", "n".repeat(1025));
+    let cases = [
+        // S3 PUT to a bucket that does not exist: NoSuchBucket, body never read.
+        (&proxy, "PUT /no-such-bucket/k HTTP/1.1", "404"),
+        // Native PUT on the proxy: the redirect, body never read.
+        (&proxy, "PUT /v1/objects/cont/k HTTP/1.1", "307"),
+        // Native PUT on a target, name over 1024 bytes: refused before the body.
+        (&target, long_name.as_str(), "400"),
+    ];
+    for (addr, line, status) in cases {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let head =
+            format!("{line}\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+        s.write_all(head.as_bytes()).await.unwrap();
+        let answer = read_head(&mut s, Duration::from_secs(10)).await;
+        assert!(
+            answer.starts_with(&format!("http/1.1 {status}")),
+            "{line}: {answer}"
+        );
+        assert!(answer.contains("connection: close"), "{line}: {answer}");
+        // What botocore does next: another request, body never sent.
+        let _ = s
+            .write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await;
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+        let rest = String::from_utf8_lossy(&rest);
+        assert!(
+            !rest.contains("HTTP/1.1"),
+            "{line}: the connection answered another request: {rest}"
+        );
+    }
+
+    // The same requests with the body sent: the node reads it and keeps the connection.
+    for (addr, line, status) in cases {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let head = format!("{line}\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
+        s.write_all(head.as_bytes()).await.unwrap();
+        let answer = read_head(&mut s, Duration::from_secs(10)).await;
+        assert!(
+            answer.starts_with(&format!("http/1.1 {status}")),
+            "{line}: {answer}"
+        );
+        assert!(!answer.contains("connection: close"), "{line}: {answer}");
+    }
+
+    // A handler that asks for the body sends 100 Continue and keeps the connection.
+    let mut s = TcpStream::connect(&target).await.unwrap();
+    s.write_all(
+        b"PUT /v1/objects/cont/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let interim = read_head(&mut s, Duration::from_secs(10)).await;
+    assert!(interim.starts_with("http/1.1 100"), "{interim}");
+    s.write_all(b"hello").await.unwrap();
+    let answer = read_head(&mut s, Duration::from_secs(10)).await;
+    assert!(answer.starts_with("http/1.1 200"), "{answer}");
+    assert!(!answer.contains("connection: close"), "{answer}");
+}
