@@ -96,7 +96,16 @@ const DRAIN_MAX: usize = 1 << 20;
 /// Answers a refused request after reading (a bounded part of) its body: a client still
 /// sending it when the refusal comes would otherwise meet a connection closed under it — a
 /// broken pipe instead of the 401/403 that says why (`grist put` as a read-only user).
+/// A client that waits for `100 Continue` has sent nothing yet: it gets the refusal at once
+/// (and the connection closes, see `conn::handle`) instead of being asked to upload.
 async fn refuse(req: Request, resp: Response) -> Response {
+    let waits_for_continue = req
+        .headers()
+        .get(axum::http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if waits_for_continue {
+        return resp;
+    }
     let drain = axum::body::to_bytes(req.into_body(), DRAIN_MAX);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), drain).await;
     resp

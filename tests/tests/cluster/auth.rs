@@ -429,6 +429,33 @@ async fn every_route_refuses_bad_tokens_and_lets_allowed_calls_through() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
+
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    // A refused upload that waits for `100 Continue` is refused before it is sent: the
+    // first answer is the 401/403 (not an invitation to upload), and the connection closes.
+    let target = t.trim_start_matches("http://").to_owned();
+    let proxy = c.endpoint.trim_start_matches("http://").to_owned();
+    let bearer = format!("Authorization: Bearer {}\r\n", tokens.ro);
+    for (addr, auth_line, status) in [
+        (&target, "", "401"),
+        (&proxy, "", "401"),
+        (&proxy, bearer.as_str(), "403"),
+    ] {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "PUT /v1/objects/data/upload HTTP/1.1\r\nHost: x\r\n{auth_line}\
+             Content-Length: 1000000\r\nExpect: 100-continue\r\n\r\n"
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer)).await;
+        let answer = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+        assert!(
+            answer.starts_with(&format!("http/1.1 {status}")),
+            "{addr} {auth_line:?}: {answer}"
+        );
+        assert!(answer.contains("connection: close"), "{answer}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
