@@ -410,11 +410,8 @@ async fn handle(
     }
     // A client that sent `Expect: 100-continue` holds its body back until hyper sends
     // `100 Continue`, which hyper does on the first read of the body.
-    let expects_continue = parts
-        .headers
-        .get(axum::http::header::EXPECT)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
-        && !http_body::Body::is_end_stream(&body);
+    let expects_continue =
+        waits_for_continue(&parts.headers) && !http_body::Body::is_end_stream(&body);
     let watch = Arc::new(BodyWatch::default());
     let body = Body::new(GapTimeout::new(
         body,
@@ -450,6 +447,13 @@ async fn handle(
         );
     }
     resp
+}
+
+/// Whether the client holds its body back until it is asked for it (`Expect: 100-continue`).
+pub fn waits_for_continue(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 /// URL and total header size: what hyper's own limits leave to us.

@@ -175,11 +175,7 @@ async fn object(
 /// redirect instead of failing with a broken pipe. Clients that send `Expect: 100-continue`
 /// (curl for large bodies) or go to the owner directly (our SDK and CLI) never pay for this.
 async fn drain_unless_expect_continue(req: Request) {
-    let expects = req
-        .headers()
-        .get(axum::http::header::EXPECT)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    if expects {
+    if gristmill_node::conn::waits_for_continue(req.headers()) {
         return;
     }
     let mut body = req.into_body().into_data_stream();

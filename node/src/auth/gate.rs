@@ -99,11 +99,7 @@ const DRAIN_MAX: usize = 1 << 20;
 /// A client that waits for `100 Continue` has sent nothing yet: it gets the refusal at once
 /// (and the connection closes, see `conn::handle`) instead of being asked to upload.
 async fn refuse(req: Request, resp: Response) -> Response {
-    let waits_for_continue = req
-        .headers()
-        .get(axum::http::header::EXPECT)
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-    if waits_for_continue {
+    if crate::conn::waits_for_continue(req.headers()) {
         return resp;
     }
     let drain = axum::body::to_bytes(req.into_body(), DRAIN_MAX);
