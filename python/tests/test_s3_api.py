@@ -214,6 +214,41 @@ def test_bucket_lifecycle_and_errors(s3):
     assert err(ei) == ("NoSuchBucket", 404)
 
 
+def test_answers_carry_the_request_id(s3, bkt):
+    """Every S3 answer names its request (x-amz-request-id, and <RequestId> in an error
+    document, which boto3 reads into ResponseMetadata) — the id the nodes log it under: the
+    client's X-Request-Id when it sends one."""
+    r = s3.put_object(Bucket=bkt, Key="k", Body=b"1")
+    made = r["ResponseMetadata"]["RequestId"]
+    assert len(made) == 32 and made == r["ResponseMetadata"]["HTTPHeaders"]["x-request-id"]
+    with pytest.raises(ClientError) as ei:
+        s3.get_object(Bucket=bkt, Key="missing")
+    assert err(ei) == ("NoSuchKey", 404)
+    meta = ei.value.response["ResponseMetadata"]
+    assert meta["RequestId"] == meta["HTTPHeaders"]["x-request-id"], meta
+    assert len(meta["RequestId"]) == 32
+
+    def with_id(request, **_):
+        request.headers["X-Request-Id"] = "client-chosen-<&>-0001"
+    s3.meta.events.register("before-sign.s3.GetObject", with_id)
+    try:
+        with pytest.raises(ClientError) as ei:
+            s3.get_object(Bucket=bkt, Key="missing")
+        assert ei.value.response["ResponseMetadata"]["RequestId"] == "client-chosen-<&>-0001"
+        assert ei.value.response["Error"]["Code"] == "NoSuchKey"
+    finally:
+        s3.meta.events.unregister("before-sign.s3.GetObject", with_id)
+    # The error document itself, as any client sees it (escaped XML).
+    url = s3.generate_presigned_url("get_object", Params={"Bucket": bkt, "Key": "missing"})
+    req = urllib.request.Request(url, headers={"X-Request-Id": "raw-0002"})
+    with pytest.raises(urllib.error.HTTPError) as he:
+        urllib.request.urlopen(req, timeout=10)
+    body = he.value.read().decode()
+    assert he.value.headers["x-amz-request-id"] == "raw-0002"
+    assert ET.fromstring(body).findtext("RequestId") == "raw-0002", body
+    assert ET.fromstring(body).findtext("Code") == "NoSuchKey", body
+
+
 @pytest.mark.parametrize("name", ["ab", "x" * 64, "Upper-Case", "under_score", "-leading", "192.168.1.1", "a..b"])
 def test_invalid_bucket_name(s3, name):
     with pytest.raises(ClientError) as ei:
