@@ -418,7 +418,7 @@ async fn handle(
         limits.body_read_timeout,
         watch.clone(),
     ));
-    let resp = match tower::ServiceExt::oneshot(app, Request::from_parts(parts, body)).await {
+    let mut resp = match tower::ServiceExt::oneshot(app, Request::from_parts(parts, body)).await {
         Ok(resp) => resp,
         Err(never) => match never {},
     };
@@ -435,7 +435,6 @@ async fn handle(
         );
         return resp;
     }
-    let mut resp = resp;
     if expects_continue && !watch.read.load(Ordering::Relaxed) {
         // Answered before asking for the body: the client may send it anyway (curl after a
         // second) or not at all (botocore, which then reuses the connection). hyper would

@@ -667,34 +667,69 @@ struct Counted {
     started: Option<Instant>,
 }
 
-/// The answer with its request's id: a header always, and a field of a JSON error body.
+/// The answer with its request's id: a header always, a field of a JSON error body, and the
+/// `<RequestId>` of an S3 error document (where S3 clients look for it).
 async fn with_request_id(resp: Response, id: &str) -> Response {
     let (mut parts, body) = resp.into_parts();
     if let Ok(v) = axum::http::HeaderValue::from_str(id) {
         parts.headers.insert(REQUEST_ID, v);
     }
-    let json_error = (parts.status.is_client_error() || parts.status.is_server_error())
-        && parts
-            .headers
-            .get(axum::http::header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
-    if !json_error {
+    let content_type = parts
+        .headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .map(|v| v.as_bytes());
+    let error = parts.status.is_client_error() || parts.status.is_server_error();
+    let json = content_type.is_some_and(|v| v.starts_with(b"application/json"));
+    let xml = content_type.is_some_and(|v| v.starts_with(b"application/xml"));
+    if !error || !(json || xml) {
         return Response::from_parts(parts, body);
     }
     let Ok(bytes) = axum::body::to_bytes(body, 64 << 10).await else {
         return Response::from_parts(parts, axum::body::Body::empty());
     };
-    let bytes = match serde_json::from_slice::<serde_json::Value>(&bytes) {
-        Ok(serde_json::Value::Object(mut m)) => {
-            m.insert("request_id".into(), id.into());
+    let named = if json {
+        json_error_with_id(&bytes, id)
+    } else {
+        xml_error_with_id(&bytes, id)
+    };
+    let bytes = match named {
+        Some(named) => {
             parts.headers.remove(axum::http::header::CONTENT_LENGTH);
-            serde_json::to_vec(&m)
-                .map(bytes::Bytes::from)
-                .unwrap_or(bytes)
+            named
         }
-        _ => bytes,
+        None => bytes,
     };
     Response::from_parts(parts, axum::body::Body::from(bytes))
+}
+
+/// A JSON error object with a `request_id` field added.
+fn json_error_with_id(body: &[u8], id: &str) -> Option<bytes::Bytes> {
+    let serde_json::Value::Object(mut m) = serde_json::from_slice(body).ok()? else {
+        return None;
+    };
+    m.insert("request_id".into(), id.into());
+    serde_json::to_vec(&m).ok().map(bytes::Bytes::from)
+}
+
+/// An S3 error document with a `<RequestId>` added (unless it has one).
+fn xml_error_with_id(body: &[u8], id: &str) -> Option<bytes::Bytes> {
+    let text = std::str::from_utf8(body).ok()?;
+    if text.contains("<RequestId>") {
+        return None;
+    }
+    let at = text.rfind("</Error>")?;
+    let escaped = id
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    Some(
+        format!(
+            "{}<RequestId>{escaped}</RequestId>{}",
+            &text[..at],
+            &text[at..]
+        )
+        .into(),
+    )
 }
 
 impl http_body::Body for Counted {

@@ -91,11 +91,15 @@ pub(crate) fn service(proxy: Arc<Proxy>, users: &[S3User]) -> Arc<S3Service> {
 
 /// Axum handler that hands a request to the S3 service.
 pub(crate) async fn handle(service: Arc<S3Service>, req: Request) -> Response {
-    let resp = call(service, req).await;
-    match gristmill_node::metrics::current_request_id() {
-        Some(id) => with_s3_request_id(resp, &id).await,
-        None => resp,
+    let mut resp = call(service, req).await;
+    // The request's id under the name S3 clients read (boto3's ResponseMetadata.RequestId);
+    // `track_requests` adds it to error documents.
+    if let Some(id) = gristmill_node::metrics::current_request_id()
+        && let Ok(v) = http::HeaderValue::from_str(&id)
+    {
+        resp.headers_mut().insert("x-amz-request-id", v);
     }
+    resp
 }
 
 /// The S3 service's answer to `req`.
@@ -119,45 +123,6 @@ async fn call(service: Arc<S3Service>, req: Request) -> Response {
             (http::StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
         }
     }
-}
-
-/// The request's id where S3 clients look for it: `x-amz-request-id` on every answer, and
-/// `<RequestId>` in an error document (boto3's `ResponseMetadata.RequestId`, the SDKs'
-/// request id on an error).
-async fn with_s3_request_id(resp: Response, id: &str) -> Response {
-    let (mut parts, body) = resp.into_parts();
-    if let Ok(v) = http::HeaderValue::from_str(id) {
-        parts.headers.insert("x-amz-request-id", v);
-    }
-    let xml_error = (parts.status.is_client_error() || parts.status.is_server_error())
-        && parts
-            .headers
-            .get(http::header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/xml"));
-    if !xml_error {
-        return Response::from_parts(parts, body);
-    }
-    let Ok(bytes) = axum::body::to_bytes(body, 64 << 10).await else {
-        return Response::from_parts(parts, axum::body::Body::empty());
-    };
-    let text = String::from_utf8_lossy(&bytes);
-    let bytes = match text.rfind("</Error>") {
-        Some(at) if !text.contains("<RequestId>") => {
-            parts.headers.remove(http::header::CONTENT_LENGTH);
-            let escaped = id
-                .replace('&', "&amp;")
-                .replace('<', "&lt;")
-                .replace('>', "&gt;");
-            format!(
-                "{}<RequestId>{escaped}</RequestId>{}",
-                &text[..at],
-                &text[at..]
-            )
-            .into()
-        }
-        _ => bytes,
-    };
-    Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 /// Whether an S3 request's body is an XML document (bucket configuration, DeleteObjects,
