@@ -211,6 +211,14 @@ impl axum_core::response::IntoResponse for ApiError {
             http::header::CONTENT_TYPE,
             http::HeaderValue::from_static("application/json"),
         );
+        if status == http::StatusCode::SERVICE_UNAVAILABLE {
+            // Every 503 here is a state that passes (a map change, a node coming back):
+            // clients that honour Retry-After try again instead of failing.
+            resp.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+        }
         resp
     }
 }

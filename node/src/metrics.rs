@@ -249,6 +249,12 @@ const SERIES: &[(&str, Kind, Unit, &str)] = &[
         "Objects jobs worked on, by kind and outcome (done, skipped, error).",
     ),
     (
+        "grist_stale_copies_dropped_total",
+        Kind::Counter,
+        Unit::Count,
+        "Copies a target that came back into the map held but found rewritten or deleted elsewhere, and dropped.",
+    ),
+    (
         "grist_job_bytes_total",
         Kind::Counter,
         Unit::Bytes,

@@ -96,10 +96,15 @@ pub async fn run(
     if config.join_url.is_empty() {
         leader::found_or_import(&proxy).await?;
     }
-    // Objects may still be moving for the map this proxy starts with.
+    // Objects may still be moving for the map this proxy starts with: the replicated version
+    // of the last change of active targets when the state has it, else this map's.
+    let changed_at = match proxy.raft.state().borrow().active_changed_at {
+        0 => proxy.smap().version,
+        v => v,
+    };
     proxy
         .active_changed_at
-        .store(proxy.smap().version, std::sync::atomic::Ordering::SeqCst);
+        .store(changed_at, std::sync::atomic::Ordering::SeqCst);
     leader::lead_if_alone(&proxy).await?;
     tracing::info!(node = %proxy.id, url = %proxy.url, primary = proxy.is_primary(), "proxy starting");
     gristmill_node::metrics::node_info("proxy", &proxy.id);

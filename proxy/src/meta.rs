@@ -162,7 +162,12 @@ impl Proxy {
             if new.proxy_si.daemon_id != old.proxy_si.daemon_id && old.version > 0 {
                 tracing::info!(primary = %new.proxy_si.daemon_id, version = new.version, term = new.term, "new primary");
             }
-            self.note_active_change(&old, new);
+            if state.active_changed_at > 0 {
+                self.active_changed_at
+                    .store(state.active_changed_at, std::sync::atomic::Ordering::SeqCst);
+            } else {
+                self.note_active_change(&old, new);
+            }
             *self.smap.write().expect("smap lock") = Arc::new(new.clone());
         }
         if let Some(new) = &state.maps.bmd {

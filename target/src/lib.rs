@@ -119,6 +119,12 @@ pub(crate) struct Target {
     /// Writes in flight by the map they were admitted under (a rebalance walk waits for
     /// the ones admitted under earlier maps).
     gate: Arc<cluster::gate::WriteGate>,
+    /// Whether this target is coming back — it started, or learnt that it was out of the map
+    /// — and the primary has not yet confirmed that every object is placed by a map that has
+    /// it again: until then what it holds may have been rewritten or deleted elsewhere, so
+    /// placement counts as unsettled and its copies are checked before they are served
+    /// ([`read::returning`]).
+    returning: std::sync::atomic::AtomicBool,
     /// Active targets the last rebalance was started for (None: none yet in this process).
     rebalanced_for: std::sync::Mutex<Option<Vec<String>>>,
     /// This target, for starting jobs from `&self` contexts.
@@ -159,11 +165,14 @@ impl Target {
     /// map changed since): then only an object's owners hold it. Until then, a copy may sit on
     /// any target of the map.
     pub(crate) fn placement_settled(&self) -> bool {
-        self.past.lock().expect("past lock").is_empty()
+        self.past.lock().expect("past lock").is_empty() && !self.is_returning()
     }
 
     /// Forgets the earlier cluster maps (every object is where the current one places it).
     pub(crate) fn forget_past_smaps(&self) -> Result<(), StoreError> {
+        if self.smap().tmap.contains_key(&self.id) {
+            self.returned("every object is placed by the current map");
+        }
         let mut past = self.past.lock().expect("past lock");
         if past.is_empty() {
             return Ok(());
@@ -211,6 +220,36 @@ impl Target {
         }
     }
 
+    /// Notes that this target is coming back into the cluster (see [`Target::is_returning`]).
+    pub(crate) fn set_returning(&self, why: &str) {
+        if !self
+            .returning
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            tracing::info!(
+                why,
+                "coming back: copies held here are checked before they are served until placement is confirmed"
+            );
+        }
+    }
+
+    /// Whether this target is coming back and has not yet been told that every object is
+    /// placed: its copies are then unproven.
+    pub(crate) fn is_returning(&self) -> bool {
+        self.returning.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Back: placement is confirmed for a map that has this target (or it re-joined a map that
+    /// did not change while it was away).
+    pub(crate) fn returned(&self, why: &str) {
+        if self
+            .returning
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            tracing::info!(why, "back in the cluster: copies held here are current");
+        }
+    }
+
     pub(crate) fn node(&self) -> Node {
         Node::new(&self.id, smap::TARGET, &self.url)
     }
@@ -224,6 +263,11 @@ impl Target {
             targets = new.tmap.len(),
             "new cluster map"
         );
+        // Generations assigned from now on order after everything of earlier maps.
+        self.store.set_epoch(new.version);
+        if new.tmap.contains_key(&self.id) && !self.smap().tmap.contains_key(&self.id) {
+            self.set_returning("added back to the cluster map");
+        }
         let old = std::mem::replace(&mut *self.smap.write().expect("smap lock"), Arc::new(new));
         let past: Vec<ClusterMap> = {
             let mut past = self.past.lock().expect("past lock");
@@ -330,6 +374,7 @@ impl Target {
             ClusterMap::new(Node::new("", smap::PROXY, ""), String::new(), String::new());
         let mut placeholder = placeholder;
         placeholder.version = 0;
+        store.set_epoch(smap.as_ref().map_or(0, |m| m.version));
         let target = Arc::new(Target {
             id: id.clone(),
             url: url.clone(),
@@ -386,6 +431,8 @@ impl Target {
             stages: Default::default(),
             gate: Default::default(),
             rebalanced_for: Default::default(),
+            // Until its first join says otherwise, a target that starts may have been out.
+            returning: std::sync::atomic::AtomicBool::new(true),
             me: Default::default(),
         });
         let _ = target.me.set(Arc::downgrade(&target));

@@ -311,6 +311,12 @@ pub(crate) struct MetaState {
     /// Daemon ids refused on join.
     #[serde(default)]
     pub(crate) removed: BTreeSet<String>,
+    /// The version of the last applied map that changed the active targets (objects moved):
+    /// placement is confirmed only after a rebalance of that version or later. Replicated, so
+    /// a leader elected (or a proxy restarted) after the change knows it. 0: unknown (a state
+    /// from before this field).
+    #[serde(default)]
+    pub(crate) active_changed_at: u64,
 }
 
 /// The applied cluster map and bucket metadata (`None` until a command installs one).
@@ -344,6 +350,17 @@ impl MetaState {
             return self.reply(Outcome::Conflict);
         }
         if let Some(smap) = cmd.smap {
+            let active = |m: &ClusterMap| -> Vec<String> {
+                m.active_targets().map(|n| n.daemon_id.clone()).collect()
+            };
+            if self
+                .maps
+                .smap
+                .as_ref()
+                .is_none_or(|old| active(old) != active(&smap))
+            {
+                self.active_changed_at = smap.version;
+            }
             self.maps.smap = Some(smap);
         }
         if let Some(bmd) = cmd.bmd {
@@ -568,6 +585,49 @@ mod tests {
             bmd: new.1.map(bmd),
             removed: None,
         }
+    }
+
+    /// Every member computes the version of the last change of active targets from the log
+    /// alone, so a leader elected after it (or restarted) confirms placement by it (it used
+    /// to take the version current when the proxy started, and never confirmed).
+    #[test]
+    fn apply_remembers_the_last_change_of_active_targets() {
+        let mut st = MetaState::default();
+        let with = |version: u64, targets: &[&str]| {
+            let mut m = smap(version);
+            for t in targets {
+                m.tmap.insert(
+                    (*t).to_owned(),
+                    Node::new(t, "target", &format!("http://{t}")),
+                );
+            }
+            m
+        };
+        let apply = |st: &mut MetaState, m: ClusterMap| {
+            let c = MetaCmd {
+                base_smap: st.smap_version(),
+                base_bmd: st.bmd_version(),
+                smap: Some(m),
+                bmd: None,
+                removed: None,
+            };
+            assert_eq!(st.apply(c).outcome, Outcome::Applied);
+        };
+        apply(&mut st, with(1, &["t1"]));
+        assert_eq!(st.active_changed_at, 1);
+        apply(&mut st, with(2, &["t1", "t2"]));
+        assert_eq!(st.active_changed_at, 2);
+        // A new primary, a proxy joining: the same targets, nothing moves.
+        apply(&mut st, with(3, &["t1", "t2"]));
+        assert_eq!(st.active_changed_at, 2);
+        // A target in maintenance is not active.
+        let mut m = with(4, &["t1", "t2"]);
+        m.tmap.get_mut("t2").unwrap().flags |= gristmill_core::smap::FLAG_MAINTENANCE;
+        apply(&mut st, m);
+        assert_eq!(st.active_changed_at, 4);
+        // Survives a snapshot (the state's JSON).
+        let back: MetaState = serde_json::from_slice(&serde_json::to_vec(&st).unwrap()).unwrap();
+        assert_eq!(back.active_changed_at, 4);
     }
 
     #[test]

@@ -12,6 +12,12 @@ pub(super) async fn list_buckets(
     s: &GristS3,
     _req: S3Request<ListBucketsInput>,
 ) -> S3Result<S3Response<ListBucketsOutput>> {
+    // Read-your-writes on any proxy: a bucket created through another one moments ago is
+    // listed (the applied state of a follower may lag, or be stale when it is cut off).
+    s.proxy
+        .linearize()
+        .await
+        .map_err(|e| s3_error!(ServiceUnavailable, "{}", e.message))?;
     let bmd = s.proxy.bmd();
     // Every bucket by the name S3 clients reach it with (see `resolve`): native ones, and
     // remote ones by their alias or their own name when that is theirs alone.

@@ -60,7 +60,9 @@ pub(crate) async fn internal_object(
             crate::cluster::replicas::stage_receive(&t, &bck, &name, stage, req).await
         }
         (Method::POST, Some(stage)) => {
-            let resp = crate::cluster::replicas::stage_commit(&t, stage, req.headers()).await?;
+            let resp =
+                crate::cluster::replicas::stage_commit(&t, &bck, &name, stage, req.headers())
+                    .await?;
             crate::shards::after_put(&t, &bck, &name);
             Ok(resp)
         }

@@ -40,6 +40,7 @@ pub(crate) async fn object(
     }
     if !remote && matches!(*req.method(), Method::GET | Method::HEAD) {
         let method = req.method().clone();
+        crate::read::returning::verify_before_serving(&t, &bck, &name).await?;
         let local = if method == Method::GET {
             get(&t, &bck, &name, ReadRequest::of(&params, &req)).await
         } else {

@@ -31,6 +31,7 @@ pub(crate) async fn run(target: Arc<Target>, interval: Duration, shutdown: Cance
             let smap = target.smap();
             if smap.version > v && smap.tmap.contains_key(&target.id) {
                 tracing::info!("added back to the cluster");
+                target.set_returning("added back to the cluster");
                 removed_at = None;
                 joined = true;
             }
@@ -39,6 +40,8 @@ pub(crate) async fn run(target: Arc<Target>, interval: Duration, shutdown: Cance
                 Ok(Answer::Removed) => {
                     tracing::warn!("removed from the cluster by an administrator; not re-joining");
                     removed_at = Some(target.smap().version);
+                    // What it holds may be rewritten or deleted while it is out.
+                    target.set_returning("removed by an administrator");
                 }
                 Ok(_) => {
                     joined = true;
@@ -55,10 +58,14 @@ pub(crate) async fn run(target: Arc<Target>, interval: Duration, shutdown: Cance
                 Ok(Answer::Removed) => {
                     tracing::warn!("removed from the cluster by an administrator; not re-joining");
                     removed_at = Some(target.smap().version);
+                    target.set_returning("removed by an administrator");
                     joined = false;
                 }
                 Ok(Answer::Unknown) => {
                     tracing::warn!("primary does not know this node; re-joining");
+                    // Removed while silent (paused, cut off): what it holds may be stale.
+                    // Marked before the join, which makes proxies send requests here again.
+                    target.set_returning("the primary no longer knows this node");
                     joined = false;
                     continue;
                 }
@@ -89,6 +96,8 @@ fn primary_url(target: &Target) -> String {
 
 async fn join(target: &Target) -> anyhow::Result<Answer> {
     let mut last = None;
+    // The map before the join is sent: a push of the map the join makes can come first.
+    let before = target.smap();
     // Try the primary we know first, then the configured join URL.
     for base in [primary_url(target), target.join_url.clone()] {
         if base.is_empty() {
@@ -103,7 +112,15 @@ async fn join(target: &Target) -> anyhow::Result<Answer> {
         match resp {
             Ok(r) if r.status().is_success() => {
                 let sync: MetaSync = r.json().await?;
+                // The map did not change while this target was away (a quick restart): nothing
+                // it holds can have been rewritten or deleted without it.
+                let unchanged = sync.smap.as_ref().is_none_or(|m| {
+                    m.version == before.version && before.tmap.contains_key(&target.id)
+                });
                 target.apply_metasync(sync).await?;
+                if unchanged && target.smap().version > 0 {
+                    target.returned("re-joined an unchanged cluster map");
+                }
                 tracing::info!(primary = %base, "joined the cluster");
                 // After a restart: finish whatever rebalance was interrupted.
                 target.maybe_rebalance();

@@ -65,6 +65,12 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
     })
     .await
     .map_err(|e| ApiError::internal(e.to_string()))??;
+    // Deletes travel too: a target that comes back (or an owner that never saw the delete)
+    // gets the tombstones of what was deleted while it was out, so its old copies go.
+    let tombstones = send_tombstones(t, &smap, run).await?;
+    if tombstones > 0 {
+        tracing::info!(job = %run.spec.id, tombstones, "rebalance: tombstones sent to owners");
+    }
     *run.total.lock().expect("job total lock") = Some(misplaced.len() as u64);
     if misplaced.is_empty() {
         return Ok(());
@@ -141,6 +147,96 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
     Ok(())
 }
 
+/// Sends every tombstone this target holds for an object it does not own alone to the
+/// object's other owners under `smap` (an internal DELETE with the tombstone's generation: it
+/// buries only older copies). Tombstones live for a day, so a target out of the map for less
+/// than that learns of every delete it missed. A tombstone that cannot be delivered is the
+/// job's error (placement is then not confirmed, and reads keep asking other holders).
+async fn send_tombstones(
+    t: &Arc<Target>,
+    smap: &Arc<ClusterMap>,
+    run: &Arc<JobRun>,
+) -> Result<u64, ApiError> {
+    let bmd = t.bmd();
+    let (me, store, map) = (t.id.clone(), t.store.clone(), smap.clone());
+    let only = run.spec.bck.as_ref().map(|b| b.uname());
+    let todo: Vec<(Bck, String, u64, Vec<gristmill_core::Node>)> =
+        tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            let walked = store.for_each_tombstone(|bucket, name, generation| {
+                if only.as_ref().is_some_and(|u| u != bucket) {
+                    return;
+                }
+                let Some(rec) = bmd.buckets.get(bucket) else {
+                    return;
+                };
+                let copies = rec.props.mirror.copies();
+                let owners = map.owners(&rec.bck.object_uname(name), copies);
+                let first = owners.first().is_some_and(|o| o.daemon_id == me);
+                let placed_here = owners.iter().any(|o| o.daemon_id == me);
+                if placed_here && !(copies > 1 && first) {
+                    return;
+                }
+                let to: Vec<_> = owners
+                    .into_iter()
+                    .filter(|o| o.daemon_id != me)
+                    .cloned()
+                    .collect();
+                out.push((rec.bck.clone(), name.to_owned(), generation, to));
+            });
+            walked.map(|_| out)
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
+    let sent = todo.len() as u64;
+    let results: Vec<(String, Result<(), String>)> = futures::stream::iter(todo)
+        .take_until(run.cancel.cancelled())
+        .map(|(bck, name, generation, to)| async move {
+            let mut result = Ok(());
+            for node in &to {
+                let mut tries = 0;
+                result = loop {
+                    tries += 1;
+                    let resp = t
+                        .relay
+                        .delete(internal_url(node, &bck, &name))
+                        .query(&bucket_query(&bck))
+                        .header(h::GEN, generation)
+                        .timeout(std::time::Duration::from_secs(10))
+                        .send()
+                        .await;
+                    let outcome = match resp {
+                        Ok(r) if r.status().is_success() || r.status().as_u16() == 404 => Ok(()),
+                        Ok(r) => Err(format!("{}: {}", node.daemon_id, r.status())),
+                        Err(e) => Err(format!("{}: {e}", node.daemon_id)),
+                    };
+                    if outcome.is_ok() || tries >= 5 {
+                        break outcome;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(300 * tries)).await;
+                };
+                if result.is_err() {
+                    break;
+                }
+            }
+            (name, result)
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    for (name, result) in results {
+        if let Err(e) = result {
+            run.record(
+                &name,
+                Err(ApiError::unavailable(format!(
+                    "tombstone not delivered: {e}"
+                ))),
+            );
+        }
+    }
+    Ok(sent)
+}
+
 /// Puts one object where it belongs under `smap`: to its owner — and with copies > 1 to every
 /// target of its HRW set that lacks it (the first owner re-creates lost replicas this way).
 /// `Skipped` when nothing had to move.
@@ -190,7 +286,16 @@ pub(crate) async fn has_copy(
         .send()
         .await;
     match resp {
-        Ok(r) if r.status().is_success() => gen_of(r.headers()) >= sent_gen(meta),
+        Ok(r) if r.status().is_success() => {
+            let (theirs, sent) = (gen_of(r.headers()), sent_gen(meta));
+            let same_bytes = r
+                .headers()
+                .get(h::CHECKSUM_VALUE)
+                .map_or(meta.cksum_value.is_empty(), |v| {
+                    v.as_bytes() == meta.cksum_value.as_bytes()
+                });
+            theirs > sent || (theirs == sent && same_bytes)
+        }
         _ => false,
     }
 }
@@ -248,6 +353,15 @@ pub(crate) async fn send_to(
         )
         .await);
     }
+    // Acknowledged only when the receiver holds this copy or something newer.
+    let sent = sent_gen(m);
+    delivered(sent, &m.cksum_value, resp.headers()).map_err(|why| {
+        tracing::warn!(object = %m.name, to = %owner.daemon_id, generation = sent, %why, "a copy was not taken; keeping it");
+        ApiError::unavailable(format!(
+            "{flag} of {bck}/{} to {}: not stored: {why}",
+            m.name, owner.daemon_id
+        ))
+    })?;
     Ok(Outcome::Done(size))
 }
 
@@ -286,11 +400,11 @@ pub(crate) async fn receive(
         generation: crate::store::index::GenRule::IfNewer(generation),
         ..Default::default()
     };
-    generation_kept(
-        t.store
-            .put(bck, name, req.into_body().into_data_stream(), opts)
-            .await,
-    )
+    let stored = t
+        .store
+        .put(bck, name, req.into_body().into_data_stream(), opts)
+        .await;
+    generation_kept(t, bck, name, stored)
 }
 
 /// Admits a copy another node sends here (a rebalance or replica transfer, a staged replica)
@@ -327,17 +441,107 @@ pub(crate) async fn admit_copy(
     )))
 }
 
-/// The answer to a copy sent by another node: the generation this node now holds. A copy
-/// refused because a newer generation is here is delivered as far as the sender cares.
+/// The answer to a copy sent by another node: what this node now holds — the generation,
+/// and either the checksum of that copy or, when a delete is the newest thing here, the
+/// tombstone's generation — so the sender can tell whether its copy is safe to drop
+/// ([`delivered`]).
 pub(crate) fn generation_kept(
+    t: &Target,
+    bck: &Bck,
+    name: &str,
     stored: Result<ObjectMeta, crate::StoreError>,
 ) -> Result<Response, ApiError> {
-    let kept = match stored {
-        Ok(meta) => meta.generation,
-        Err(crate::StoreError::Stale { current }) => current,
-        Err(e) => return Err(e.into()),
-    };
     let mut resp = Response::new(Body::empty());
-    resp.headers_mut().insert(h::GEN, HeaderValue::from(kept));
+    let headers = resp.headers_mut();
+    match stored {
+        Ok(meta) => {
+            headers.insert(h::GEN, HeaderValue::from(meta.generation));
+            if let Ok(v) = HeaderValue::from_str(&meta.cksum_value) {
+                headers.insert(h::CHECKSUM_VALUE, v);
+            }
+        }
+        Err(crate::StoreError::Stale { current }) => {
+            headers.insert(h::GEN, HeaderValue::from(current));
+            match t.store.head(bck, name) {
+                Ok(meta) if meta.effective_gen() == current => {
+                    if let Ok(v) = HeaderValue::from_str(&meta.cksum_value) {
+                        headers.insert(h::CHECKSUM_VALUE, v);
+                    }
+                }
+                _ => {
+                    headers.insert(h::TOMBSTONE_GEN, HeaderValue::from(current));
+                }
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
     Ok(resp)
+}
+
+/// Whether a receiver's answer to a transfer ([`generation_kept`]) means the sender's copy
+/// (generation `sent`, checksum `cksum`) is no longer needed: the receiver holds a newer
+/// generation or tombstone, or this very copy (same generation and checksum). A receiver that
+/// kept something else — an equal generation with other bytes, or no generation at all — has
+/// not stored it: the sender keeps its copy and says why.
+pub(crate) fn delivered(
+    sent: u64,
+    cksum: &str,
+    answer: &axum::http::HeaderMap,
+) -> Result<(), String> {
+    let kept = gen_of(answer);
+    let tomb = crate::cluster::peer::header_u64(answer, h::TOMBSTONE_GEN);
+    let their_cksum = answer
+        .get(h::CHECKSUM_VALUE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if kept > sent || (tomb > 0 && tomb >= sent) {
+        return Ok(());
+    }
+    if kept == sent && answer.contains_key(h::CHECKSUM_VALUE) && their_cksum == cksum {
+        return Ok(());
+    }
+    Err(if kept == 0 {
+        "the receiver did not say what it kept".to_owned()
+    } else if kept == sent {
+        format!(
+            "the receiver holds generation {kept} with other bytes ({their_cksum:?}, sent {cksum:?})"
+        )
+    } else {
+        format!("the receiver kept generation {kept}, older than the {sent} sent")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::delivered;
+    use axum::http::{HeaderMap, HeaderValue};
+    use gristmill_core::api::header as h;
+
+    fn answer(generation: u64, cksum: Option<&str>, tomb: Option<u64>) -> HeaderMap {
+        let mut m = HeaderMap::new();
+        m.insert(h::GEN, HeaderValue::from(generation));
+        if let Some(c) = cksum {
+            m.insert(h::CHECKSUM_VALUE, HeaderValue::from_str(c).unwrap());
+        }
+        if let Some(t) = tomb {
+            m.insert(h::TOMBSTONE_GEN, HeaderValue::from(t));
+        }
+        m
+    }
+
+    #[test]
+    fn a_copy_is_delivered_only_when_the_receiver_holds_it_or_newer() {
+        // Stored as sent.
+        assert!(delivered(5, "aa", &answer(5, Some("aa"), None)).is_ok());
+        // A newer copy or a newer delete is there.
+        assert!(delivered(5, "aa", &answer(9, Some("bb"), None)).is_ok());
+        assert!(delivered(5, "aa", &answer(6, None, Some(6))).is_ok());
+        // The same generation with other bytes: refused, and the sender keeps its copy (it
+        // used to be answered 200 and dropped).
+        let why = delivered(5, "aa", &answer(5, Some("bb"), None)).unwrap_err();
+        assert!(why.contains("other bytes"), "{why}");
+        // Older than sent (it cannot have been stored), or no answer of what was kept.
+        assert!(delivered(5, "aa", &answer(4, Some("aa"), None)).is_err());
+        assert!(delivered(5, "aa", &HeaderMap::new()).is_err());
+    }
 }

@@ -184,6 +184,8 @@ pub(crate) async fn stage_receive(
 /// generation is here already).
 pub(crate) async fn stage_commit(
     t: &Target,
+    bck: &Bck,
+    name: &str,
     stage: &str,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -213,7 +215,8 @@ pub(crate) async fn stage_commit(
     opts.version = get(h::VERSION).to_owned();
     opts.mtime_ns = get(h::MTIME).parse().ok().filter(|m: &i64| *m > 0);
     opts.custom = custom;
-    generation_kept(pending.commit().await)
+    let stored = pending.commit().await;
+    generation_kept(t, bck, name, stored)
 }
 
 /// Replica side: the owner gave the PUT up; the staged copy goes.

@@ -6,6 +6,7 @@ pub(crate) mod cold;
 pub(crate) mod local;
 pub(crate) mod past_owner;
 pub(crate) mod remote;
+pub(crate) mod returning;
 pub(crate) mod transform;
 
 use crate::ApiResult;

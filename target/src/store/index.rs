@@ -392,6 +392,35 @@ impl ObjectIndex {
         Ok(table.is_empty()?)
     }
 
+    /// Every tombstone, in key order: bucket uname, object name, generation. Blocking.
+    pub fn for_each_tombstone(&self, mut f: impl FnMut(&str, &str, u64)) -> Result<(), StoreError> {
+        let tx = self.db.begin_read()?;
+        let table = tx.open_table(TOMBSTONES)?;
+        for item in table.iter()? {
+            let (k, v) = item?;
+            let key = k.value();
+            let Some(nul) = key.iter().position(|b| *b == 0) else {
+                continue;
+            };
+            let (Ok(bucket), Ok(name)) = (
+                std::str::from_utf8(&key[..nul]),
+                std::str::from_utf8(&key[nul + 1..]),
+            ) else {
+                continue;
+            };
+            let Some(generation) = v
+                .value()
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes)
+            else {
+                continue;
+            };
+            f(bucket, name, generation);
+        }
+        Ok(())
+    }
+
     /// Every record, in key order (startup scans, rebuilds). Blocking.
     pub fn for_each(&self, mut f: impl FnMut(ObjectMeta)) -> Result<(), StoreError> {
         let tx = self.db.begin_read()?;
@@ -735,8 +764,12 @@ fn apply_one(
                 GenRule::AsIs => {}
             }
             if stored.version.is_empty() {
-                // Native objects: AIStore's version, counting writes — the generation.
-                stored.version = stored.generation.to_string();
+                // Native objects: AIStore's version, counting the writes of the object since
+                // it was (re)created. Not the generation, which carries the cluster epoch.
+                let prior = replaced
+                    .as_ref()
+                    .and_then(|m| m.version.parse::<u64>().ok());
+                stored.version = prior.map_or(1, |v| v + 1).to_string();
             }
             let (_, slot) = split_version_slot(&stored.name);
             if !slot && stored.custom.contains_key(VERSION_ID_KEY) {

@@ -139,6 +139,23 @@ pub struct OpenObject {
     pub(crate) record: Option<Arc<crate::store::hot::Cached>>,
 }
 
+/// Generations carry the cluster epoch in their high 32 bits: the version of the cluster map
+/// under which the owner assigned them (the low 32 bits count writes within it). A map that
+/// removes a target has a higher version than any map that target acted under, so whatever is
+/// written or deleted while it is out orders after every copy and tombstone it holds — also
+/// when it comes back with them. Generations from before epochs (below `1 << 32`) are epoch 0.
+pub const EPOCH_SHIFT: u32 = 32;
+
+/// The first generation of `epoch`.
+pub fn epoch_floor(epoch: u64) -> u64 {
+    epoch.min(u64::from(u32::MAX)) << EPOCH_SHIFT
+}
+
+/// The epoch a generation was assigned in.
+pub fn epoch_of(generation: u64) -> u64 {
+    generation >> EPOCH_SHIFT
+}
+
 /// Objects up to this size are read together with their lookup (one blocking-pool trip).
 pub const PREFETCH_MAX: u64 = 128 * 1024;
 
@@ -150,6 +167,8 @@ pub struct Store {
     /// Persistence of the set, the resilver's state and writes in flight.
     dynamic: Arc<mountset::Dynamic>,
     generation: AtomicU64,
+    /// The cluster epoch new generations are assigned in (see [`Store::set_epoch`]).
+    cluster_epoch: AtomicU64,
     /// Bytes stored per bucket uname, across mountpaths; kept current by every commit, delete
     /// and drop, so quota checks never walk the index.
     usage: Arc<Usage>,
@@ -248,6 +267,7 @@ impl Store {
             mountpaths: std::sync::RwLock::new(Arc::new(set)),
             dynamic: Arc::new(dynamic),
             generation: AtomicU64::new(now_ns() as u64),
+            cluster_epoch: AtomicU64::new(0),
             usage: Arc::default(),
             atimes: Mutex::new(HashMap::new()),
             hot,
@@ -370,6 +390,27 @@ impl Store {
         Ok(())
     }
 
+    /// Sets the cluster epoch (the version of the cluster map this target acts under): every
+    /// generation assigned from now on — a write, a delete, a metadata change — is at least
+    /// `epoch << 32` (see [`epoch_floor`]). Never goes back.
+    pub fn set_epoch(&self, epoch: u64) {
+        self.cluster_epoch.fetch_max(epoch, Ordering::SeqCst);
+    }
+
+    /// The lowest generation a new write or delete may take now: `floor`, raised to the
+    /// current epoch's first generation.
+    pub fn gen_floor(&self, floor: u64) -> u64 {
+        floor.max(epoch_floor(self.cluster_epoch.load(Ordering::SeqCst)))
+    }
+
+    /// Every tombstone of every mountpath: bucket uname, object name, generation (blocking).
+    pub fn for_each_tombstone(&self, mut f: impl FnMut(&str, &str, u64)) -> Result<(), StoreError> {
+        for mp in self.mountpaths().iter() {
+            mp.index.for_each_tombstone(&mut f)?;
+        }
+        Ok(())
+    }
+
     /// Starts writing an object: a temp file on the owning mountpath that fills chunk by chunk
     /// and becomes the object only on [`PendingWrite::commit`]. Dropping it without a commit
     /// removes the temp file.
@@ -377,8 +418,13 @@ impl Store {
         &self,
         bck: &Bck,
         name: &str,
-        opts: PutOptions,
+        mut opts: PutOptions,
     ) -> Result<PendingWrite, StoreError> {
+        if let crate::store::index::GenRule::Next { floor } = opts.generation {
+            opts.generation = crate::store::index::GenRule::Next {
+                floor: self.gen_floor(floor),
+            };
+        }
         let ticket = self.write_ticket();
         let mp = self.mountpath_for(bck, name);
         let others = self.other_copies(&mp);
@@ -565,7 +611,7 @@ impl Store {
             let generation = current
                 .effective_gen()
                 .max(self.tombstone(bck, name)?)
-                .max(floor)
+                .max(self.gen_floor(floor))
                 + 1;
             let mut meta = current.clone();
             for k in remove {
@@ -709,6 +755,12 @@ impl Store {
         name: &str,
         generation: crate::store::index::BuryGen,
     ) -> Result<(Option<ObjectMeta>, u64), StoreError> {
+        let generation = match generation {
+            crate::store::index::BuryGen::Next { floor } => crate::store::index::BuryGen::Next {
+                floor: self.gen_floor(floor),
+            },
+            exact => exact,
+        };
         let bucket = bck.uname();
         let mut removed = None;
         let mut tombstone = 0;
