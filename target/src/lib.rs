@@ -125,6 +125,8 @@ pub(crate) struct Target {
     /// placement counts as unsettled and its copies are checked before they are served
     /// ([`read::returning`]).
     returning: std::sync::atomic::AtomicBool,
+    /// Multipart uploads taken over or completed now, one request at a time per upload.
+    uploads: cluster::uploads::UploadLocks,
     /// Active targets the last rebalance was started for (None: none yet in this process).
     rebalanced_for: std::sync::Mutex<Option<Vec<String>>>,
     /// This target, for starting jobs from `&self` contexts.
@@ -265,7 +267,12 @@ impl Target {
         );
         // Generations assigned from now on order after everything of earlier maps.
         self.store.set_epoch(new.version);
-        if new.tmap.contains_key(&self.id) && !self.smap().tmap.contains_key(&self.id) {
+        let before = self.smap();
+        if new.tmap.contains_key(&self.id)
+            && before.version > 0
+            && !before.tmap.contains_key(&self.id)
+            && holds_objects(&self.store)
+        {
             self.set_returning("added back to the cluster map");
         }
         let old = std::mem::replace(&mut *self.smap.write().expect("smap lock"), Arc::new(new));
@@ -322,6 +329,11 @@ impl Target {
     }
 }
 
+/// Whether the store holds any object (a target with none has nothing that can be stale).
+fn holds_objects(store: &Store) -> bool {
+    store.usage().values().any(|bytes| *bytes > 0) || store.object_counts().values().any(|n| *n > 0)
+}
+
 /// The recent earlier cluster maps, in the state dir.
 const PAST_SMAPS: &str = "past_smaps.json";
 
@@ -375,6 +387,7 @@ impl Target {
         let mut placeholder = placeholder;
         placeholder.version = 0;
         store.set_epoch(smap.as_ref().map_or(0, |m| m.version));
+        let holds_objects = holds_objects(&store);
         let target = Arc::new(Target {
             id: id.clone(),
             url: url.clone(),
@@ -431,8 +444,10 @@ impl Target {
             stages: Default::default(),
             gate: Default::default(),
             rebalanced_for: Default::default(),
-            // Until its first join says otherwise, a target that starts may have been out.
-            returning: std::sync::atomic::AtomicBool::new(true),
+            // Until its first join says otherwise, a target that starts with data may have
+            // been out while it was rewritten or deleted elsewhere.
+            returning: std::sync::atomic::AtomicBool::new(holds_objects),
+            uploads: Default::default(),
             me: Default::default(),
         });
         let _ = target.me.set(Arc::downgrade(&target));

@@ -150,6 +150,7 @@ pub const TARGET_ROUTES: &[Route] = &[
         Access::Internal,
     ),
     r(PUT, "/v1/internal/placed", Access::Internal),
+    r(ANY, "/v1/internal/mpu/{bucket}/{*object}", Access::Internal),
     r(GET, "/v1/buckets/{bucket}", Access::Internal),
     r(&["GET", "POST"], "/v1/remote/{bucket}", Access::Internal),
     r(POST, "/v1/cached/{bucket}", Access::Internal),

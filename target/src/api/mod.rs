@@ -7,7 +7,7 @@ mod internal;
 mod jobs;
 mod node;
 mod objects;
-mod route;
+pub(crate) mod route;
 #[cfg(test)]
 mod router_tests;
 use crate::Target;
@@ -28,6 +28,10 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
             any(internal_object),
         )
         .route("/v1/internal/placed", put(placed))
+        .route(
+            "/v1/internal/mpu/{bucket}/{*object}",
+            any(crate::cluster::uploads::internal),
+        )
         .route(
             "/v1/objects/{bucket}",
             any(gristmill_node::server::empty_object_name),

@@ -161,6 +161,10 @@ pub(crate) async fn multipart(
     };
     let upload_id = params.get("upload_id").cloned().unwrap_or_default();
     let op = params.get("op").map(String::as_str).unwrap_or("");
+    if op != "create" {
+        // Begun under another owner: its parts come here first.
+        crate::cluster::uploads::bring_here(&t, &bck, &name, &upload_id).await?;
+    }
     let json_body = |bytes: &[u8]| -> Result<serde_json::Value, ApiError> {
         if bytes.is_empty() {
             return Ok(serde_json::Value::Null);
@@ -229,6 +233,10 @@ pub(crate) async fn multipart(
                 .map_err(|e| ApiError::bad_request(e.to_string()))?;
             let parts: CompleteBody = serde_json::from_slice(&body)
                 .map_err(|e| ApiError::bad_request(format!("invalid parts list: {e}")))?;
+            // One completion of an upload at a time: a retry sent while the first is still
+            // assembling waits, then gets the first one's answer (below).
+            let lock = t.uploads.of(&upload_id);
+            let _one_at_a_time = lock.lock().await;
             // Ordered after any copy a rebalance has not moved yet, and conditional, like a PUT.
             let elsewhere = crate::cluster::placement::elsewhere(&t, &bck, &name).await?;
             crate::write::local::replaced_version_is_here(&t, &bck, &name, &elsewhere)?;

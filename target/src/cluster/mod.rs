@@ -2,7 +2,8 @@
 //! one map versus the next map's rebalance ([`gate`]),
 //! catching up with the primary's metadata ([`metadata`]), where copies may be while the map
 //! changes ([`placement`]), moving them ([`rebalance`]), replicas ([`replicas`]), mountpath
-//! changes ([`resilver`]), and the small pieces of node-to-node calls ([`peer`]).
+//! changes ([`resilver`]), multipart uploads whose owner changed ([`uploads`]), and the
+//! small pieces of node-to-node calls ([`peer`]).
 
 pub(crate) mod gate;
 pub(crate) mod membership;
@@ -12,3 +13,4 @@ pub(crate) mod placement;
 pub(crate) mod rebalance;
 pub(crate) mod replicas;
 pub(crate) mod resilver;
+pub(crate) mod uploads;

@@ -105,6 +105,39 @@ fn valid_upload_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
+/// Prefix of an upload's directory while it is handed over to a new owner (never an upload
+/// id: those are alphanumeric).
+const HANDOVER: &str = "handover-";
+/// Prefix of the directory an adopted upload is received in.
+const ADOPTING: &str = "adopting-";
+
+/// The upload recorded in `dir`, if it is `upload_id` of `bck/key`.
+async fn read_upload(
+    dir: &Path,
+    bck: &Bck,
+    key: &str,
+    upload_id: &str,
+) -> Result<UploadInfo, StoreError> {
+    let bytes = tokio::fs::read(dir.join("upload.json"))
+        .await
+        .map_err(|_| no_such_upload(upload_id))?;
+    let info: UploadInfo = serde_json::from_slice(&bytes)
+        .map_err(|e| StoreError::Corrupt(format!("upload {upload_id}: {e}")))?;
+    if info.key != key || info.bucket != bck.uname() {
+        return Err(no_such_upload(upload_id));
+    }
+    Ok(info)
+}
+
+/// A file of an upload's directory that may travel to a new owner.
+fn valid_upload_file(name: &str) -> bool {
+    name == "upload.json"
+        || name.strip_prefix("part-").is_some_and(|rest| {
+            let digits = rest.strip_suffix(".json").unwrap_or(rest);
+            digits.len() == 5 && digits.bytes().all(|b| b.is_ascii_digit())
+        })
+}
+
 /// How long a completed upload's answer is kept for retries of its completion.
 pub const COMPLETED_KEEP: std::time::Duration = std::time::Duration::from_secs(3600);
 
@@ -158,6 +191,21 @@ impl Store {
         Ok(dirs.iter().find(|d| d.exists()).unwrap_or(&dirs[0]).clone())
     }
 
+    /// Where an upload handed over to another target waits until that target has it.
+    fn handover_dir(&self, bck: &Bck, key: &str, upload_id: &str) -> Result<PathBuf, StoreError> {
+        let dir = self.upload_dir(bck, key, upload_id)?;
+        let dirs: Vec<PathBuf> = self
+            .lookup_order(bck, key)
+            .iter()
+            .map(|m| m.path.join("mpu").join(format!("{HANDOVER}{upload_id}")))
+            .collect();
+        Ok(dirs
+            .iter()
+            .find(|d| d.exists())
+            .cloned()
+            .unwrap_or_else(|| dir.with_file_name(format!("{HANDOVER}{upload_id}"))))
+    }
+
     async fn load_upload(
         &self,
         bck: &Bck,
@@ -165,14 +213,7 @@ impl Store {
         upload_id: &str,
     ) -> Result<(PathBuf, UploadInfo), StoreError> {
         let dir = self.upload_dir(bck, key, upload_id)?;
-        let bytes = tokio::fs::read(dir.join("upload.json"))
-            .await
-            .map_err(|_| no_such_upload(upload_id))?;
-        let info: UploadInfo = serde_json::from_slice(&bytes)
-            .map_err(|e| StoreError::Corrupt(format!("upload {upload_id}: {e}")))?;
-        if info.key != key || info.bucket != bck.uname() {
-            return Err(no_such_upload(upload_id));
-        }
+        let info = read_upload(&dir, bck, key, upload_id).await?;
         Ok((dir, info))
     }
 
@@ -510,6 +551,114 @@ impl Store {
         Ok(())
     }
 
+    /// Whether the upload is in progress on this target.
+    pub async fn mpu_here(&self, bck: &Bck, key: &str, upload_id: &str) -> bool {
+        self.load_upload(bck, key, upload_id).await.is_ok()
+    }
+
+    /// Hands an upload in progress over to the object's new owner (its owner changed since it
+    /// began): its directory is renamed out of reach first, so no part can land here after
+    /// the list of its files is answered; a handover interrupted earlier is answered again.
+    /// The files: `upload.json`, then each part's data and record.
+    pub async fn mpu_hand_over(
+        &self,
+        bck: &Bck,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let handed = self.handover_dir(bck, key, upload_id)?;
+        if tokio::fs::metadata(&handed).await.is_err() {
+            let (dir, _) = self.load_upload(bck, key, upload_id).await?;
+            let target = dir.with_file_name(format!("{HANDOVER}{upload_id}"));
+            tokio::fs::rename(&dir, &target).await?;
+        }
+        let handed = self.handover_dir(bck, key, upload_id)?;
+        read_upload(&handed, bck, key, upload_id).await?;
+        let mut files = vec!["upload.json".to_owned()];
+        let mut rd = tokio::fs::read_dir(&handed).await?;
+        while let Some(e) = rd.next_entry().await? {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("part-") && !name.ends_with(".tmp") {
+                files.push(name);
+            }
+        }
+        files[1..].sort();
+        Ok(files)
+    }
+
+    /// One file of an upload being handed over (see [`Store::mpu_hand_over`]).
+    pub async fn mpu_handed_file(
+        &self,
+        bck: &Bck,
+        key: &str,
+        upload_id: &str,
+        file: &str,
+    ) -> Result<tokio::fs::File, StoreError> {
+        if !valid_upload_file(file) {
+            return Err(ApiError::bad_request(format!("no such upload file {file:?}")).into());
+        }
+        let path = self.handover_dir(bck, key, upload_id)?.join(file);
+        tokio::fs::File::open(&path)
+            .await
+            .map_err(|_| no_such_upload(upload_id))
+    }
+
+    /// The new owner has the upload: what was handed over goes.
+    pub async fn mpu_handed_over(
+        &self,
+        bck: &Bck,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(), StoreError> {
+        let dir = self.handover_dir(bck, key, upload_id)?;
+        match tokio::fs::remove_dir_all(&dir).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// A fresh directory to receive a handed-over upload in (see [`Store::mpu_adopt`]).
+    pub async fn mpu_adopting(
+        &self,
+        bck: &Bck,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<PathBuf, StoreError> {
+        let dir = self.upload_dir(bck, key, upload_id)?;
+        let tmp = dir.with_file_name(format!(
+            "{ADOPTING}{upload_id}.{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        tokio::fs::create_dir_all(&tmp).await?;
+        Ok(tmp)
+    }
+
+    /// Makes a fully received upload (in `tmp`, from [`Store::mpu_adopting`]) this target's:
+    /// its files are made durable, then the directory takes the upload's place at once.
+    pub async fn mpu_adopt(
+        &self,
+        tmp: &Path,
+        bck: &Bck,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(), StoreError> {
+        let dir = self.upload_dir(bck, key, upload_id)?;
+        let (tmp, dir2) = (tmp.to_owned(), dir.clone());
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            for e in std::fs::read_dir(&tmp)? {
+                std::fs::File::open(e?.path())?.sync_all()?;
+            }
+            std::fs::rename(&tmp, &dir2)?;
+            if let Some(parent) = dir2.parent() {
+                std::fs::File::open(parent)?.sync_all()?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| StoreError::Index(e.to_string()))??;
+        Ok(())
+    }
+
     /// Uploads in progress for a bucket on this target, by key then upload id.
     pub async fn mpu_list_uploads(&self, bck: &Bck) -> Result<Vec<UploadInfo>, StoreError> {
         let bucket = bck.uname();
@@ -519,6 +668,9 @@ impl Store {
                 continue;
             };
             while let Some(e) = rd.next_entry().await? {
+                if !valid_upload_id(&e.file_name().to_string_lossy()) {
+                    continue; // handed over, or being received
+                }
                 let Ok(bytes) = tokio::fs::read(e.path().join("upload.json")).await else {
                     continue;
                 };

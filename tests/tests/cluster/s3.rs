@@ -1416,3 +1416,125 @@ async fn a_versioned_put_a_replica_cannot_commit_is_undone() {
     }
     check(s3.clone(), "from the replica").await;
 }
+
+/// Issue 28: multipart uploads begun before a target joins complete after its rebalance —
+/// those whose object changed owner included: the new owner takes the staged parts over from
+/// the target they were uploaded to — and a CompleteMultipartUpload retried while the first
+/// is still assembling waits for it: same ETag, one version. (Before, an upload whose owner
+/// changed answered NoSuchUpload, and two concurrent completions both committed a version.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn multipart_uploads_survive_an_owner_change_and_a_retried_complete() {
+    use aws_sdk_s3::types::BucketVersioningStatus;
+    let mut c = Cluster::start(2, 1).await.unwrap();
+    let s3 = client(&c, "gristmill", "gristmill-secret");
+    s3.create_bucket().bucket("mpj").send().await.unwrap();
+    set_versioning(&s3, "mpj", BucketVersioningStatus::Enabled).await;
+    let before = c.smap().await.unwrap();
+    const KEYS: usize = 12;
+    let first = content(1, 5 << 20);
+    let mut uploads = Vec::new();
+    for k in 0..KEYS {
+        let key = format!("big-{k:02}");
+        let id = s3
+            .create_multipart_upload()
+            .bucket("mpj")
+            .key(&key)
+            .send()
+            .await
+            .unwrap()
+            .upload_id()
+            .unwrap()
+            .to_owned();
+        let part = s3
+            .upload_part()
+            .bucket("mpj")
+            .key(&key)
+            .upload_id(&id)
+            .part_number(1)
+            .body(ByteStream::from(first.clone()))
+            .send()
+            .await
+            .unwrap();
+        uploads.push((key, id, part.e_tag().unwrap().to_owned()));
+    }
+    c.add_target().await.unwrap();
+    super::elastic::rebalanced(&c).await;
+    let after = c.smap().await.unwrap();
+    let bck = gristmill_core::Bck::new("mpj", gristmill_core::Provider::Ais).unwrap();
+    let moved = uploads
+        .iter()
+        .filter(|(key, _, _)| {
+            let uname = bck.object_uname(key);
+            before.owner(&uname).map(|n| &n.daemon_id) != after.owner(&uname).map(|n| &n.daemon_id)
+        })
+        .count();
+    assert!(moved > 0, "no upload changed owner");
+    for (k, (key, id, etag1)) in uploads.iter().enumerate() {
+        let last = content(100 + k as u64, 1000 + k);
+        let part = s3
+            .upload_part()
+            .bucket("mpj")
+            .key(key)
+            .upload_id(id)
+            .part_number(2)
+            .body(ByteStream::from(last.clone()))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{key}: part 2 after the join: {e:?}"));
+        let listed = s3
+            .list_parts()
+            .bucket("mpj")
+            .key(key)
+            .upload_id(id)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(listed.parts().len(), 2, "{key}: parts after the join");
+        let parts = vec![
+            CompletedPart::builder().part_number(1).e_tag(etag1).build(),
+            CompletedPart::builder()
+                .part_number(2)
+                .e_tag(part.e_tag().unwrap())
+                .build(),
+        ];
+        let complete = || {
+            s3.complete_multipart_upload()
+                .bucket("mpj")
+                .key(key)
+                .upload_id(id)
+                .multipart_upload(
+                    CompletedMultipartUpload::builder()
+                        .set_parts(Some(parts.clone()))
+                        .build(),
+                )
+                .send()
+        };
+        // The first few are completed twice at once (a client's retry of a slow answer).
+        let (a, b) = if k < 4 {
+            let (a, b) = tokio::join!(complete(), complete());
+            (a.unwrap(), Some(b.unwrap()))
+        } else {
+            (complete().await.unwrap(), None)
+        };
+        if let Some(b) = &b {
+            assert_eq!(a.e_tag(), b.e_tag(), "{key}: the retry's ETag");
+            assert_eq!(a.version_id(), b.version_id(), "{key}: the retry's version");
+        }
+        let got = s3.get_object().bucket("mpj").key(key).send().await.unwrap();
+        assert_eq!(got.e_tag(), a.e_tag());
+        let body = got.body.collect().await.unwrap().into_bytes();
+        assert_eq!(body.len(), first.len() + last.len());
+        assert!(body[..first.len()] == first[..] && body[first.len()..] == last[..]);
+    }
+    let versions = all_versions(&s3, "mpj").await;
+    assert_eq!(versions.len(), KEYS, "one version per upload: {versions:?}");
+    // Nothing of the uploads is left in progress anywhere.
+    let left = s3
+        .list_multipart_uploads()
+        .bucket("mpj")
+        .send()
+        .await
+        .unwrap();
+    assert!(left.uploads().is_empty(), "{:?}", left.uploads());
+    println!("{KEYS} uploads across a join, {moved} of them taken over by a new owner");
+}
