@@ -32,6 +32,7 @@ pub(crate) fn secure(proxy: &Arc<Proxy>, app: Router) -> Router {
     };
     let p = proxy.clone();
     let fresh = proxy.clone();
+    let current = proxy.clone();
     Gate::new(keys, auth::PROXY_ROUTES, Arc::new(move || p.bmd()))
         .with_refresh(Arc::new(move || {
             let p = fresh.clone();
@@ -39,6 +40,10 @@ pub(crate) fn secure(proxy: &Arc<Proxy>, app: Router) -> Router {
                 // Without a quorum the token is judged on what this proxy has applied.
                 let _ = p.linearize().await;
             })
+        }))
+        .with_fresh(Arc::new(move || {
+            let p = current.clone();
+            Box::pin(async move { p.ensure_fresh().await.map_err(|e| e.message) })
         }))
         .protect(app)
 }
@@ -210,6 +215,8 @@ async fn add_user(
     users::validate_user_name(&name)?;
     let spec: UserSpec = json_body(&read_body(req).await?)?;
     let created = create_user(&p, &keys, &name, spec).await?;
+    // A user re-created with other roles or password revokes the old tokens.
+    p.wait_followers_applied().await;
     Ok((StatusCode::CREATED, axum::Json(created)).into_response())
 }
 
@@ -303,6 +310,8 @@ async fn remove_user(State(p): State<Arc<Proxy>>, Path(name): Path<String>) -> A
         })
     })
     .await?;
+    // Acknowledged once no proxy can still accept its tokens on state from before.
+    p.wait_followers_applied().await;
     tracing::info!(target: "audit", user = %name, "user removed");
     Ok(StatusCode::OK.into_response())
 }

@@ -175,6 +175,29 @@ impl Proxy {
         }
     }
 
+    /// Leader, after a change that takes rights away: waits until no other proxy can still
+    /// judge credentials by state from before it (see `RaftNode::wait_followers_past`).
+    pub(crate) async fn wait_followers_applied(&self) {
+        let index = self
+            .raft
+            .state()
+            .borrow()
+            .last_applied
+            .map_or(0, |l| l.index);
+        self.raft.wait_followers_past(index).await;
+    }
+
+    /// Returns at once when this proxy's applied state is known to be current (a leader with
+    /// a fresh quorum, a follower within its lease that applied what its leader committed),
+    /// else after a linearizable read ([`Proxy::linearize`]): users and tokens are judged on
+    /// current state — a paused or cut-off proxy never accepts a user removed meanwhile.
+    pub(crate) async fn ensure_fresh(&self) -> Result<(), ApiError> {
+        if self.raft.state_is_fresh() {
+            return Ok(());
+        }
+        self.linearize().await
+    }
+
     /// Returns once this proxy has applied (and published) every change acknowledged before
     /// the call, on any proxy: a linearizable read point. 503 without a quorum.
     pub(crate) async fn linearize(&self) -> Result<(), ApiError> {

@@ -56,7 +56,17 @@ pub struct Gate {
     /// Brings `metadata` up to date (a proxy's linearizable read); asked once when a valid
     /// token names a user this node does not know yet, or a newer generation of it.
     pub(crate) refresh: Option<Refresh>,
+    /// Makes sure `metadata` is current before a credential is judged by it (see
+    /// [`Gate::with_fresh`]).
+    pub(crate) fresh: Option<Fresh>,
 }
+
+/// See [`Gate::with_fresh`].
+pub type Fresh = Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>
+        + Send
+        + Sync,
+>;
 
 /// See [`Gate::with_refresh`].
 pub type Refresh =
@@ -73,6 +83,7 @@ impl Gate {
             routes,
             metadata,
             refresh: None,
+            fresh: None,
         }
     }
 
@@ -81,6 +92,15 @@ impl Gate {
     /// created, or re-created, through another node moments ago is not refused.
     pub fn with_refresh(mut self, refresh: Refresh) -> Self {
         self.refresh = Some(refresh);
+        self
+    }
+
+    /// A gate that, before it judges a request's credentials, makes sure its metadata is
+    /// current (a proxy that was paused or cut off catches up with the leader first): a user
+    /// removed, or a token revoked, through another node is never accepted on stale state.
+    /// `Err` (no leader to catch up with) refuses the request with 503.
+    pub fn with_fresh(mut self, fresh: Fresh) -> Self {
+        self.fresh = Some(fresh);
         self
     }
 
@@ -424,6 +444,20 @@ pub(crate) async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Nex
         // vouches for nothing.
         Access::S3 => return next.run(req).await,
         _ => {}
+    }
+    if let Some(fresh) = &gate.fresh
+        && req.headers().contains_key(header::AUTHORIZATION)
+        && let Err(why) = fresh().await
+    {
+        let mut resp = deny(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("this node cannot tell whether its users are current ({why}); retry"),
+        );
+        resp.headers_mut().insert(
+            header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("1"),
+        );
+        return refuse(req, resp).await;
     }
     let mut md = (gate.metadata)();
     let params = query_params(req.uri().query());

@@ -32,7 +32,7 @@ mod redirects;
 pub use redirects::{redirect_path_query_for, redirect_query_for, signed_query_text};
 
 mod gate;
-pub use gate::{Gate, Principal, Refresh, body_needs, query_params};
+pub use gate::{Fresh, Gate, Principal, Refresh, body_needs, query_params};
 #[cfg(test)]
 #[allow(unused_imports)]
 mod tests;

@@ -103,6 +103,11 @@ struct Inner {
     propose: Mutex<()>,
     /// Membership changes run one at a time (openraft refuses overlapping ones).
     membership: Mutex<()>,
+    /// When this member last accepted entries or a heartbeat from a leader, and the commit
+    /// index that leader sent (see [`RaftNode::state_is_fresh`]).
+    contact: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
+    /// What each peer accepted from this member while it led (see [`super::network::Acks`]).
+    acks: super::network::Acks,
 }
 
 fn unavailable(msg: impl Into<String>) -> ApiError {
@@ -146,7 +151,15 @@ impl RaftNode {
         })
         .await??;
         let state = sm.subscribe();
-        let raft = Raft::new(id, config, Network::new(http.clone()), log, sm).await?;
+        let acks = super::network::Acks::default();
+        let raft = Raft::new(
+            id,
+            config,
+            Network::new(http.clone(), acks.clone()),
+            log,
+            sm,
+        )
+        .await?;
         tracing::info!(raft_id = id, daemon_id = %me.daemon_id, "raft member started");
         Ok(RaftNode {
             raft,
@@ -158,6 +171,8 @@ impl RaftNode {
                 state,
                 propose: Mutex::new(()),
                 membership: Mutex::new(()),
+                contact: std::sync::Mutex::new(None),
+                acks,
             }),
         })
     }
@@ -285,6 +300,74 @@ impl RaftNode {
             None => Err(unavailable(
                 "no quorum: no majority of proxies has acknowledged this leader yet",
             )),
+        }
+    }
+
+    /// Notes that a leader's append (entries or heartbeat) was accepted, with the commit index
+    /// it carried.
+    pub(crate) fn note_leader_contact(&self, leader_commit: u64) {
+        *self.inner.contact.lock().expect("contact lock") =
+            Some((std::time::Instant::now(), leader_commit));
+    }
+
+    /// Whether the applied state may be read without asking the leader: this member leads
+    /// and a majority acknowledged it within the minimum election timeout, or it follows, heard
+    /// from the leader within that time, and has applied everything that leader said was
+    /// committed then. A member paused, cut off or just started is not fresh (a paused
+    /// process's clock runs on, so its last contact is old when it resumes).
+    pub(crate) fn state_is_fresh(&self) -> bool {
+        let lease = self.inner.settings.election_timeout;
+        let m = self.metrics();
+        if m.membership_config.membership().voter_ids().count() <= 1 {
+            return true; // the only voter: its state is the only truth
+        }
+        if self.is_leader() {
+            return m
+                .millis_since_quorum_ack
+                .is_some_and(|ms| ms < millis(lease));
+        }
+        let contact = *self.inner.contact.lock().expect("contact lock");
+        let applied = self
+            .inner
+            .state
+            .borrow()
+            .last_applied
+            .map_or(0, |l| l.index);
+        contact.is_some_and(|(at, commit)| at.elapsed() < lease && applied >= commit)
+    }
+
+    /// Leader, after a change that takes rights away (a user removed, a token revoked): returns
+    /// once no other voter can still judge credentials by state from before it — each has
+    /// accepted an append whose commit index covers it (it then waits to apply it before it
+    /// trusts its state), or has not accepted anything for the follower lease (it then asks
+    /// the leader first). Bounded by the lease: the minimum election timeout.
+    pub(crate) async fn wait_followers_past(&self, index: u64) {
+        let lease = self.inner.settings.election_timeout;
+        let since = std::time::Instant::now();
+        loop {
+            let voters: Vec<NodeId> = self
+                .metrics()
+                .membership_config
+                .membership()
+                .voter_ids()
+                .filter(|v| *v != self.id())
+                .collect();
+            let behind = {
+                let acks = self.inner.acks.lock().expect("acks lock");
+                voters
+                    .iter()
+                    // A voter that never accepted anything from this leader may still trust
+                    // what an earlier leader told it: waited for too (the lease bounds it).
+                    .filter(|v| {
+                        acks.get(v)
+                            .is_none_or(|(commit, at)| *commit < index && at.elapsed() < lease)
+                    })
+                    .count()
+            };
+            if behind == 0 || since.elapsed() > lease * 2 {
+                return;
+            }
+            tokio::time::sleep(self.inner.settings.heartbeat / 4).await;
         }
     }
 

@@ -42,6 +42,9 @@ pub(super) struct Directory {
 pub(super) struct ClusterUsers {
     pub(super) keys: Arc<gristmill_node::auth::Keys>,
     pub(super) metadata: Arc<dyn Fn() -> Arc<gristmill_core::BucketMetadata> + Send + Sync>,
+    /// Catches up with the leader when this proxy's state may be stale, before a cluster
+    /// user's key is looked up (see `Proxy::ensure_fresh`).
+    pub(super) fresh: gristmill_node::auth::Fresh,
 }
 
 impl Directory {
@@ -108,6 +111,14 @@ impl S3Auth for Users {
     async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
         if let Some(u) = self.0.configured.get(access_key) {
             return Ok(SecretKey::from(u.secret_key.clone()));
+        }
+        if let Some(c) = &self.0.cluster {
+            (c.fresh)().await.map_err(|why| {
+                s3_error!(
+                    ServiceUnavailable,
+                    "this node cannot tell whether its users are current ({why}); retry"
+                )
+            })?;
         }
         self.0
             .cluster_user(access_key)

@@ -62,10 +62,14 @@ pub(crate) fn service(proxy: Arc<Proxy>, users: &[S3User]) -> Arc<S3Service> {
         proxy: proxy.clone(),
     });
     let cluster = proxy.auth.clone().map(|keys| {
-        let p = proxy.clone();
+        let (p, current) = (proxy.clone(), proxy.clone());
         auth::ClusterUsers {
             keys,
             metadata: Arc::new(move || p.bmd()),
+            fresh: Arc::new(move || {
+                let p = current.clone();
+                Box::pin(async move { p.ensure_fresh().await.map_err(|e| e.message) })
+            }),
         }
     });
     let auth_off = users.is_empty() && cluster.is_none();

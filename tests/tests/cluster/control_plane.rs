@@ -1145,3 +1145,82 @@ async fn a_user_created_through_one_proxy_works_at_once_through_the_others() {
         assert!(r.status().is_success(), "round {i}: whoami: {}", r.status());
     }
 }
+
+/// Issue 28: a follower proxy that was paused while a user was removed through the leader
+/// never accepts that user's token once it resumes — not even on its first request: a proxy
+/// whose state may be stale (no recent contact with a leader, or entries the leader committed
+/// not yet applied) catches up with the leader before it judges a credential. (Before: the
+/// resumed follower answered the removed user's requests from its stale applied state.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_follower_never_serves_a_removed_user() {
+    let scratch = tempfile::tempdir().unwrap();
+    let secret = cluster_secret_file(scratch.path());
+    let mut sp = spec(
+        3,
+        1,
+        Vec::new(),
+        &["--auth", "--cluster-secret-file", &secret],
+    );
+    sp.proxy_args
+        .extend(["--admin-password".into(), "users-admin-pw".into()]);
+    sp.admin_password = Some("users-admin-pw".into());
+    let mut c = Cluster::start_proxies(sp).await.unwrap();
+    let (mut accepted, mut refused) = (0, 0);
+    for round in 0..4 {
+        let l = wait_leader(&c, Duration::from_secs(30)).await;
+        let f = (l + 1 + round % 2) % 3;
+        let (leader, follower) = (c.proxy_urls[l].clone(), c.proxy_urls[f].clone());
+        let name = format!("gone{round}");
+        let r = c
+            .http
+            .put(format!("{leader}/v1/auth/users/{name}"))
+            .json(&serde_json::json!({"roles": ["cluster-read"], "password": "pw-user-123"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "add {name}: {}", r.status());
+        let token = gristmill_tests::secure::login_at(&leader, None, &name, "pw-user-123", "")
+            .await
+            .unwrap();
+        let whoami = || {
+            gristmill_tests::secure::client(None, Some(&token))
+                .get(format!("{follower}/v1/auth/whoami"))
+                .timeout(Duration::from_secs(20))
+                .send()
+        };
+        let r = whoami().await.unwrap();
+        assert!(
+            r.status().is_success(),
+            "round {round}: before: {}",
+            r.status()
+        );
+
+        c.proxy_mut(f).signal("STOP");
+        let r = c
+            .http
+            .delete(format!("{leader}/v1/auth/users/{name}"))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "remove {name}: {}", r.status());
+        c.proxy_mut(f).signal("CONT");
+        // The very first requests after it resumes, then for a second more.
+        let until = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < until {
+            let status = whoami().await.unwrap().status();
+            match status.as_u16() {
+                401 | 403 => refused += 1,
+                503 => {}
+                s => {
+                    accepted += 1;
+                    eprintln!("round {round}: the paused follower answered {s} for a removed user");
+                }
+            }
+        }
+    }
+    assert_eq!(
+        accepted, 0,
+        "a removed user was served ({refused} refusals)"
+    );
+    assert!(refused > 0);
+}
