@@ -176,15 +176,9 @@ impl Proxy {
     }
 
     /// Leader, after a change that takes rights away: waits until no other proxy can still
-    /// judge credentials by state from before it (see `RaftNode::wait_followers_past`).
+    /// judge credentials by state from before it (see `RaftNode::wait_out_credential_leases`).
     pub(crate) async fn wait_followers_applied(&self) {
-        let index = self
-            .raft
-            .state()
-            .borrow()
-            .last_applied
-            .map_or(0, |l| l.index);
-        self.raft.wait_followers_past(index).await;
+        self.raft.wait_out_credential_leases().await;
     }
 
     /// Returns at once when this proxy's applied state is known to be current (a leader with

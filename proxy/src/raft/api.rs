@@ -61,17 +61,8 @@ fn answer<T: Serialize>(result: T) -> Response {
 }
 
 async fn append(State(node): State<RaftNode>, body: Bytes) -> Result<Response, ApiError> {
-    let req: openraft::raft::AppendEntriesRequest<super::TypeConfig> = decode(&body)?;
-    let commit = req.leader_commit.map_or(0, |l| l.index);
-    let result = node.raft().append_entries(req).await;
-    if matches!(
-        result,
-        Ok(openraft::raft::AppendEntriesResponse::Success
-            | openraft::raft::AppendEntriesResponse::PartialSuccess(_))
-    ) {
-        node.note_leader_contact(commit);
-    }
-    Ok(answer(result))
+    let req = decode(&body)?;
+    Ok(answer(node.raft().append_entries(req).await))
 }
 
 async fn vote(State(node): State<RaftNode>, body: Bytes) -> Result<Response, ApiError> {

@@ -25,18 +25,11 @@ type RpcResult<T, E = Infallible> = Result<T, RPCError<NodeId, RaftPeer, RaftErr
 #[derive(Clone)]
 pub(crate) struct Network {
     http: IntraClient,
-    acks: Acks,
 }
 
-/// Per peer: the highest commit index it accepted in an append (entries or heartbeat) from
-/// this leader, and when it last accepted one. A peer that accepted commit `i` judges its own
-/// freshness against `i` (see `RaftNode::state_is_fresh`).
-pub(crate) type Acks =
-    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<NodeId, (u64, std::time::Instant)>>>;
-
 impl Network {
-    pub(crate) fn new(http: IntraClient, acks: Acks) -> Self {
-        Self { http, acks }
+    pub(crate) fn new(http: IntraClient) -> Self {
+        Self { http }
     }
 }
 
@@ -48,7 +41,6 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             http: self.http.clone(),
             target,
             peer: node.clone(),
-            acks: self.acks.clone(),
         }
     }
 }
@@ -58,7 +50,6 @@ pub(crate) struct Conn {
     http: IntraClient,
     target: NodeId,
     peer: RaftPeer,
-    acks: Acks,
 }
 
 /// A transport failure, as text (openraft keeps errors as `AnyError`).
@@ -125,19 +116,7 @@ impl RaftNetwork<TypeConfig> for Conn {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>> {
-        let commit = rpc.leader_commit.map_or(0, |l| l.index);
-        let resp = self.call("append", &rpc, &option).await;
-        if matches!(
-            resp,
-            Ok(AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_))
-        ) {
-            let mut acks = self.acks.lock().expect("acks lock");
-            let e = acks
-                .entry(self.target)
-                .or_insert((0, std::time::Instant::now()));
-            *e = (e.0.max(commit), std::time::Instant::now());
-        }
-        resp
+        self.call("append", &rpc, &option).await
     }
 
     async fn install_snapshot(

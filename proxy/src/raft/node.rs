@@ -103,12 +103,16 @@ struct Inner {
     propose: Mutex<()>,
     /// Membership changes run one at a time (openraft refuses overlapping ones).
     membership: Mutex<()>,
-    /// When this member last accepted entries or a heartbeat from a leader, and the commit
-    /// index that leader sent (see [`RaftNode::state_is_fresh`]).
-    contact: std::sync::Mutex<Option<(std::time::Instant, u64)>>,
-    /// What each peer accepted from this member while it led (see [`super::network::Acks`]).
-    acks: super::network::Acks,
+    /// Follower: until when its applied state counts as current — [`CREDENTIAL_LEASE`] after
+    /// the start of its last linearizable read (see [`RaftNode::state_is_fresh`]).
+    fresh_until: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How long a follower trusts its state after a linearizable read *began* (its own monotonic
+/// clock, which runs on while the process is paused), and how long a leader waits after a
+/// change that takes rights away before acknowledging it: every read begun before the change
+/// was committed has expired by then.
+pub(crate) const CREDENTIAL_LEASE: std::time::Duration = std::time::Duration::from_millis(250);
 
 fn unavailable(msg: impl Into<String>) -> ApiError {
     ApiError::unavailable(msg)
@@ -151,15 +155,7 @@ impl RaftNode {
         })
         .await??;
         let state = sm.subscribe();
-        let acks = super::network::Acks::default();
-        let raft = Raft::new(
-            id,
-            config,
-            Network::new(http.clone(), acks.clone()),
-            log,
-            sm,
-        )
-        .await?;
+        let raft = Raft::new(id, config, Network::new(http.clone()), log, sm).await?;
         tracing::info!(raft_id = id, daemon_id = %me.daemon_id, "raft member started");
         Ok(RaftNode {
             raft,
@@ -171,8 +167,7 @@ impl RaftNode {
                 state,
                 propose: Mutex::new(()),
                 membership: Mutex::new(()),
-                contact: std::sync::Mutex::new(None),
-                acks,
+                fresh_until: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -303,72 +298,31 @@ impl RaftNode {
         }
     }
 
-    /// Notes that a leader's append (entries or heartbeat) was accepted, with the commit index
-    /// it carried.
-    pub(crate) fn note_leader_contact(&self, leader_commit: u64) {
-        *self.inner.contact.lock().expect("contact lock") =
-            Some((std::time::Instant::now(), leader_commit));
-    }
-
-    /// Whether the applied state may be read without asking the leader: this member leads
-    /// and a majority acknowledged it within the minimum election timeout, or it follows, heard
-    /// from the leader within that time, and has applied everything that leader said was
-    /// committed then. A member paused, cut off or just started is not fresh (a paused
-    /// process's clock runs on, so its last contact is old when it resumes).
+    /// Whether the applied state may be trusted with credentials without asking the leader:
+    /// this member is the only voter, or leads and a majority acknowledged it within the
+    /// minimum election timeout, or follows and began a linearizable read less than
+    /// [`CREDENTIAL_LEASE`] ago (a paused or cut-off follower's lease runs out on its own
+    /// clock).
     pub(crate) fn state_is_fresh(&self) -> bool {
-        let lease = self.inner.settings.election_timeout;
         let m = self.metrics();
         if m.membership_config.membership().voter_ids().count() <= 1 {
             return true; // the only voter: its state is the only truth
         }
         if self.is_leader() {
-            return m
-                .millis_since_quorum_ack
-                .is_some_and(|ms| ms < millis(lease));
+            let lease = millis(self.inner.settings.election_timeout);
+            return m.millis_since_quorum_ack.is_some_and(|ms| ms < lease);
         }
-        let contact = *self.inner.contact.lock().expect("contact lock");
-        let applied = self
-            .inner
-            .state
-            .borrow()
-            .last_applied
-            .map_or(0, |l| l.index);
-        contact.is_some_and(|(at, commit)| at.elapsed() < lease && applied >= commit)
+        self.inner
+            .fresh_until
+            .lock()
+            .expect("fresh lock")
+            .is_some_and(|until| std::time::Instant::now() < until)
     }
 
-    /// Leader, after a change that takes rights away (a user removed, a token revoked): returns
-    /// once no other voter can still judge credentials by state from before it — each has
-    /// accepted an append whose commit index covers it (it then waits to apply it before it
-    /// trusts its state), or has not accepted anything for the follower lease (it then asks
-    /// the leader first). Bounded by the lease: the minimum election timeout.
-    pub(crate) async fn wait_followers_past(&self, index: u64) {
-        let lease = self.inner.settings.election_timeout;
-        let since = std::time::Instant::now();
-        loop {
-            let voters: Vec<NodeId> = self
-                .metrics()
-                .membership_config
-                .membership()
-                .voter_ids()
-                .filter(|v| *v != self.id())
-                .collect();
-            let behind = {
-                let acks = self.inner.acks.lock().expect("acks lock");
-                voters
-                    .iter()
-                    // A voter that never accepted anything from this leader may still trust
-                    // what an earlier leader told it: waited for too (the lease bounds it).
-                    .filter(|v| {
-                        acks.get(v)
-                            .is_none_or(|(commit, at)| *commit < index && at.elapsed() < lease)
-                    })
-                    .count()
-            };
-            if behind == 0 || since.elapsed() > lease * 2 {
-                return;
-            }
-            tokio::time::sleep(self.inner.settings.heartbeat / 4).await;
-        }
+    /// Leader, after a change that takes rights away (a user removed, a token revoked): waits
+    /// out [`CREDENTIAL_LEASE`], so no follower still trusts a read begun before the change.
+    pub(crate) async fn wait_out_credential_leases(&self) {
+        tokio::time::sleep(CREDENTIAL_LEASE).await;
     }
 
     /// A client write or membership change, bounded by the commit timeout.
@@ -423,8 +377,20 @@ impl RaftNode {
         }
     }
 
-    /// Follower read: the leader's read index, then wait until applied here.
+    /// Follower read: the leader's read index, then wait until applied here. Its start opens a
+    /// [`CREDENTIAL_LEASE`] (see [`RaftNode::state_is_fresh`]).
     async fn read_via_leader(&self, t: Duration) -> Result<(), ApiError> {
+        let began = std::time::Instant::now();
+        self.read_index_via_leader(t).await?;
+        let mut until = self.inner.fresh_until.lock().expect("fresh lock");
+        let lease_end = began + CREDENTIAL_LEASE;
+        if until.is_none_or(|u| u < lease_end) {
+            *until = Some(lease_end);
+        }
+        Ok(())
+    }
+
+    async fn read_index_via_leader(&self, t: Duration) -> Result<(), ApiError> {
         let Some((id, peer)) = self.leader() else {
             return Err(unavailable("no leader known (election under way): retry"));
         };
