@@ -625,7 +625,7 @@ async fn changing_copies_of_an_existing_bucket_runs_make_n_copies() {
 }
 
 /// Waits until `id` is in (or out of) the cluster map.
-async fn wait_member(c: &Cluster, id: &str, member: bool) -> ClusterMap {
+pub(super) async fn wait_member(c: &Cluster, id: &str, member: bool) -> ClusterMap {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let smap = c.smap().await.unwrap();

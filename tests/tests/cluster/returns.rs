@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use gristmill_core::{Bck, ClusterMap, Provider};
+use gristmill_core::{Bck, Provider};
 use gristmill_tests::{Cluster, content};
 
 const N: usize = 240;
@@ -146,35 +146,6 @@ async fn listing(c: &Cluster, bucket: &str) -> Vec<String> {
     }
 }
 
-async fn wait_member(c: &Cluster, id: &str, member: bool) -> ClusterMap {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let smap = c.smap().await.unwrap();
-        if smap.tmap.contains_key(id) == member {
-            return smap;
-        }
-        assert!(Instant::now() < deadline, "{id} member={member} never");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// A metric's value summed over one node's `/metrics` (0 when absent).
-async fn metric(c: &Cluster, node_url: &str, family: &str) -> f64 {
-    let text = c
-        .http
-        .get(format!("{node_url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .filter(|l| l.starts_with(family))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     let status = std::process::Command::new("cp")
         .args(["-a", &from.display().to_string(), &to.display().to_string()])
@@ -251,7 +222,7 @@ async fn a_target_comes_back(copies: usize, absence: Absence) {
         }
         Absence::OldSnapshot => c.targets[victim].kill9(),
     }
-    let out = wait_member(&c, &id, false).await;
+    let out = super::elastic::wait_member(&c, &id, false).await;
     println!("{absence:?}: {id} out of the map at v{}", out.version);
 
     // While it is out: rewrite some of its objects, rewrite-then-delete others, delete more,
@@ -316,7 +287,7 @@ async fn a_target_comes_back(copies: usize, absence: Absence) {
             c.targets[victim].start().unwrap();
         }
     }
-    let back = wait_member(&c, &id, true).await;
+    let back = super::elastic::wait_member(&c, &id, true).await;
     let url = back.tmap[&id].url().to_owned(); // a restarted target listens on a new port
 
     // While it returns and rebalances: every answer is one a client could have caused.
@@ -408,7 +379,7 @@ async fn a_target_comes_back(copies: usize, absence: Absence) {
             Expect::LiveOrDeleted(_) => {}
         }
     }
-    let dropped = metric(&c, &url, "grist_stale_copies_dropped_total").await;
+    let dropped = super::shards::metric(&c, &url, "grist_stale_copies_dropped_total").await;
     println!(
         "{absence:?} copies={copies}: {} objects settled, the returning target dropped {dropped} stale copies on reads",
         settled.len()

@@ -77,7 +77,7 @@ async fn ok_bytes(r: reqwest::Response) -> Vec<u8> {
 }
 
 /// Sum of a counter's samples in a node's `/metrics`.
-async fn metric(c: &Cluster, node_url: &str, name: &str) -> u64 {
+pub(super) async fn metric(c: &Cluster, node_url: &str, name: &str) -> u64 {
     let text = c
         .http
         .get(format!("{node_url}/metrics"))
