@@ -44,6 +44,12 @@ pub struct Node {
     /// `xxhash64(daemon_id)`: the node's HRW digest. Clients use it as sent.
     #[serde(default)]
     pub id_digest: u64,
+    /// The map version that last added this node (0: not known). A target that finds its own
+    /// entry newer than the last map it held with itself in it was out of the cluster in
+    /// between, however briefly, and checks its copies before serving them. (Not an AIStore
+    /// field; omitted while 0.)
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub member_since: u64,
 }
 
 impl Node {
@@ -63,6 +69,7 @@ impl Node {
             intra_data_net: net,
             flags: 0,
             id_digest: hrw::digest(id),
+            member_since: 0,
         }
     }
 

@@ -86,9 +86,13 @@ pub(crate) async fn register(
             if let Some(existing) = map.get(&node.daemon_id) {
                 // Keep flags (maintenance...) the cluster set; only the address may change.
                 node.flags = existing.flags;
+                node.member_since = existing.member_since;
                 if *existing == node {
                     return Ok(Changed::default());
                 }
+            } else {
+                // Added by the version this change makes (see `Node::member_since`).
+                node.member_since = smap.version + 1;
             }
             map.retain(|id, n| id == &node.daemon_id || n.url() != node.url());
             map.insert(node.daemon_id.clone(), node.clone());

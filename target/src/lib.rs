@@ -268,11 +268,13 @@ impl Target {
         // Generations assigned from now on order after everything of earlier maps.
         self.store.set_epoch(new.version);
         let before = self.smap();
-        if new.tmap.contains_key(&self.id)
+        if let Some(me) = new.tmap.get(&self.id)
             && before.version > 0
-            && !before.tmap.contains_key(&self.id)
+            && (!before.tmap.contains_key(&self.id) || me.member_since > before.version)
             && holds_objects(&self.store)
         {
+            // Out of the maps in between, even if this target never saw one without it (removed
+            // and added back between two of its keepalives).
             self.set_returning("added back to the cluster map");
         }
         let old = std::mem::replace(&mut *self.smap.write().expect("smap lock"), Arc::new(new));

@@ -410,3 +410,94 @@ async fn a_removed_target_added_back_serves_nothing_stale_copies_2() {
 async fn a_target_restarted_from_an_old_snapshot_serves_nothing_stale() {
     a_target_comes_back(2, Absence::OldSnapshot).await;
 }
+
+/// Removed and added back between two of its keepalives, a target never sees a map without
+/// itself; it must still learn it was out (its map entry says since when it is a member) and
+/// check its copies. The holder of the newer copy is stopped, so the rebalance cannot mend the
+/// stale copy first: the read is refused (503), never served stale. It failed before the map
+/// said since when a node is a member (1 wrong read in 41,719 of the full test, in CI).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_target_removed_and_added_back_between_its_keepalives_serves_nothing_stale() {
+    let c = Cluster::start_full(
+        3,
+        1,
+        &[
+            "--keepalive-interval-ms",
+            "1000",
+            "--keepalive-retries",
+            "120",
+        ],
+        &[("GRISTD_KEEPALIVE_INTERVAL_MS".into(), "600000".into())],
+    )
+    .await
+    .unwrap();
+    let bucket = "rk";
+    c.create_bucket(bucket).await.unwrap();
+    for i in 0..60 {
+        assert!(put(&c, bucket, i, 0).await.is_success());
+    }
+    let victim = 1;
+    let id = c.target_id(victim).await.unwrap();
+    let smap = c.smap().await.unwrap();
+    let url = smap.tmap[&id].url().to_owned();
+    let bck = Bck::new(bucket, Provider::Ais).unwrap();
+    let i = (0..60)
+        .find(|i| smap.owner(&bck.object_uname(&name(*i))).unwrap().daemon_id == id)
+        .expect("the victim owns an object");
+    let mut ids = Vec::new();
+    for k in 0..3 {
+        ids.push(c.target_id(k).await.unwrap());
+    }
+
+    c.grist_ok(&["cluster", "remove", &id]);
+    let out = super::elastic::wait_member(&c, &id, false).await;
+    assert_eq!(put(&c, bucket, i, 1).await, 200);
+    let holder_id = out
+        .owner(&bck.object_uname(&name(i)))
+        .unwrap()
+        .daemon_id
+        .clone();
+    let holder = ids.iter().position(|t| *t == holder_id).unwrap();
+
+    // The newer copy's holder cannot answer, so nothing can mend the stale copy meanwhile.
+    c.targets[holder].signal("STOP");
+    let t0 = Instant::now();
+    c.grist_ok(&["cluster", "add", &url]);
+    super::elastic::wait_member(&c, &id, true).await;
+    println!("added back in {:?}", t0.elapsed());
+    let r = c
+        .http
+        .get(c.url(&format!("/v1/objects/{bucket}/{}", name(i))))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let retry = r.headers().contains_key(reqwest::header::RETRY_AFTER);
+    let body = r.bytes().await.unwrap();
+    c.targets[holder].signal("CONT");
+    println!("read answered {status} after {:?}", t0.elapsed());
+    assert!(
+        status == 503 && retry,
+        "{}: answered {status} ({}) while the newer copy's holder was stopped",
+        name(i),
+        if body.as_ref() == bytes(i, 0) {
+            "the stale bytes".to_owned()
+        } else {
+            String::from_utf8_lossy(&body).into_owned()
+        }
+    );
+
+    // Once the holder answers, the stale copy is dropped and the newer one served.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let expect = Expect::Live(1);
+        match judge(&c.http, &c.endpoint, bucket, i, &expect).await {
+            Ok(true) => break,
+            Ok(false) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            other => panic!("after the holder resumed: {other:?}"),
+        }
+    }
+    println!("the newer copy served after {:?}", t0.elapsed());
+}
