@@ -29,8 +29,16 @@ pub enum ClusterCmd {
 
 #[derive(Debug, Subcommand)]
 pub enum MaintenanceCmd {
-    Start { node: String },
-    Stop { node: String },
+    Start {
+        node: String,
+        /// A restart: nothing moves; requests skip the target, writes meant for it land on
+        /// the next target and move back when it re-joins (which ends the maintenance).
+        #[arg(long)]
+        no_rebalance: bool,
+    },
+    Stop {
+        node: String,
+    },
 }
 
 pub async fn run(client: &Client, cmd: ClusterCmd, json_out: bool) -> anyhow::Result<bool> {
@@ -38,9 +46,10 @@ pub async fn run(client: &Client, cmd: ClusterCmd, json_out: bool) -> anyhow::Re
         ClusterCmd::Show => return Ok(false),
         ClusterCmd::Add { url } => ("join-node", json!({ "url": url })),
         ClusterCmd::Remove { node } => ("remove-node", json!({ "sid": node })),
-        ClusterCmd::Maintenance(MaintenanceCmd::Start { node }) => {
-            ("start-maintenance", json!({ "sid": node }))
-        }
+        ClusterCmd::Maintenance(MaintenanceCmd::Start { node, no_rebalance }) => (
+            "start-maintenance",
+            json!({ "sid": node, "skip_rebalance": no_rebalance }),
+        ),
         ClusterCmd::Maintenance(MaintenanceCmd::Stop { node }) => {
             ("stop-maintenance", json!({ "sid": node }))
         }

@@ -16,6 +16,17 @@ pub const TARGET: &str = "target";
 pub const FLAG_MAINTENANCE: u64 = 1 << 2;
 /// Node flag: being decommissioned (AIStore bit 3). Excluded from placement.
 pub const FLAG_DECOMMISSION: u64 = 1 << 3;
+/// Node flag: restarting (set together with [`FLAG_MAINTENANCE`], so clients that know only
+/// AIStore's bits route around it too). Requests skip it as they skip a node in maintenance,
+/// but nothing moves: its objects stay where they are, writes meant for it land on the next
+/// HRW target as *hinted* copies, and those move back when it re-joins (which clears the
+/// flag). Not an AIStore bit.
+pub const FLAG_RESTARTING: u64 = 1 << 12;
+/// Node flag: restarting because it went silent (the failure detector's suspect), not because
+/// an operator said so. Not an AIStore bit.
+pub const FLAG_SUSPECT: u64 = 1 << 13;
+/// Every flag of a restarting target, cleared together when it is back.
+pub const RESTARTING_FLAGS: u64 = FLAG_MAINTENANCE | FLAG_RESTARTING | FLAG_SUSPECT;
 
 /// One network endpoint of a node.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,6 +91,11 @@ impl Node {
     /// Excluded from placement (maintenance or decommission).
     pub fn is_inactive(&self) -> bool {
         self.flags & (FLAG_MAINTENANCE | FLAG_DECOMMISSION) != 0
+    }
+
+    /// Restarting ([`FLAG_RESTARTING`]): inactive for requests, still an owner of what it holds.
+    pub fn is_restarting(&self) -> bool {
+        self.flags & FLAG_RESTARTING != 0
     }
 }
 
@@ -167,6 +183,28 @@ impl ClusterMap {
             .take(n)
             .map(|i| targets[i])
             .collect()
+    }
+
+    /// Like [`ClusterMap::owners`], with restarting targets counted as active: where the
+    /// object's copies belong once they are back (a write that skipped one of them left a
+    /// hinted copy elsewhere).
+    pub fn owners_counting_restarting(&self, uname: &str, n: usize) -> Vec<&Node> {
+        let targets: Vec<&Node> = self
+            .tmap
+            .values()
+            .filter(|t| !t.is_inactive() || t.is_restarting())
+            .collect();
+        let d = hrw::digest(crate::name::placement_name(uname));
+        hrw::rank(d, targets.iter().map(|t| t.id_digest))
+            .into_iter()
+            .take(n)
+            .map(|i| targets[i])
+            .collect()
+    }
+
+    /// Whether any target is restarting.
+    pub fn has_restarting(&self) -> bool {
+        self.tmap.values().any(Node::is_restarting)
     }
 
     pub fn node(&self, id: &str) -> Option<&Node> {

@@ -72,6 +72,12 @@ async fn run() -> anyhow::Result<()> {
                 s3_users: c.s3.users.clone().unwrap_or_default().0,
                 s3_listen: c.s3.listen.clone().filter(|l| !l.is_empty()),
                 keepalive_retries: c.proxy.keepalive_retries.unwrap_or(5),
+                suspect_grace: std::time::Duration::from_millis(
+                    c.proxy.suspect_grace_ms.unwrap_or(0),
+                ),
+                restart_grace: std::time::Duration::from_millis(
+                    c.proxy.restart_grace_ms.unwrap_or(600_000),
+                ),
                 admin_password: c.proxy.admin_password.clone().filter(|p| !p.is_empty()),
                 raft: c.proxy.raft()?,
                 ui_dir: c.proxy.ui_dir.clone(),

@@ -255,6 +255,18 @@ const SERIES: &[(&str, Kind, Unit, &str)] = &[
         "Copies a target that came back into the map held but found rewritten or deleted elsewhere, and dropped.",
     ),
     (
+        "grist_hinted_copies_total",
+        Kind::Counter,
+        Unit::Count,
+        "Copies of writes stored on a target in place of a restarting one (they move back when it returns).",
+    ),
+    (
+        "grist_hinted_bytes_total",
+        Kind::Counter,
+        Unit::Bytes,
+        "Bytes of writes stored on a target in place of a restarting one (they move back when it returns).",
+    ),
+    (
         "grist_job_bytes_total",
         Kind::Counter,
         Unit::Bytes,

@@ -53,6 +53,11 @@ pub struct ProxyConfig {
     pub s3_users: Vec<S3User>,
     /// Keepalives a target may miss before the primary removes it from the map.
     pub keepalive_retries: u32,
+    /// How long a silent target stays in the map as suspect (restarting) before it is removed
+    /// (zero: removed at once).
+    pub suspect_grace: Duration,
+    /// How long a target marked restarting may stay silent before it is removed.
+    pub restart_grace: Duration,
     /// Extra address serving only the S3 API (the main port serves it at its root too).
     pub s3_listen: Option<String>,
     /// Limits, TLS and access control (auth off by default).

@@ -84,8 +84,14 @@ pub(crate) async fn register(
                 &mut smap.pmap
             };
             if let Some(existing) = map.get(&node.daemon_id) {
-                // Keep flags (maintenance...) the cluster set; only the address may change.
-                node.flags = existing.flags;
+                // Keep flags (maintenance...) the cluster set; only the address may change. A
+                // restarting (or suspect) target that joins is back: what was written for it
+                // elsewhere moves back by the rebalance this change starts.
+                node.flags = if existing.is_restarting() {
+                    existing.flags & !smap::RESTARTING_FLAGS
+                } else {
+                    existing.flags
+                };
                 node.member_since = existing.member_since;
                 if *existing == node {
                     return Ok(Changed::default());
@@ -235,9 +241,13 @@ async fn send_keepalive(proxy: &Proxy) -> bool {
 /// Primary: removes targets silent for `window` (keepalive interval × retries) (the map change starts a
 /// rebalance; a node that comes back re-joins with its id and data). Nothing is removed during
 /// the first window after this proxy started, while nodes find it again.
+///
+/// A silent target that is restarting (marked by an operator, or made a *suspect* here when
+/// `suspect_grace` is set) stays: requests skip it and nothing moves, until it has been silent
+/// for its grace (`restart_grace`, or `suspect_grace` for a suspect) — then it is removed.
 async fn remove_silent_nodes(proxy: &Proxy, window: Duration) {
+    let smap = proxy.smap();
     let silent: Vec<String> = {
-        let smap = proxy.smap();
         let heard = proxy.last_heard.lock().expect("last_heard lock");
         smap.tmap
             .values()
@@ -245,6 +255,58 @@ async fn remove_silent_nodes(proxy: &Proxy, window: Duration) {
             .map(|n| n.daemon_id.clone())
             .collect()
     };
+    let (silent, suspects) = {
+        let mut since = proxy.silent_since.lock().expect("silent_since lock");
+        since.retain(|id, _| silent.contains(id));
+        let mut remove = Vec::new();
+        let mut suspects = Vec::new();
+        for id in silent {
+            let node = &smap.tmap[&id];
+            let grace = if node.flags & smap::FLAG_SUSPECT != 0 {
+                proxy.suspect_grace
+            } else if node.is_restarting() {
+                proxy.restart_grace
+            } else if !proxy.suspect_grace.is_zero() {
+                suspects.push(id);
+                continue;
+            } else {
+                remove.push(id);
+                continue;
+            };
+            let first = *since.entry(id.clone()).or_insert_with(Instant::now);
+            if first.elapsed() > grace {
+                remove.push(id);
+            }
+        }
+        (remove, suspects)
+    };
+    if !suspects.is_empty() {
+        let marked = proxy
+            .change(|smap, _| {
+                let heard = proxy.last_heard.lock().expect("last_heard lock");
+                let mut changed = false;
+                for id in &suspects {
+                    if let Some(n) = smap.tmap.get_mut(id)
+                        && heard.get(id).is_none_or(|t| t.elapsed() > window)
+                    {
+                        n.flags |=
+                            smap::FLAG_MAINTENANCE | smap::FLAG_RESTARTING | smap::FLAG_SUSPECT;
+                        changed = true;
+                    }
+                }
+                Ok(Changed {
+                    smap: changed,
+                    bmd: false,
+                })
+            })
+            .await;
+        match marked {
+            Ok(_) => {
+                tracing::warn!(nodes = ?suspects, grace = ?proxy.suspect_grace, "silent targets are suspect: requests skip them, nothing moves until the grace ends")
+            }
+            Err(e) => tracing::warn!(error = %e.message, "could not mark silent targets suspect"),
+        }
+    }
     if silent.is_empty() {
         return;
     }
@@ -277,7 +339,8 @@ async fn remove_silent_nodes(proxy: &Proxy, window: Duration) {
     }
 }
 
-/// `PUT /v1/cluster` node actions (AIStore's names): `start-maintenance`, `stop-maintenance`,
+/// `PUT /v1/cluster` node actions (AIStore's names): `start-maintenance` (with
+/// `"skip_rebalance": true`: a restart without data movement), `stop-maintenance`,
 /// `decommission-node` (value `{"sid": id}`), `remove-node` (drop from the map now), and
 /// `join-node` (value `{"url": ...}`: register a running node by its URL). Maintenance and
 /// decommission take the target out of placement (a rebalance moves its objects away; it keeps
@@ -312,6 +375,19 @@ pub(crate) async fn node_action(
         }
     };
     let result = match action {
+        // `skip_rebalance` (AIStore's `--no-rebalance`): a restart — nothing moves, writes
+        // meant for it are hinted elsewhere, and it is back when it re-joins.
+        "start-maintenance"
+            if value
+                .get("skip_rebalance")
+                .and_then(|v| v.as_bool())
+                .unwrap_or(false) =>
+        {
+            proxy
+                .change(flag(true, smap::FLAG_MAINTENANCE | smap::FLAG_RESTARTING))
+                .await
+                .map(|_| ())
+        }
         "start-maintenance" => proxy
             .change(flag(true, smap::FLAG_MAINTENANCE))
             .await
@@ -319,7 +395,7 @@ pub(crate) async fn node_action(
         "stop-maintenance" => proxy
             .change(flag(
                 false,
-                smap::FLAG_MAINTENANCE | smap::FLAG_DECOMMISSION,
+                smap::RESTARTING_FLAGS | smap::FLAG_DECOMMISSION,
             ))
             .await
             .map(|_| ()),

@@ -39,6 +39,12 @@ pub(crate) struct Proxy {
     pub(crate) auth: Option<Arc<gristmill_node::auth::Keys>>,
     /// Failure window: keepalive interval × retries (failure detection).
     pub(crate) window: Duration,
+    /// How long a silent target stays suspect (restarting) before removal; zero: no suspects.
+    pub(crate) suspect_grace: Duration,
+    /// How long a restarting target may stay silent before removal.
+    pub(crate) restart_grace: Duration,
+    /// When each restarting target was first found silent (this process's view).
+    pub(crate) silent_since: Mutex<HashMap<String, Instant>>,
     /// Password of the first admin (auth on, new cluster), else generated.
     pub(crate) admin_password: Option<String>,
     /// The Raft term this proxy last took up its leader duties in (see `leader.rs`).
@@ -108,6 +114,9 @@ impl Proxy {
             state_dir: config.state_dir.clone(),
             last_heard: Mutex::new(HashMap::new()),
             window: config.keepalive_interval * config.keepalive_retries.max(1),
+            suspect_grace: config.suspect_grace,
+            restart_grace: config.restart_grace,
+            silent_since: Mutex::new(HashMap::new()),
             admin_password: config.admin_password.clone(),
             led_term: Default::default(),
             http,

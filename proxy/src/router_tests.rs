@@ -18,6 +18,8 @@ async fn proxy() -> (tempfile::TempDir, Arc<Proxy>, axum::Router) {
         keepalive_interval: std::time::Duration::from_secs(2),
         s3_users: Vec::new(),
         keepalive_retries: 3,
+        suspect_grace: std::time::Duration::ZERO,
+        restart_grace: std::time::Duration::from_secs(600),
         s3_listen: None,
         serve: Default::default(),
         admin_password: None,

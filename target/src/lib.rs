@@ -195,13 +195,34 @@ impl Target {
         if smap.version == 0 || smap.node(&self.id).is_none() {
             return;
         }
+        if smap.node(&self.id).is_some_and(|n| n.is_restarting()) {
+            // This target is restarting (about to stop, or started before its re-join clears
+            // the flag): what it holds stays here.
+            return;
+        }
         let active = cluster::placement::active_set(&smap);
         {
             let mut last = self.rebalanced_for.lock().expect("rebalanced lock");
             if last.as_ref() == Some(&active) {
                 return;
             }
+            // Targets that only went restarting: nothing moves (their objects stay with them,
+            // writes meant for them are hinted elsewhere); the rebalance when they are back
+            // moves just the hinted copies.
+            let only_restarting = last.as_ref().is_some_and(|before| {
+                active.iter().all(|id| before.contains(id))
+                    && before.iter().all(|id| {
+                        active.contains(id) || smap.tmap.get(id).is_some_and(|n| n.is_restarting())
+                    })
+            });
             *last = Some(active);
+            if only_restarting {
+                tracing::info!(
+                    version = smap.version,
+                    "targets restarting: no rebalance, writes meant for them are hinted"
+                );
+                return;
+            }
         }
         let why = format!("superseded by cluster map v{}", smap.version);
         self.jobs

@@ -38,6 +38,8 @@ mod proxies;
 mod remote;
 #[path = "cluster/resilver.rs"]
 mod resilver;
+#[path = "cluster/restarts.rs"]
+mod restarts;
 #[path = "cluster/returns.rs"]
 mod returns;
 #[path = "cluster/s3.rs"]

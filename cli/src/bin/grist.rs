@@ -658,7 +658,11 @@ async fn show_cluster(client: &Client, json: bool) -> anyhow::Result<()> {
             } else {
                 n.daemon_type.clone()
             };
-            let state = if n.is_inactive() {
+            let state = if n.flags & gristmill_core::smap::FLAG_SUSPECT != 0 {
+                "suspect"
+            } else if n.is_restarting() {
+                "restarting"
+            } else if n.is_inactive() {
                 "maintenance"
             } else {
                 "online"

@@ -166,6 +166,25 @@ pub struct ProxySettings {
         value_name = "N"
     )]
     pub keepalive_retries: Option<u32>,
+    /// How long a target that went silent stays in the map as *suspect* (restarting: requests
+    /// skip it, writes meant for it are hinted elsewhere, nothing moves) before it is removed
+    /// and its data rebalanced, milliseconds (default 0: removed at once).
+    #[arg(
+        id = "proxy.suspect_grace_ms",
+        long = "suspect-grace-ms",
+        env = "GRISTD_SUSPECT_GRACE_MS",
+        value_name = "MS"
+    )]
+    pub suspect_grace_ms: Option<u64>,
+    /// How long a target an operator marked restarting (`grist cluster maintenance start
+    /// --no-rebalance`) may stay silent before it is removed, milliseconds (default 600000).
+    #[arg(
+        id = "proxy.restart_grace_ms",
+        long = "restart-grace-ms",
+        env = "GRISTD_RESTART_GRACE_MS",
+        value_name = "MS"
+    )]
+    pub restart_grace_ms: Option<u64>,
     /// Password of the first admin a new cluster with auth creates (default: generated, printed once).
     #[arg(
         id = "proxy.admin_password",

@@ -74,9 +74,17 @@ pub(crate) async fn object(
             other => other,
         };
         return match found {
-            Err(e) if e.kind == gristmill_core::ErrorKind::NotFound => Ok(
-                crate::write::local::not_found_in_versions(&t, &bck, &name, e),
-            ),
+            Err(e) if e.kind == gristmill_core::ErrorKind::NotFound => {
+                if let Some(holder) = crate::cluster::placement::restarting_holder(&t, &bck, &name)
+                {
+                    return Err(crate::cluster::placement::restarting_refusal(
+                        &bck, &name, &holder,
+                    ));
+                }
+                Ok(crate::write::local::not_found_in_versions(
+                    &t, &bck, &name, e,
+                ))
+            }
             other => other,
         };
     }

@@ -19,10 +19,13 @@ use std::sync::Arc;
 pub(crate) fn other_holders(t: &Target, bck: &Bck, name: &str) -> Vec<gristmill_core::Node> {
     let current = t.smap();
     if !t.placement_settled() {
+        // A restarting target is left out: nothing it holds can be newer than a write made
+        // while it is away (generations carry the map version), and it gets the tombstones of
+        // deletes when it is back (see [`restarting_holder`] for reads).
         return current
             .tmap
             .values()
-            .filter(|n| n.daemon_id != t.id)
+            .filter(|n| n.daemon_id != t.id && !n.is_restarting())
             .cloned()
             .collect();
     }
@@ -33,6 +36,59 @@ pub(crate) fn other_holders(t: &Target, bck: &Bck, name: &str) -> Vec<gristmill_
         .filter(|n| n.daemon_id != t.id)
         .cloned()
         .collect()
+}
+
+/// A restarting target that holds the object's copy this target lacks: its owner (or a
+/// replica holder) under the map with restarting targets counted, when this target is not one
+/// of those. A read or delete that finds nothing here must then answer 503 (the object may
+/// well exist), not 404. Maps not yet placed count too: just after a restarting target is
+/// back, its copy may not answer for a moment (it is still catching up with the map).
+pub(crate) fn restarting_holder(t: &Target, bck: &Bck, name: &str) -> Option<String> {
+    let current = t.smap();
+    let past = t.past_smaps();
+    let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
+    let uname = bck.object_uname(name);
+    std::iter::once(&current)
+        .chain(past.iter().rev())
+        .filter(|m| m.has_restarting())
+        .find_map(|m| {
+            let homes = m.owners_counting_restarting(&uname, copies);
+            if homes.iter().any(|n| n.daemon_id == t.id) {
+                return None; // one of its homes: what it lacks, nobody has
+            }
+            homes
+                .iter()
+                .find(|n| n.is_restarting())
+                .map(|n| n.daemon_id.clone())
+        })
+}
+
+/// The 503 for a read or delete of an object only a restarting target may hold.
+pub(crate) fn restarting_refusal(bck: &Bck, name: &str, holder: &str) -> ApiError {
+    ApiError::unavailable(format!(
+        "{bck}/{name}: the target that holds it ({holder}) is restarting; try again"
+    ))
+}
+
+/// Counts a write that landed here (and on its replicas) instead of on a restarting target:
+/// a hinted copy, which moves back when that target is back.
+pub(crate) fn count_hinted(t: &Target, bck: &Bck, name: &str, size: u64) {
+    let current = t.smap();
+    if !current.has_restarting() {
+        return;
+    }
+    let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
+    let uname = bck.object_uname(name);
+    let homes = current.owners_counting_restarting(&uname, copies);
+    let hinted = current
+        .owners(&uname, copies)
+        .iter()
+        .filter(|n| !homes.iter().any(|h| h.daemon_id == n.daemon_id))
+        .count() as u64;
+    if hinted > 0 {
+        metrics::counter!("grist_hinted_copies_total").increment(hinted);
+        metrics::counter!("grist_hinted_bytes_total").increment(hinted * size);
+    }
 }
 
 /// How long a holder has to answer a generation question or a delete.

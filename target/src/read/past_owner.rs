@@ -55,7 +55,11 @@ pub(crate) async fn fetch_from_past_owner(
     let buried = t.store.tombstone(bck, name).unwrap_or(0);
     let mut holders: Vec<&gristmill_core::Node> = Vec::new();
     for owner in candidates.iter() {
-        if !tried.contains(&owner.daemon_id) {
+        // A restarting target cannot answer (see `placement::restarting_holder`).
+        let restarting = current
+            .node(&owner.daemon_id)
+            .is_some_and(|n| n.is_restarting());
+        if !restarting && !tried.contains(&owner.daemon_id) {
             tried.push(owner.daemon_id.clone());
             // A past owner may have moved: use its current address when it has one.
             holders.push(current.node(&owner.daemon_id).unwrap_or(owner));

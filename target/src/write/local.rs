@@ -317,6 +317,14 @@ pub(crate) async fn delete_native(t: &Target, bck: &Bck, name: &str) -> ApiResul
 /// known, here and on past owners), then deletes it on every other possible holder with that
 /// tombstone's generation. `NotFound` only if no node held it.
 pub(crate) async fn delete_object(t: &Target, bck: &Bck, name: &str) -> Result<(), ApiError> {
+    if t.store.head(bck, name).is_err()
+        && let Some(holder) = crate::cluster::placement::restarting_holder(t, bck, name)
+    {
+        // Its only copy may be on a restarting target: refused before anything is buried.
+        return Err(crate::cluster::placement::restarting_refusal(
+            bck, name, &holder,
+        ));
+    }
     let floor = crate::cluster::placement::gen_floor(t, bck, name).await?;
     let (removed, tombstone) = t
         .store
@@ -378,6 +386,7 @@ pub(crate) async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) 
         .write_stream(req.into_body().into_data_stream())
         .await?;
     let meta = commit_with_replicas(t, bck, name, pending).await?;
+    crate::cluster::placement::count_hinted(t, bck, name, meta.size);
     crate::cluster::placement::retire_copies(t, bck, name, &elsewhere).await;
     let mut resp = StatusCode::OK.into_response();
     object_headers(t, bck, &meta, resp.headers_mut());

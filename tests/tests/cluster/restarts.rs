@@ -1,0 +1,380 @@
+//! Restarts without data movement: a target marked restarting (`grist cluster maintenance
+//! start --no-rebalance`, what a rolling upgrade's preStop does) stays in the map; requests skip
+//! it, writes meant for it land on the next HRW target as hinted copies, and only those move
+//! back when it re-joins. Judged under a read/write load on every answer.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use gristmill_core::{Bck, ClusterMap, Provider};
+use gristmill_tests::{Cluster, content};
+
+/// Objects in the bucket; the first `REWRITTEN` are rewritten by the load throughout.
+const N: usize = 160;
+const REWRITTEN: usize = 48;
+const SIZE: usize = 4096;
+
+fn name(i: usize) -> String {
+    format!("rs-{i:04}")
+}
+
+fn bytes(i: usize, v: u64) -> Vec<u8> {
+    content(((i as u64) << 16) | v, SIZE)
+}
+
+/// What the load saw.
+#[derive(Debug, Default)]
+struct Tally {
+    right: u64,
+    /// 503 with Retry-After.
+    refused: u64,
+    /// Refused reads of objects whose only home was the restarting target (copies = 1).
+    refused_restarting: u64,
+    wrong: Vec<String>,
+}
+
+/// A single writer's versions per object: the last acknowledged and the one being written;
+/// a read may return any version between them (taken before and after the read).
+struct Versions {
+    acked: Vec<AtomicU64>,
+    attempt: Vec<AtomicU64>,
+}
+
+/// The restarting target's id while one is, for judging copies = 1 refusals.
+type Restarting = Arc<std::sync::Mutex<Option<(String, Arc<ClusterMap>)>>>;
+
+/// What the load tasks need of the cluster: its client and the proxy's address.
+#[derive(Clone)]
+struct Client {
+    http: reqwest::Client,
+    endpoint: String,
+}
+
+impl Client {
+    fn url(&self, i: usize) -> String {
+        format!("{}/v1/objects/rs/{}", self.endpoint, name(i))
+    }
+}
+
+async fn writer(c: Client, versions: Arc<Versions>, stop: Arc<AtomicBool>) -> Vec<String> {
+    let mut errors = Vec::new();
+    let mut i = 0;
+    while !stop.load(Ordering::SeqCst) {
+        let v = versions.attempt[i].load(Ordering::SeqCst) + 1;
+        versions.attempt[i].store(v, Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let r = c.http.put(c.url(i)).body(bytes(i, v)).send().await;
+            match r.map(|r| r.status().as_u16()) {
+                Ok(200) => {
+                    versions.acked[i].store(v, Ordering::SeqCst);
+                    break;
+                }
+                Ok(503) if Instant::now() < deadline => {}
+                other => {
+                    errors.push(format!("PUT {} v{v}: {other:?}", name(i)));
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        i = (i + 1) % REWRITTEN;
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    errors
+}
+
+async fn reader(
+    c: Client,
+    versions: Arc<Versions>,
+    restarting: Restarting,
+    copies: usize,
+    stop: Arc<AtomicBool>,
+    seed: usize,
+) -> Tally {
+    let bck = Bck::new("rs", Provider::Ais).unwrap();
+    let mut tally = Tally::default();
+    let mut i = seed;
+    while !stop.load(Ordering::SeqCst) {
+        i = (i + 37) % N; // 37 and N are coprime: every object in turn
+        let lo = versions.acked[i].load(Ordering::SeqCst);
+        let r = c.http.get(c.url(i)).send().await;
+        let hi = versions.attempt[i].load(Ordering::SeqCst);
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                tally.wrong.push(format!("{}: {e}", name(i)));
+                continue;
+            }
+        };
+        let status = r.status().as_u16();
+        let retry = r.headers().contains_key(reqwest::header::RETRY_AFTER);
+        let body = r.bytes().await.unwrap_or_default();
+        if status == 200 && (lo..=hi).any(|v| body.as_ref() == bytes(i, v)) {
+            tally.right += 1;
+        } else if status == 503 && retry {
+            // With one copy, an object whose home is the restarting target cannot be read
+            // (unless rewritten meanwhile): 503 is its right answer.
+            let home_restarting = restarting.lock().unwrap().as_ref().is_some_and(|(id, m)| {
+                m.owners_counting_restarting(&bck.object_uname(&name(i)), copies)
+                    .iter()
+                    .any(|n| &n.daemon_id == id)
+            });
+            if copies == 1 && home_restarting {
+                tally.refused_restarting += 1;
+            } else {
+                tally.refused += 1;
+            }
+        } else {
+            let seen = (0..=hi + 1)
+                .find(|v| body.as_ref() == bytes(i, *v))
+                .map_or_else(
+                    || {
+                        format!(
+                            "{status} {}",
+                            String::from_utf8_lossy(&body[..body.len().min(200)])
+                        )
+                    },
+                    |v| format!("version {v}"),
+                );
+            tally
+                .wrong
+                .push(format!("{}: expected v{lo}..=v{hi}, got {seen}", name(i)));
+        }
+    }
+    tally
+}
+
+/// Sum of one metric's samples on a node, over the lines that contain `label`.
+async fn metric(c: &Cluster, node_url: &str, name: &str, label: &str) -> u64 {
+    let Ok(r) = c.http.get(format!("{node_url}/metrics")).send().await else {
+        return 0;
+    };
+    let text = r.text().await.unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && l.contains(label))
+        .filter(|l| l.split([' ', '{']).next() == Some(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// (rebalance bytes, hinted bytes) of each target, by index.
+async fn movement(c: &Cluster, ids: &[String]) -> Vec<(u64, u64)> {
+    let smap = c.smap().await.unwrap();
+    let mut out = Vec::new();
+    for id in ids {
+        let url = smap.tmap[id].url().to_owned();
+        out.push((
+            metric(c, &url, "grist_job_bytes_total", "kind=\"rebalance\"").await,
+            metric(c, &url, "grist_hinted_bytes_total", "").await,
+        ));
+    }
+    out
+}
+
+/// A log without its colours.
+fn plain(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(ch) = chars.next() {
+        if ch == '\x1b' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+/// Until the primary has told every target that every object is placed by the current map.
+async fn placed(c: &Cluster) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let version = c.smap().await.unwrap().version;
+        let told = plain(&c.proxy.log_text()).lines().any(|l| {
+            l.contains("every object is placed by the current map")
+                && l.split("version=")
+                    .nth(1)
+                    .and_then(|v| v.split_whitespace().next())
+                    .and_then(|v| v.parse::<u64>().ok())
+                    == Some(version)
+        });
+        if told {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "placement never confirmed for v{version}:\n{}",
+            c.proxy.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn rolling_restart(copies: usize) {
+    let mut c = Cluster::start_full(
+        4,
+        1,
+        &["--keepalive-interval-ms", "500", "--keepalive-retries", "4"],
+        &[("GRISTD_KEEPALIVE_INTERVAL_MS".into(), "500".into())],
+    )
+    .await
+    .unwrap();
+    c.create_bucket("rs").await.unwrap();
+    if copies > 1 {
+        c.grist_ok(&[
+            "bucket",
+            "props",
+            "set",
+            "ais://rs",
+            &format!("mirror.copies={copies}"),
+        ]);
+    }
+    let client = Client {
+        http: c.http.clone(),
+        endpoint: c.endpoint.clone(),
+    };
+    for i in 0..N {
+        let status = c.http.put(client.url(i)).body(bytes(i, 0)).send().await;
+        assert_eq!(status.unwrap().status(), 200);
+    }
+    let mut ids = Vec::new();
+    for k in 0..c.targets.len() {
+        ids.push(c.target_id(k).await.unwrap());
+    }
+    placed(&c).await;
+
+    let versions = Arc::new(Versions {
+        acked: (0..N).map(|_| AtomicU64::new(0)).collect(),
+        attempt: (0..N).map(|_| AtomicU64::new(0)).collect(),
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let restarting: Restarting = Default::default();
+    let w = tokio::spawn(writer(client.clone(), versions.clone(), stop.clone()));
+    let readers: Vec<_> = (0..2)
+        .map(|s| {
+            tokio::spawn(reader(
+                client.clone(),
+                versions.clone(),
+                restarting.clone(),
+                copies,
+                stop.clone(),
+                s * 31,
+            ))
+        })
+        .collect();
+
+    let (mut moved, mut hinted) = (0, 0);
+    for k in 0..c.targets.len() {
+        let id = ids[k].clone();
+        let before = movement(&c, &ids).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Marked restarting (a rolling upgrade's preStop), stopped, down a while, started.
+        *restarting.lock().unwrap() = Some((id.clone(), c.smap().await.unwrap().into()));
+        c.grist_ok(&["cluster", "maintenance", "start", &id, "--no-rebalance"]);
+        let marked = c.smap().await.unwrap();
+        assert!(marked.tmap[&id].is_restarting(), "{id} is not restarting");
+        *restarting.lock().unwrap() = Some((id.clone(), marked.into()));
+        // Every target has the map before the node goes.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        c.targets[k].stop();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let back = c.restart_target(k).await.unwrap();
+        assert!(
+            !back.tmap[&id].is_inactive(),
+            "{id} is still restarting after its re-join"
+        );
+        super::elastic::rebalanced(&c).await;
+        placed(&c).await;
+        *restarting.lock().unwrap() = None;
+        let after = movement(&c, &ids).await;
+        let (mut round_moved, mut round_hinted) = (0, 0);
+        for j in 0..ids.len() {
+            // The restarted target's counters began again at zero.
+            let (b_moved, b_hinted) = if j == k { (0, 0) } else { before[j] };
+            round_moved += after[j].0 - b_moved;
+            round_hinted += after[j].1 - b_hinted;
+        }
+        println!("restart of target {k}: {round_moved} bytes moved by rebalance, {round_hinted} bytes hinted");
+        moved += round_moved;
+        hinted += round_hinted;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::SeqCst);
+    let write_errors = w.await.unwrap();
+    let mut tally = Tally::default();
+    for r in readers {
+        let t = r.await.unwrap();
+        tally.right += t.right;
+        tally.refused += t.refused;
+        tally.refused_restarting += t.refused_restarting;
+        tally.wrong.extend(t.wrong);
+    }
+    let writes: u64 = versions
+        .acked
+        .iter()
+        .map(|v| v.load(Ordering::SeqCst))
+        .sum();
+    println!(
+        "copies={copies}: {writes} writes acknowledged; reads: {} right, {} refused, {} refused as the restarting target's, {} wrong; {moved} bytes moved by rebalance, {hinted} bytes hinted (data set {} bytes)",
+        tally.right,
+        tally.refused,
+        tally.refused_restarting,
+        tally.wrong.len(),
+        N * SIZE * copies
+    );
+    assert!(write_errors.is_empty(), "writes failed: {write_errors:#?}");
+    if !tally.wrong.is_empty() {
+        // The lines about the objects read wrong, from every node.
+        let names: Vec<&str> = tally
+            .wrong
+            .iter()
+            .filter_map(|w| w.split(':').next())
+            .collect();
+        for (i, t) in c.targets.iter().chain([&c.proxy]).enumerate() {
+            let log = plain(&t.log_text());
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| names.iter().any(|n| l.contains(n)) || l.contains(" INFO "))
+                .collect();
+            eprintln!(
+                "--- node {i}:\n{}",
+                lines[lines.len().saturating_sub(80)..].join("\n")
+            );
+        }
+    }
+    assert!(tally.wrong.is_empty(), "wrong answers: {:#?}", tally.wrong);
+    assert_eq!(tally.refused, 0, "reads refused");
+    assert!(tally.right > 0 && writes > 0);
+    if copies == 1 {
+        assert!(tally.refused_restarting > 0, "no read met a restarting home");
+    }
+    assert!(hinted > 0, "no write was hinted");
+    assert!(
+        moved <= hinted,
+        "rebalance moved {moved} bytes, more than the {hinted} hinted"
+    );
+
+    // Settled: every object at its last acknowledged version, and listed once.
+    for i in 0..N {
+        let v = versions.acked[i].load(Ordering::SeqCst);
+        let r = c.http.get(client.url(i)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{}", name(i));
+        assert_eq!(r.bytes().await.unwrap().as_ref(), bytes(i, v), "{}", name(i));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rolling_restart_moves_only_hinted_writes_copies_2() {
+    rolling_restart(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rolling_restart_refuses_only_the_restarting_targets_objects_copies_1() {
+    rolling_restart(1).await;
+}
