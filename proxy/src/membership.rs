@@ -92,7 +92,13 @@ pub(crate) async fn register(
                 } else {
                     existing.flags
                 };
-                node.member_since = existing.member_since;
+                // Back from a restart: a member again from this version on, so the target
+                // checks its copies (writes it missed were hinted elsewhere).
+                node.member_since = if existing.is_restarting() {
+                    smap.version + 1
+                } else {
+                    existing.member_since
+                };
                 if *existing == node {
                     return Ok(Changed::default());
                 }
@@ -247,6 +253,7 @@ async fn send_keepalive(proxy: &Proxy) -> bool {
 /// for its grace (`restart_grace`, or `suspect_grace` for a suspect) — then it is removed.
 async fn remove_silent_nodes(proxy: &Proxy, window: Duration) {
     let smap = proxy.smap();
+    clear_recovered_suspects(proxy, &smap, window).await;
     let silent: Vec<String> = {
         let heard = proxy.last_heard.lock().expect("last_heard lock");
         smap.tmap
@@ -336,6 +343,55 @@ async fn remove_silent_nodes(proxy: &Proxy, window: Duration) {
             tracing::warn!(nodes = ?gone, after = ?window, "removed targets that stopped sending keepalives")
         }
         Err(e) => tracing::warn!(error = %e.message, "could not remove silent targets"),
+    }
+}
+
+/// Suspects heard from again (paused, cut off for a while): back as members from the next
+/// version — they check their copies, and the rebalance that change starts moves the writes
+/// hinted elsewhere back to them.
+async fn clear_recovered_suspects(
+    proxy: &Proxy,
+    smap: &gristmill_core::ClusterMap,
+    window: Duration,
+) {
+    let heard_again = |proxy: &Proxy, id: &str| {
+        let heard = proxy.last_heard.lock().expect("last_heard lock");
+        heard.get(id).is_some_and(|t| t.elapsed() <= window)
+    };
+    let recovered: Vec<String> = smap
+        .tmap
+        .values()
+        .filter(|n| n.flags & smap::FLAG_SUSPECT != 0 && heard_again(proxy, &n.daemon_id))
+        .map(|n| n.daemon_id.clone())
+        .collect();
+    if recovered.is_empty() {
+        return;
+    }
+    let cleared = proxy
+        .change(|smap, _| {
+            let version = smap.version + 1;
+            let mut changed = false;
+            for id in &recovered {
+                if let Some(n) = smap.tmap.get_mut(id)
+                    && n.flags & smap::FLAG_SUSPECT != 0
+                    && heard_again(proxy, id)
+                {
+                    n.flags &= !smap::RESTARTING_FLAGS;
+                    n.member_since = version;
+                    changed = true;
+                }
+            }
+            Ok(Changed {
+                smap: changed,
+                bmd: false,
+            })
+        })
+        .await;
+    match cleared {
+        Ok(_) => {
+            tracing::info!(nodes = ?recovered, "suspect targets heard from again: back in placement")
+        }
+        Err(e) => tracing::warn!(error = %e.message, "could not clear recovered suspects"),
     }
 }
 

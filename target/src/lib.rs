@@ -197,7 +197,8 @@ impl Target {
         }
         if smap.node(&self.id).is_some_and(|n| n.is_restarting()) {
             // This target is restarting (about to stop, or started before its re-join clears
-            // the flag): what it holds stays here.
+            // the flag): what it holds stays here. Its next rebalance runs whatever the map.
+            *self.rebalanced_for.lock().expect("rebalanced lock") = None;
             return;
         }
         let active = cluster::placement::active_set(&smap);
@@ -289,14 +290,19 @@ impl Target {
         // Generations assigned from now on order after everything of earlier maps.
         self.store.set_epoch(new.version);
         let before = self.smap();
-        if let Some(me) = new.tmap.get(&self.id)
-            && before.version > 0
-            && (!before.tmap.contains_key(&self.id) || me.member_since > before.version)
-            && holds_objects(&self.store)
-        {
-            // Out of the maps in between, even if this target never saw one without it (removed
-            // and added back between two of its keepalives).
-            self.set_returning("added back to the cluster map");
+        let rejoined = new.tmap.get(&self.id).is_some_and(|me| {
+            before.version > 0
+                && (!before.tmap.contains_key(&self.id) || me.member_since > before.version)
+        });
+        if rejoined {
+            // Out of the maps (or restarting) in between, even if this target never saw a map
+            // without it (removed and added back between two of its keepalives, or a suspect
+            // that was paused): its rebalance runs for this map whatever it last ran for, so
+            // the primary can confirm placement.
+            *self.rebalanced_for.lock().expect("rebalanced lock") = None;
+            if holds_objects(&self.store) {
+                self.set_returning("added back to the cluster map");
+            }
         }
         let old = std::mem::replace(&mut *self.smap.write().expect("smap lock"), Arc::new(new));
         let past: Vec<ClusterMap> = {

@@ -283,6 +283,25 @@ async fn rolling_restart(copies: usize) {
         // Every target has the map before the node goes.
         tokio::time::sleep(Duration::from_millis(500)).await;
         c.targets[k].stop();
+        if copies == 1 {
+            // A delete of an object only the restarting target holds: refused, not a 404.
+            let bck = Bck::new("rs", Provider::Ais).unwrap();
+            let marked = c.smap().await.unwrap();
+            let i = (REWRITTEN..N)
+                .find(|i| {
+                    marked.owners_counting_restarting(&bck.object_uname(&name(*i)), 1)[0].daemon_id
+                        == id
+                })
+                .expect("the restarting target holds an object");
+            let r = c.http.delete(client.url(i)).send().await.unwrap();
+            assert_eq!(
+                r.status(),
+                503,
+                "DELETE {} while its home restarts",
+                name(i)
+            );
+            assert!(r.headers().contains_key(reqwest::header::RETRY_AFTER));
+        }
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let back = c.restart_target(k).await.unwrap();
         assert!(
@@ -300,7 +319,9 @@ async fn rolling_restart(copies: usize) {
             round_moved += after[j].0 - b_moved;
             round_hinted += after[j].1 - b_hinted;
         }
-        println!("restart of target {k}: {round_moved} bytes moved by rebalance, {round_hinted} bytes hinted");
+        println!(
+            "restart of target {k}: {round_moved} bytes moved by rebalance, {round_hinted} bytes hinted"
+        );
         moved += round_moved;
         hinted += round_hinted;
     }
@@ -352,7 +373,10 @@ async fn rolling_restart(copies: usize) {
     assert_eq!(tally.refused, 0, "reads refused");
     assert!(tally.right > 0 && writes > 0);
     if copies == 1 {
-        assert!(tally.refused_restarting > 0, "no read met a restarting home");
+        assert!(
+            tally.refused_restarting > 0,
+            "no read met a restarting home"
+        );
     }
     assert!(hinted > 0, "no write was hinted");
     assert!(
@@ -365,7 +389,12 @@ async fn rolling_restart(copies: usize) {
         let v = versions.acked[i].load(Ordering::SeqCst);
         let r = c.http.get(client.url(i)).send().await.unwrap();
         assert_eq!(r.status(), 200, "{}", name(i));
-        assert_eq!(r.bytes().await.unwrap().as_ref(), bytes(i, v), "{}", name(i));
+        assert_eq!(
+            r.bytes().await.unwrap().as_ref(),
+            bytes(i, v),
+            "{}",
+            name(i)
+        );
     }
 }
 
@@ -377,4 +406,138 @@ async fn a_rolling_restart_moves_only_hinted_writes_copies_2() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rolling_restart_refuses_only_the_restarting_targets_objects_copies_1() {
     rolling_restart(1).await;
+}
+
+/// The failure detector's grace: a target silent for the keepalive window is first a
+/// *suspect* — requests skip it and nothing moves — and back in placement as soon as it is
+/// heard from again (checking its copies against the writes hinted meanwhile); only one silent
+/// for the whole grace is removed (and its data rebalanced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_target_is_suspect_for_a_grace_before_it_is_removed() {
+    let c = Cluster::start_full(
+        4,
+        1,
+        &[
+            "--keepalive-interval-ms",
+            "500",
+            "--keepalive-retries",
+            "4",
+            "--suspect-grace-ms",
+            "5000",
+        ],
+        &[("GRISTD_KEEPALIVE_INTERVAL_MS".into(), "500".into())],
+    )
+    .await
+    .unwrap();
+    c.create_bucket("rs").await.unwrap();
+    c.grist_ok(&["bucket", "props", "set", "ais://rs", "mirror.copies=2"]);
+    let client = Client {
+        http: c.http.clone(),
+        endpoint: c.endpoint.clone(),
+    };
+    let n = 80;
+    for i in 0..n {
+        let r = c.http.put(client.url(i)).body(bytes(i, 0)).send().await;
+        assert_eq!(r.unwrap().status(), 200);
+    }
+    placed(&c).await;
+    let victim = 2;
+    let id = c.target_id(victim).await.unwrap();
+    let is_suspect = |m: &ClusterMap| {
+        m.tmap
+            .get(&id)
+            .is_some_and(|t| t.flags & gristmill_core::smap::FLAG_SUSPECT != 0)
+    };
+    let wait_map = async |what: &str, f: &dyn Fn(&ClusterMap) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let m = c.smap().await.unwrap();
+            if f(&m) {
+                return m;
+            }
+            assert!(Instant::now() < deadline, "{what}: never");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+
+    // Silent: a suspect, not removed; reads and writes go on around it.
+    c.targets[victim].signal("STOP");
+    let t0 = Instant::now();
+    let suspect = wait_map("suspect", &is_suspect).await;
+    println!("suspect after {:?}", t0.elapsed());
+    assert!(suspect.tmap[&id].is_restarting());
+    let bck = Bck::new("rs", Provider::Ais).unwrap();
+    let held: Vec<usize> = (0..n)
+        .filter(|i| {
+            suspect
+                .owners_counting_restarting(&bck.object_uname(&name(*i)), 2)
+                .iter()
+                .any(|t| t.daemon_id == id)
+        })
+        .collect();
+    for &i in &held {
+        let r = c.http.put(client.url(i)).body(bytes(i, 1)).send().await;
+        assert_eq!(
+            r.unwrap().status(),
+            200,
+            "{} while its holder is suspect",
+            name(i)
+        );
+    }
+    for i in 0..n {
+        let v = u64::from(held.contains(&i));
+        let r = c.http.get(client.url(i)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{} while a holder is suspect", name(i));
+        assert_eq!(r.bytes().await.unwrap().as_ref(), bytes(i, v));
+    }
+    println!("writes and reads done after {:?}", t0.elapsed());
+    // (Its own logs, not the job API: asking the cluster for a job waits for the stopped node.)
+    for (k, t) in c.targets.iter().enumerate().filter(|(k, _)| *k != victim) {
+        let log = plain(&t.log_text());
+        assert!(
+            !log.contains(&format!("job=rb{} ", suspect.version)),
+            "target {k} started a rebalance for the suspect map"
+        );
+    }
+
+    // Heard from again within the grace: back, nothing stale, and only hinted writes move.
+    c.targets[victim].signal("CONT");
+    println!("resumed after {:?}", t0.elapsed());
+    let back = wait_map("back in placement", &|m| {
+        m.tmap.get(&id).is_some_and(|t| !t.is_inactive())
+    })
+    .await;
+    println!("back in placement after {:?}", t0.elapsed());
+    assert!(back.tmap[&id].member_since >= back.version);
+    for i in 0..n {
+        let v = u64::from(held.contains(&i));
+        let r = c.http.get(client.url(i)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{} after its holder is back", name(i));
+        assert_eq!(
+            r.bytes().await.unwrap().as_ref(),
+            bytes(i, v),
+            "{}",
+            name(i)
+        );
+    }
+    super::elastic::rebalanced(&c).await;
+    placed(&c).await;
+
+    // Silent for the whole grace: removed.
+    c.targets[victim].signal("STOP");
+    wait_map("suspect again", &is_suspect).await;
+    let t0 = Instant::now();
+    super::elastic::wait_member(&c, &id, false).await;
+    let waited = t0.elapsed();
+    c.targets[victim].signal("CONT");
+    assert!(
+        waited >= Duration::from_secs(3),
+        "removed {waited:?} after it became suspect, before the 5 s grace"
+    );
+    for i in 0..n {
+        let v = u64::from(held.contains(&i));
+        let r = c.http.get(client.url(i)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{} after its holder was removed", name(i));
+        assert_eq!(r.bytes().await.unwrap().as_ref(), bytes(i, v));
+    }
 }
