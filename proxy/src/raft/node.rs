@@ -250,7 +250,14 @@ impl RaftNode {
         if !self.is_leader() {
             return Err(not_leader(self.leader_hint()));
         }
-        self.check_quorum(&self.metrics())?;
+        if let Err(e) = self.check_quorum(&self.metrics()) {
+            // Not acknowledged lately: one round of heartbeats decides.
+            let t = self.inner.settings.election_max();
+            match tokio::time::timeout(t, self.raft.ensure_linearizable()).await {
+                Ok(Ok(_)) => {}
+                _ => return Err(e),
+            }
+        }
         let state = self.inner.state.borrow().clone();
         let Some(cmd) = f(&state)? else {
             return Ok(state.reply(Outcome::Unchanged));
@@ -280,15 +287,16 @@ impl RaftNode {
         }
     }
 
-    /// A leader of more than one voter that has not heard from a majority within the longest
-    /// election timeout is probably cut off (openraft 0.9 leaders do not step down).
+    /// A leader of more than one voter that has not heard from a majority within the minimum
+    /// election timeout may already have been replaced (a follower that stopped hearing from it
+    /// may start an election after that long; openraft 0.9 leaders do not step down).
     fn check_quorum(&self, m: &Metrics) -> Result<(), ApiError> {
         if m.membership_config.membership().voter_ids().count() <= 1 {
             return Ok(());
         }
-        let max = millis(self.inner.settings.election_max());
+        let min = millis(self.inner.settings.election_timeout);
         match m.millis_since_quorum_ack {
-            Some(ms) if ms <= max => Ok(()),
+            Some(ms) if ms < min => Ok(()),
             Some(ms) => Err(unavailable(format!(
                 "no quorum: the leader has not heard from a majority of proxies for {ms} ms"
             ))),

@@ -254,6 +254,13 @@ pub(crate) async fn send(
     if copies <= 1 {
         return send_to(t, owners[0], bck, meta, REBALANCE).await;
     }
+    let here = owners.iter().any(|n| n.daemon_id == t.id);
+    if !here && has_copy(t, owners[0], bck, meta).await {
+        // The first owner holds it (or newer) and re-creates the missing replicas in its own
+        // walk for this map: sending them from here too could move the bytes twice (a hinted
+        // copy written while a target was restarting, going back to it).
+        return Ok(Outcome::Done(0));
+    }
     let mut moved = 0;
     for node in owners.iter().filter(|n| n.daemon_id != t.id) {
         if has_copy(t, node, bck, meta).await {
@@ -263,7 +270,6 @@ pub(crate) async fn send(
             moved += n;
         }
     }
-    let here = owners.iter().any(|n| n.daemon_id == t.id);
     Ok(if moved > 0 || !here {
         Outcome::Done(moved)
     } else {
