@@ -102,8 +102,9 @@ impl gristmill_node::worker::Worker for PlacementWatch {
             return;
         }
         let since = p.active_changed_at.load(SeqCst);
+        // Restarting targets count: placement is not confirmed while one cannot report.
         let (rebalances, silent) =
-            snaps_counting_silent(p, "", Some(JobKind::Rebalance), false).await;
+            snaps_counting_silent(p, "", Some(JobKind::Rebalance), false, true).await;
         if silent > 0 {
             return;
         }
@@ -157,15 +158,19 @@ pub(crate) async fn snaps(
     kind: Option<JobKind>,
     running_only: bool,
 ) -> Vec<JobSnap> {
-    snaps_counting_silent(p, id, kind, running_only).await.0
+    snaps_counting_silent(p, id, kind, running_only, false)
+        .await
+        .0
 }
 
-/// [`snaps`], and how many targets did not answer.
+/// [`snaps`], and how many targets did not answer. Restarting targets (down, or about to be,
+/// running no jobs) are asked only with `restarting`.
 async fn snaps_counting_silent(
     p: &Proxy,
     id: &str,
     kind: Option<JobKind>,
     running_only: bool,
+    restarting: bool,
 ) -> (Vec<JobSnap>, usize) {
     let smap = p.smap();
     let mut query = vec![("id", id.to_owned())];
@@ -176,7 +181,7 @@ async fn snaps_counting_silent(
         query.push(("running", "true".into()));
     }
     // Every target in the map, maintenance ones included: they run rebalances too.
-    let asks = smap.tmap.values().map(|t| {
+    let asks = smap.tmap.values().filter(|t| restarting || !t.is_restarting()).map(|t| {
         let req = p
             .http
             .get(format!("{}/v1/jobs", t.url()))
@@ -206,7 +211,7 @@ async fn snaps_counting_silent(
 
 /// One job across the cluster; 404 if no target knows it.
 pub(crate) async fn status(p: &Proxy, id: &str) -> Result<JobStatus, ApiError> {
-    let (snaps, silent) = snaps_counting_silent(p, id, None, false).await;
+    let (snaps, silent) = snaps_counting_silent(p, id, None, false, false).await;
     let mut status = JobStatus::aggregate(snaps).ok_or_else(|| job_not_found(id))?;
     // A target that did not answer (busy, restarting) may still be running its share: the
     // job is not known to be over.
@@ -221,7 +226,7 @@ pub(crate) async fn status(p: &Proxy, id: &str) -> Result<JobStatus, ApiError> {
     let smap = p.smap();
     if id == format!("rb{}", smap.version)
         && status.state == JobState::Finished
-        && status.targets.len() < smap.tmap.len()
+        && status.targets.len() < smap.tmap.values().filter(|t| !t.is_restarting()).count()
         && crate::meta::now_ns() - status.start_ns < REPORT_GRACE_NS
     {
         status.state = JobState::Running;

@@ -127,6 +127,11 @@ const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 pub(crate) fn keepalive(proxy: &Proxy, ka: &Keepalive) -> Option<MetaSync> {
     proxy.smap().node(&ka.id)?;
     proxy.heard_from(&ka.id);
+    proxy
+        .heard_live
+        .lock()
+        .expect("heard_live lock")
+        .insert(ka.id.clone());
     Some(proxy.newer_than(ka.smap_version, ka.bmd_version))
 }
 
@@ -273,7 +278,9 @@ async fn remove_silent_nodes(proxy: &Proxy, window: Duration) {
                 proxy.suspect_grace
             } else if node.is_restarting() {
                 proxy.restart_grace
-            } else if !proxy.suspect_grace.is_zero() {
+            } else if !proxy.suspect_grace.is_zero() && !node.is_inactive() {
+                // (A target in maintenance or decommission is removed as before: a suspect's
+                // flags are cleared together when it is heard from again.)
                 suspects.push(id);
                 continue;
             } else {
@@ -288,6 +295,14 @@ async fn remove_silent_nodes(proxy: &Proxy, window: Duration) {
         (remove, suspects)
     };
     if !suspects.is_empty() {
+        // Back only on a keepalive or join sent after this (a new primary counts every node
+        // as heard at its start: that is not one).
+        {
+            let mut live = proxy.heard_live.lock().expect("heard_live lock");
+            for id in &suspects {
+                live.remove(id);
+            }
+        }
         let marked = proxy
             .change(|smap, _| {
                 let heard = proxy.last_heard.lock().expect("last_heard lock");
@@ -355,8 +370,13 @@ async fn clear_recovered_suspects(
     window: Duration,
 ) {
     let heard_again = |proxy: &Proxy, id: &str| {
+        let sent_one = proxy
+            .heard_live
+            .lock()
+            .expect("heard_live lock")
+            .contains(id);
         let heard = proxy.last_heard.lock().expect("last_heard lock");
-        heard.get(id).is_some_and(|t| t.elapsed() <= window)
+        sent_one && heard.get(id).is_some_and(|t| t.elapsed() <= window)
     };
     let recovered: Vec<String> = smap
         .tmap
@@ -412,18 +432,15 @@ pub(crate) async fn node_action(
         .and_then(|v| v.as_str())
         .unwrap_or("")
         .to_owned();
-    let flag = |on: bool, bits: u64| {
+    // Sets `on` and clears `off` in the node's flags.
+    let flags = |on: u64, off: u64| {
         let sid = sid.clone();
         move |smap: &mut gristmill_core::ClusterMap, _: &mut gristmill_core::BucketMetadata| {
             let node = smap.tmap.get_mut(&sid).ok_or_else(|| {
                 ApiError::not_found(format!("no target {sid:?} in the cluster map"))
             })?;
             let before = node.flags;
-            node.flags = if on {
-                node.flags | bits
-            } else {
-                node.flags & !bits
-            };
+            node.flags = (node.flags | on) & !off;
             Ok(Changed {
                 smap: node.flags != before,
                 bmd: false,
@@ -440,22 +457,30 @@ pub(crate) async fn node_action(
                 .unwrap_or(false) =>
         {
             proxy
-                .change(flag(true, smap::FLAG_MAINTENANCE | smap::FLAG_RESTARTING))
+                .change(flags(smap::FLAG_MAINTENANCE | smap::FLAG_RESTARTING, 0))
                 .await
                 .map(|_| ())
         }
+        // A plain maintenance (or a decommission) of a restarting target ends the restart: its
+        // objects move away by the rebalance the change starts.
         "start-maintenance" => proxy
-            .change(flag(true, smap::FLAG_MAINTENANCE))
-            .await
-            .map(|_| ()),
-        "stop-maintenance" => proxy
-            .change(flag(
-                false,
-                smap::RESTARTING_FLAGS | smap::FLAG_DECOMMISSION,
+            .change(flags(
+                smap::FLAG_MAINTENANCE,
+                smap::FLAG_RESTARTING | smap::FLAG_SUSPECT,
             ))
             .await
             .map(|_| ()),
-        "decommission-node" => match proxy.change(flag(true, smap::FLAG_DECOMMISSION)).await {
+        "stop-maintenance" => proxy
+            .change(flags(0, smap::RESTARTING_FLAGS | smap::FLAG_DECOMMISSION))
+            .await
+            .map(|_| ()),
+        "decommission-node" => match proxy
+            .change(flags(
+                smap::FLAG_DECOMMISSION,
+                smap::FLAG_RESTARTING | smap::FLAG_SUSPECT,
+            ))
+            .await
+        {
             Ok(sync) => {
                 let version = sync.smap.map(|m| m.version).unwrap_or(0);
                 tokio::spawn(remove_after_rebalance(proxy.clone(), sid.clone(), version));

@@ -45,6 +45,9 @@ pub(crate) struct Proxy {
     pub(crate) restart_grace: Duration,
     /// When each restarting target was first found silent (this process's view).
     pub(crate) silent_since: Mutex<HashMap<String, Instant>>,
+    /// Nodes that sent a keepalive since they were made suspects (see
+    /// `membership::clear_recovered_suspects`).
+    pub(crate) heard_live: Mutex<std::collections::HashSet<String>>,
     /// Password of the first admin (auth on, new cluster), else generated.
     pub(crate) admin_password: Option<String>,
     /// The Raft term this proxy last took up its leader duties in (see `leader.rs`).
@@ -117,6 +120,7 @@ impl Proxy {
             suspect_grace: config.suspect_grace,
             restart_grace: config.restart_grace,
             silent_since: Mutex::new(HashMap::new()),
+            heard_live: Mutex::new(Default::default()),
             admin_password: config.admin_password.clone(),
             led_term: Default::default(),
             http,

@@ -201,7 +201,7 @@ impl Target {
             *self.rebalanced_for.lock().expect("rebalanced lock") = None;
             return;
         }
-        let active = cluster::placement::active_set(&smap);
+        let active = cluster::placement::placement_key(&smap);
         {
             let mut last = self.rebalanced_for.lock().expect("rebalanced lock");
             if last.as_ref() == Some(&active) {
@@ -209,13 +209,10 @@ impl Target {
             }
             // Targets that only went restarting: nothing moves (their objects stay with them,
             // writes meant for them are hinted elsewhere); the rebalance when they are back
-            // moves just the hinted copies.
-            let only_restarting = last.as_ref().is_some_and(|before| {
-                active.iter().all(|id| before.contains(id))
-                    && before.iter().all(|id| {
-                        active.contains(id) || smap.tmap.get(id).is_some_and(|n| n.is_restarting())
-                    })
-            });
+            // (or removed, or put in maintenance) moves what that calls for.
+            let only_restarting = last
+                .as_ref()
+                .is_some_and(|before| cluster::placement::only_went_restarting(before, &active));
             *last = Some(active);
             if only_restarting {
                 tracing::info!(

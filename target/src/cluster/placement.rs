@@ -48,19 +48,19 @@ pub(crate) fn restarting_holder(t: &Target, bck: &Bck, name: &str) -> Option<Str
     let past = t.past_smaps();
     let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
     let uname = bck.object_uname(name);
-    std::iter::once(&current)
-        .chain(past.iter().rev())
-        .filter(|m| m.has_restarting())
-        .find_map(|m| {
-            let homes = m.owners_counting_restarting(&uname, copies);
-            if homes.iter().any(|n| n.daemon_id == t.id) {
-                return None; // one of its homes: what it lacks, nobody has
-            }
-            homes
-                .iter()
-                .find(|n| n.is_restarting())
-                .map(|n| n.daemon_id.clone())
-        })
+    for m in std::iter::once(&current).chain(past.iter().rev()) {
+        if !m.has_restarting() {
+            continue;
+        }
+        let homes = m.owners_counting_restarting(&uname, copies);
+        if homes.iter().any(|n| n.daemon_id == t.id) {
+            return None; // one of its homes: what it lacks, nobody has
+        }
+        if let Some(n) = homes.iter().find(|n| n.is_restarting()) {
+            return Some(n.daemon_id.clone());
+        }
+    }
+    None
 }
 
 /// The 503 for a read or delete of an object only a restarting target may hold.
@@ -282,9 +282,35 @@ async fn delete_on_other_holders(
     Ok(held)
 }
 
-/// Active target ids of a map, to tell whether a change moves objects.
-pub(crate) fn active_set(smap: &ClusterMap) -> Vec<String> {
-    smap.active_targets().map(|n| n.daemon_id.clone()).collect()
+/// Active target ids of a map, and restarting ones marked with a leading `~`: what a change
+/// must alter for objects to move (see [`only_went_restarting`]).
+pub(crate) fn placement_key(smap: &ClusterMap) -> Vec<String> {
+    smap.tmap
+        .values()
+        .filter_map(|n| {
+            if n.is_restarting() {
+                Some(format!("~{}", n.daemon_id))
+            } else if !n.is_inactive() {
+                Some(n.daemon_id.clone())
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// Whether the only difference between two placement keys is active targets that went
+/// restarting: no rebalance then. A restarting target that is back, removed, or put in
+/// maintenance or decommissioned is a real change.
+pub(crate) fn only_went_restarting(before: &[String], after: &[String]) -> bool {
+    let restarting = |id: &str| format!("~{id}");
+    after.iter().all(|e| {
+        before.contains(e)
+            || e.strip_prefix('~')
+                .is_some_and(|id| before.iter().any(|b| b == id))
+    }) && before
+        .iter()
+        .all(|e| after.contains(e) || after.contains(&restarting(e)))
 }
 
 /// How many earlier maps a target remembers. Forgetting one loses no object: while any past
@@ -339,6 +365,24 @@ mod tests {
 
     fn versions(past: &[Arc<ClusterMap>]) -> Vec<u64> {
         past.iter().map(|m| m.version).collect()
+    }
+
+    #[test]
+    fn only_targets_going_restarting_move_nothing() {
+        let key = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let all = key(&["a", "b", "c"]);
+        assert!(only_went_restarting(&all, &key(&["a", "~b", "c"])));
+        assert!(only_went_restarting(&all, &key(&["~a", "~b", "c"])));
+        // Back, removed, or in maintenance after restarting: objects move.
+        assert!(!only_went_restarting(&key(&["a", "~b", "c"]), &all));
+        assert!(!only_went_restarting(
+            &key(&["a", "~b", "c"]),
+            &key(&["a", "c"])
+        ));
+        // A target that left while another went restarting.
+        assert!(!only_went_restarting(&all, &key(&["a", "~b"])));
+        // A new target.
+        assert!(!only_went_restarting(&all, &key(&["a", "~b", "c", "d"])));
     }
 
     #[test]

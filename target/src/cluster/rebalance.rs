@@ -255,12 +255,9 @@ pub(crate) async fn send(
         return send_to(t, owners[0], bck, meta, REBALANCE).await;
     }
     let here = owners.iter().any(|n| n.daemon_id == t.id);
-    if !here && has_copy(t, owners[0], bck, meta).await {
-        // The first owner holds it (or newer) and re-creates the missing replicas in its own
-        // walk for this map: sending them from here too could move the bytes twice (a hinted
-        // copy written while a target was restarting, going back to it).
-        return Ok(Outcome::Done(0));
-    }
+    // Every owner that lacks it gets it from here, even when the first owner has it and will
+    // re-create replicas too: the copy here is dropped once sent, and must not be the only
+    // one meanwhile. (Both may send the same copy; the second is a no-op on the receiver.)
     let mut moved = 0;
     for node in owners.iter().filter(|n| n.daemon_id != t.id) {
         if has_copy(t, node, bck, meta).await {

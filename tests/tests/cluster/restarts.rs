@@ -379,9 +379,11 @@ async fn rolling_restart(copies: usize) {
         );
     }
     assert!(hinted > 0, "no write was hinted");
+    // A hinted copy goes back once per copy at most: with two copies the first owner
+    // (re-creating replicas) and the hinted holder may both send it.
     assert!(
-        moved <= hinted,
-        "rebalance moved {moved} bytes, more than the {hinted} hinted"
+        moved <= hinted * copies as u64,
+        "rebalance moved {moved} bytes, more than {copies} × the {hinted} hinted"
     );
 
     // Settled: every object at its last acknowledged version, and listed once.
