@@ -176,30 +176,19 @@ impl ClusterMap {
 
     /// The first `n` targets for an object in HRW order (owner first): replica placement.
     pub fn owners(&self, uname: &str, n: usize) -> Vec<&Node> {
-        let targets: Vec<&Node> = self.active_targets().collect();
-        let d = hrw::digest(crate::name::placement_name(uname));
-        hrw::rank(d, targets.iter().map(|t| t.id_digest))
-            .into_iter()
-            .take(n)
-            .map(|i| targets[i])
-            .collect()
+        rank_among(self.active_targets().collect(), uname, n)
     }
 
     /// Like [`ClusterMap::owners`], with restarting targets counted as active: where the
     /// object's copies belong once they are back (a write that skipped one of them left a
     /// hinted copy elsewhere).
     pub fn owners_counting_restarting(&self, uname: &str, n: usize) -> Vec<&Node> {
-        let targets: Vec<&Node> = self
+        let targets = self
             .tmap
             .values()
             .filter(|t| !t.is_inactive() || t.is_restarting())
             .collect();
-        let d = hrw::digest(crate::name::placement_name(uname));
-        hrw::rank(d, targets.iter().map(|t| t.id_digest))
-            .into_iter()
-            .take(n)
-            .map(|i| targets[i])
-            .collect()
+        rank_among(targets, uname, n)
     }
 
     /// Whether any target is restarting.
@@ -214,6 +203,16 @@ impl ClusterMap {
     pub fn is_primary(&self, id: &str) -> bool {
         self.proxy_si.daemon_id == id
     }
+}
+
+/// The first `n` of `targets` for an object in HRW order.
+fn rank_among<'a>(targets: Vec<&'a Node>, uname: &str, n: usize) -> Vec<&'a Node> {
+    let d = hrw::digest(crate::name::placement_name(uname));
+    hrw::rank(d, targets.iter().map(|t| t.id_digest))
+        .into_iter()
+        .take(n)
+        .map(|i| targets[i])
+        .collect()
 }
 
 #[cfg(test)]
