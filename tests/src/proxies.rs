@@ -237,6 +237,27 @@ impl ProxiesCluster {
         }
     }
 
+    /// [`Self::one_map`] on every node of the map proxy 0 holds, read again each round (a
+    /// restarted target listens on a new port).
+    pub async fn one_map_everywhere(
+        &self,
+        accept: impl Fn(&ClusterMap) -> bool,
+        within: Duration,
+    ) -> anyhow::Result<ClusterMap> {
+        let deadline = Instant::now() + within;
+        loop {
+            let urls = match self.map_of(&self.proxy_urls[0]).await {
+                Ok(m) => Self::node_urls(&m),
+                Err(_) => self.proxy_urls.clone(),
+            };
+            match self.one_map(&urls, &accept, Duration::from_secs(5)).await {
+                Ok(m) => return Ok(m),
+                Err(e) if Instant::now() > deadline => return Err(e),
+                Err(_) => {}
+            }
+        }
+    }
+
     /// The URL of every node in `map` (proxies, then targets).
     pub fn node_urls(map: &ClusterMap) -> Vec<String> {
         map.pmap

@@ -143,6 +143,15 @@ pub(crate) fn deny(status: StatusCode, message: String) -> Response {
     resp
 }
 
+/// The answer while this node cannot confirm its users with the leader (a leader change, a
+/// partition): 503 + Retry-After, a state that passes, not a 403 that clients give up on.
+fn not_current(why: &str) -> Response {
+    ApiError::unavailable(format!(
+        "this node cannot tell whether its users are current ({why}); retry"
+    ))
+    .into_response()
+}
+
 /// Decoded query parameters (`+` is a space, as form decoding has it).
 pub fn query_params(query: Option<&str>) -> HashMap<String, String> {
     let decode = |s: &str| {
@@ -449,15 +458,7 @@ pub(crate) async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Nex
         && req.headers().contains_key(header::AUTHORIZATION)
         && let Err(why) = fresh().await
     {
-        let mut resp = deny(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("this node cannot tell whether its users are current ({why}); retry"),
-        );
-        resp.headers_mut().insert(
-            header::RETRY_AFTER,
-            axum::http::HeaderValue::from_static("1"),
-        );
-        return refuse(req, resp).await;
+        return refuse(req, not_current(&why)).await;
     }
     let mut md = (gate.metadata)();
     let params = query_params(req.uri().query());

@@ -348,3 +348,36 @@ fn bucket_actions() {
         vec![Need::Admin]
     );
 }
+
+/// A node that cannot confirm its users with the leader answers 503 + Retry-After (a state
+/// that passes), not a 403 that clients give up on (the nemesis run counted hundreds of 403s
+/// during leader changes before).
+#[tokio::test]
+async fn credentials_judged_without_a_leader_get_503_with_retry_after() {
+    use tower::ServiceExt as _;
+    let gate = Gate::new(
+        Arc::new(keys()),
+        TARGET_ROUTES,
+        Arc::new(|| Arc::new(BucketMetadata::default())),
+    )
+    .with_fresh(Arc::new(|| {
+        Box::pin(async { Err("no leader is known".to_owned()) })
+    }));
+    let app = gate.protect(Router::new().route(
+        "/v1/objects/{bucket}/{*object}",
+        axum::routing::put(|| async { "stored" }),
+    ));
+    let resp = app
+        .oneshot(
+            Request::builder()
+                .method(Method::PUT)
+                .uri("/v1/objects/b/o")
+                .header(header::AUTHORIZATION, "Bearer some-token")
+                .body(Body::from("x"))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+}
