@@ -383,6 +383,13 @@ async fn client(
     }
 }
 
+/// What the data clients saw: wrong answers, and answers by method and status.
+#[derive(Default)]
+struct Tally {
+    wrong: Mutex<Vec<String>>,
+    answers: Mutex<BTreeMap<String, u64>>,
+}
+
 /// A data client of the nemesis run: PUTs (body = key and sequence number), DELETEs and GETs of
 /// its own 16 keys in `nemesis-data` through random proxies, one request at a time. Every GET
 /// and every 404 of a DELETE is judged against the key's history so far (while targets are
@@ -392,12 +399,12 @@ async fn data_client(
     http: reqwest::Client,
     proxies: Vec<String>,
     history: History,
-    wrong: Arc<Mutex<Vec<String>>>,
-    statuses: Arc<Mutex<BTreeMap<String, u64>>>,
+    tally: Arc<Tally>,
     since: Instant,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) {
-    let count = |what: String| *statuses.lock().unwrap().entry(what).or_default() += 1;
+    let count = |what: String| *tally.answers.lock().unwrap().entry(what).or_default() += 1;
+    let wrong = &tally.wrong;
     let mut seq = 0u64;
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
         seq += 1;
@@ -567,7 +574,7 @@ fn allowed_data(ops: &[&Op]) -> BTreeSet<Option<u64>> {
 
 /// The data after the nemesis, once every target is back and placed: each key read through
 /// every proxy is a state its history allows; no GET or DELETE during the run answered wrong.
-async fn check_data(c: &ProxiesCluster, history: &History, wrong: &Arc<Mutex<Vec<String>>>) {
+async fn check_data(c: &ProxiesCluster, history: &History, tally: &Tally) {
     let history = history.lock().unwrap().clone();
     let acked = history.iter().filter(|o| o.acked == Some(true)).count();
     let unknown = history.iter().filter(|o| o.acked.is_none()).count();
@@ -580,7 +587,7 @@ async fn check_data(c: &ProxiesCluster, history: &History, wrong: &Arc<Mutex<Vec
     for op in &history {
         by.entry(op.name.as_str()).or_default().push(op);
     }
-    let mut wrong = wrong.lock().unwrap().clone();
+    let mut wrong = tally.wrong.lock().unwrap().clone();
     // Reads once the returns are reconciled: a returning target answers 503 until then.
     for url in &c.proxy_urls {
         for (key, ops) in &by {
@@ -830,8 +837,7 @@ async fn nemesis(proxies: usize, run_for: Duration) {
     assert!(r.status().is_success(), "{}", r.text().await.unwrap());
     let since = Instant::now();
     let data_history: History = Arc::default();
-    let wrong: Arc<Mutex<Vec<String>>> = Arc::default();
-    let statuses: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let tally: Arc<Tally> = Arc::default();
     let data_clients: Vec<_> = (0..2)
         .map(|k| {
             tokio::spawn(data_client(
@@ -839,8 +845,7 @@ async fn nemesis(proxies: usize, run_for: Duration) {
                 c.http.clone(),
                 c.proxy_urls.clone(),
                 data_history.clone(),
-                wrong.clone(),
-                statuses.clone(),
+                tally.clone(),
                 since,
                 stop.clone(),
             ))
@@ -1020,8 +1025,8 @@ async fn nemesis(proxies: usize, run_for: Duration) {
     );
     check_history(&history, &buckets, &users, &etls);
 
-    println!("data answers: {:?}", statuses.lock().unwrap());
-    check_data(&c, &data_history, &wrong).await;
+    println!("data answers: {:?}", tally.answers.lock().unwrap());
+    check_data(&c, &data_history, &tally).await;
 
     let leaders = leaders.lock().unwrap();
     for (term, ids) in leaders.iter() {
