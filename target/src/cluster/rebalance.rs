@@ -90,7 +90,7 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
                 .map(|(bck, meta)| {
                     let (t, smap) = (t.clone(), smap.clone());
                     async move {
-                        let result = send(&t, &smap, &bck, &meta).await;
+                        let result = send(&t, &smap, &bck, &meta, last_round).await;
                         (bck, meta, result)
                     }
                 })
@@ -240,11 +240,18 @@ async fn send_tombstones(
 /// Puts one object where it belongs under `smap`: to its owner — and with copies > 1 to every
 /// target of its HRW set that lacks it (the first owner re-creates lost replicas this way).
 /// `Skipped` when nothing had to move.
+///
+/// A holder outside the owners (a hinted copy, a target that lost ownership) whose copy the
+/// first owner also holds leaves the missing replicas to the first owner (its rebalance walks
+/// them) and only waits — a retryable error — until every owner has the copy, so the copy
+/// travels once, not from both; on the `last_round` of its retries it sends them itself. Its
+/// own copy is dropped only after every owner has one (`run`).
 pub(crate) async fn send(
     t: &Target,
     smap: &ClusterMap,
     bck: &Bck,
     meta: &ObjectMeta,
+    last_round: bool,
 ) -> Result<Outcome, ApiError> {
     let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
     let owners = smap.owners(&bck.object_uname(&meta.name), copies);
@@ -255,17 +262,27 @@ pub(crate) async fn send(
         return send_to(t, owners[0], bck, meta, REBALANCE).await;
     }
     let here = owners.iter().any(|n| n.daemon_id == t.id);
-    // Every owner that lacks it gets it from here, even when the first owner has it and will
-    // re-create replicas too: the copy here is dropped once sent, and must not be the only
-    // one meanwhile. (Both may send the same copy; the second is a no-op on the receiver.)
     let mut moved = 0;
-    for node in owners.iter().filter(|n| n.daemon_id != t.id) {
-        if has_copy(t, node, bck, meta).await {
+    let mut left_to_first = Vec::new();
+    let mut first_has_it = false;
+    for (i, node) in owners.iter().enumerate() {
+        if node.daemon_id == t.id || has_copy(t, node, bck, meta).await {
+            first_has_it |= i == 0 && node.daemon_id != t.id;
+            continue;
+        }
+        if !here && first_has_it && !last_round {
+            left_to_first.push(node.daemon_id.as_str());
             continue;
         }
         if let Outcome::Done(n) = send_to(t, node, bck, meta, REBALANCE).await? {
             moved += n;
         }
+    }
+    if !left_to_first.is_empty() {
+        return Err(ApiError::unavailable(format!(
+            "waiting for the first owner {} to copy it to {left_to_first:?}",
+            owners[0].daemon_id
+        )));
     }
     Ok(if moved > 0 || !here {
         Outcome::Done(moved)
