@@ -289,6 +289,7 @@ pub(crate) async fn multipart(
             let meta =
                 crate::write::local::commit_with_replicas(&t, &bck, &name, assembled.pending)
                     .await?;
+            crate::cluster::placement::count_hinted(&t, &bck, &name, meta.size);
             crate::cluster::placement::retire_copies(&t, &bck, &name, &elsewhere).await;
             assembled.done.completed_ns = crate::store::now_ns();
             t.store.mpu_finish(&assembled.dir, &assembled.done).await;
