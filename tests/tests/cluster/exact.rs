@@ -119,6 +119,8 @@ struct Tally {
     deletes: u64,
     rewrites: u64,
     failed_mutations: u64,
+    /// GET bodies cut short by a transport error (and retried): a target killed mid-answer.
+    broken_bodies: u64,
     examples: BTreeMap<&'static str, Vec<String>>,
 }
 
@@ -334,33 +336,39 @@ impl Ctx {
 
     async fn get(&self, bucket: &str, i: usize) -> Result<(u16, Bytes), String> {
         // A GET redirected to a target at the moment it is killed finds no one listening, or
-        // loses the answer it was getting: a GET is idempotent and is retried on a transport
-        // error, as the SDK's retry policy does (through the proxy again, which by then routes
-        // by the next map). An answer — any status — is never retried.
+        // loses the answer it was getting (headers, or a body cut short when the process
+        // died): a GET is idempotent and is retried on a transport error, as the SDK's retry
+        // policy does (through the proxy again, which by then routes by the next map). An
+        // answer — any status, whole — is never retried. Bodies cut short are counted: only a
+        // scenario that kills a target may have any.
         let mut tries = 0;
-        let r = loop {
+        loop {
             tries += 1;
-            match self
+            let r = match self
                 .http
                 .get(self.object_url(bucket, i))
                 .timeout(REQUEST_TIMEOUT)
                 .send()
                 .await
             {
+                Ok(r) => r,
                 Err(_) if tries < 10 => {
                     tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
                 }
-                other => break other.map_err(|e| e.to_string())?,
+                Err(e) => return Err(e.to_string()),
+            };
+            let status = r.status().as_u16();
+            match r.bytes().await {
+                Ok(body) => return Ok((status, body)),
+                Err(_) if tries < 10 => {
+                    self.lock().tally.broken_bodies += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(format!("{status}, body: {e}")),
             }
-        };
-        let status = r.status().as_u16();
-        let body = r
-            .bytes()
-            .await
-            .map_err(|e| format!("{status}, body: {e}"))?;
-        Ok((status, body))
+        }
     }
-
     /// The whole bucket through the proxy, page by page.
     async fn list(&self, bucket: &str, page: u64) -> Result<Vec<String>, String> {
         let mut names = Vec::new();
@@ -982,7 +990,7 @@ impl Report {
         format!(
             "exact[{}]: change + rebalance {:.1} s ({}); listings {} during + {} after, {} wrong; \
              GETs {} during + {} after, {} failed, {} stale, {} of refused PUTs; deletes {}, \
-             rewrites {}, {} failed mutations; {} deleted back",
+             rewrites {}, {} failed mutations; {} deleted back; {} bodies cut short (retried)",
             self.name,
             self.took.as_secs_f64(),
             self.rebalance,
@@ -997,7 +1005,8 @@ impl Report {
             t.deletes,
             t.rewrites,
             t.failed_mutations,
-            t.back
+            t.back,
+            t.broken_bodies
         )
     }
 
@@ -1018,6 +1027,12 @@ impl Report {
         })
         .collect();
         out.extend(self.problems.iter().map(|p| format!("{}: {p}", self.name)));
+        if t.broken_bodies > 0 && !self.name.contains("kill") {
+            out.push(format!(
+                "{}: {} GET bodies cut short with no target killed",
+                self.name, t.broken_bodies
+            ));
+        }
         out
     }
 }
