@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -36,6 +37,10 @@ from .retry import IDEMPOTENT_METHODS, RetryPolicy, as_policy, parse_retry_after
 if TYPE_CHECKING:
     from .batch import Batch
     from .jobs import Etl, Job
+
+log = logging.getLogger("gristmill")
+"""The SDK's logger: retries and give-ups (INFO / WARNING), proxy failovers (WARNING), direct-mode
+map refreshes (INFO), redirects (DEBUG). Silent unless the application configures logging."""
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
 ENDPOINT_ENV = ("GRIST_ENDPOINT", "AIS_ENDPOINT")
@@ -234,6 +239,8 @@ class Client:
         if refresh or smap is None:
             smap = json.loads(self._request("GET", "/v1/cluster?what=smap").data)
             self._smap = smap
+            log.debug("cluster map v%s: %d targets, %d proxies", smap.get("version"),
+                      len(smap.get("tmap") or {}), len(smap.get("pmap") or {}))
         return smap
 
     def health(self) -> bool:
@@ -344,21 +351,31 @@ class Client:
                 if routed and not failed_proxy:
                     # The target we picked from the map is unreachable: refresh the map, and
                     # let a proxy route this request to whoever owns the object now.
+                    log.info("target %s unreachable (%s): cluster map dropped, %s %s goes "
+                             "through a proxy", _origin(failed_url), error, method, _path_of(url))
                     self._smap = None
                     routed = False
                     proxy_path = _path_of(url)
                     switched = True
                 elif failed_proxy and len(self.endpoints) > 1:
+                    gone = self.endpoint
                     self._active = (self._active + 1) % len(self.endpoints)
                     switched = self._active not in tried
                     tried.add(self._active)
+                    log.warning("proxy %s unreachable (%s): failing over to %s", gone, error, self.endpoint)
             if switched:
                 delay = 0.0
+            why = f"{resp.status}" if resp is not None else f"{type(error).__name__}: {error}"
             if (not may_retry or attempt >= policy.attempts
                     or time.monotonic() - started + delay > policy.deadline):
+                if may_retry:
+                    log.warning("%s %s: %s; giving up after %d attempts in %.1f s", method,
+                                _path_of(failed_url), why, attempt, time.monotonic() - started)
                 if resp is not None:
                     break  # report the last answer (e.g. 503) as it is
                 raise ConnectionFailed(0, f"{method} {failed_url}: {error}", url=failed_url) from error
+            log.info("%s %s: %s; retry %d of %d in %.2f s", method, _path_of(failed_url), why,
+                     attempt, policy.attempts - 1, delay)
             if resp is not None:
                 _discard(resp)
             if delay:
@@ -388,7 +405,10 @@ class Client:
                 return resp
             _discard(resp)
             if routed:
+                log.info("%s %s redirected to %s: the cached cluster map is stale, dropped",
+                         method, _path_of(url), location)
                 self._smap = None
+            log.debug("%s %s: %d to %s", method, _path_of(url), resp.status, location)
             url = urljoin(url, location)
             if hasattr(body, "read"):
                 if pos is None:
@@ -415,6 +435,12 @@ def _endpoints(endpoint: Union[str, Sequence[str], None]) -> List[str]:
     if not eps:
         raise ValueError("no endpoint given")
     return [e if "://" in e else f"http://{e}" for e in eps]
+
+
+def _origin(url: str) -> str:
+    """``scheme://host:port`` of a URL."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def _path_of(url: str) -> str:

@@ -6,6 +6,7 @@ HTTP relay (tests/relay.py) in front of a real node."""
 from __future__ import annotations
 
 import copy
+import logging
 import multiprocessing
 import os
 import pickle
@@ -65,13 +66,18 @@ def test_no_token_no_authorization_header(cluster, monkeypatch):
         assert "Authorization" not in relay.requests()[-1].headers
 
 
-def test_retries_503_then_succeeds(cluster, bucket):
+def test_retries_503_then_succeeds(cluster, bucket, caplog):
     bucket.object("r").put(b"retried")
     with Relay(cluster) as relay:
         c = Client(relay.url, retry=FAST)
         relay.inject(statuses=[503, 502])
-        assert c.bucket(bucket.name).object("r").get() == b"retried"
+        with caplog.at_level(logging.INFO, logger="gristmill"):
+            assert c.bucket(bucket.name).object("r").get() == b"retried"
         assert len(relay.requests("GET", "/v1/objects/")) == 3
+    # Each retry is logged, with the answer that caused it.
+    retries = [r.getMessage() for r in caplog.records if r.name == "gristmill" and "retry" in r.getMessage()]
+    assert len(retries) == 2, retries
+    assert "503; retry 1 of" in retries[0] and "502; retry 2 of" in retries[1]
 
 
 def test_retries_are_bounded_by_attempts(cluster, bucket):
@@ -151,11 +157,17 @@ def _relay_owner(bucket, obj: str, cluster: str):
     return relay, smap
 
 
-def test_failover_to_next_proxy(cluster, bucket, monkeypatch):
+def test_failover_to_next_proxy(cluster, bucket, monkeypatch, caplog):
     bucket.object("fo").put(b"failover")
-    c = Client([dead_url(), cluster], retry=FAST)
-    assert c.bucket(bucket.name).object("fo").get() == b"failover"
+    dead = dead_url()
+    c = Client([dead, cluster], retry=FAST)
+    with caplog.at_level(logging.INFO, logger="gristmill"):
+        assert c.bucket(bucket.name).object("fo").get() == b"failover"
     assert c.endpoint == cluster
+    # The failover is logged as a warning naming both proxies.
+    failovers = [r for r in caplog.records if r.name == "gristmill" and "failing over" in r.getMessage()]
+    assert len(failovers) == 1 and failovers[0].levelno == logging.WARNING
+    assert dead in failovers[0].getMessage() and cluster in failovers[0].getMessage()
     monkeypatch.setenv("GRIST_ENDPOINT", f"{dead_url()},{cluster}")
     c2 = Client(retry=FAST)
     assert len(c2.endpoints) == 2
@@ -172,7 +184,7 @@ def test_all_proxies_down_raises_connection_failed():
     assert time.monotonic() - t < 5
 
 
-def test_direct_mode_routes_around_unreachable_target(cluster, client, bucket):
+def test_direct_mode_routes_around_unreachable_target(cluster, client, bucket, caplog):
     """A connection failure to the owner target refreshes the map and sends the request
     through the proxy."""
     bucket.object("around").put(b"still readable")
@@ -181,10 +193,15 @@ def test_direct_mode_routes_around_unreachable_target(cluster, client, bucket):
     hrw.owner(smap, bucket.uname("around"))["public_net"]["direct_url"] = dead_url()
     c._smap = smap
     before = _proxy_gets(cluster, client)
+    caplog.set_level(logging.DEBUG, logger="gristmill")
     assert c.bucket(bucket.name).object("around").get() == b"still readable"
+    logged = [r.getMessage() for r in caplog.records if r.name == "gristmill"]
+    assert any("unreachable" in m and "cluster map dropped" in m for m in logged), logged
+    assert any("307 to " in m for m in logged), logged  # the proxy's redirect
     assert _proxy_gets(cluster, client) == before + 1  # the fallback went through the proxy
     fresh = c.cluster_map(refresh=False)
     assert fresh == client.cluster_map()  # refreshed: the real map again
+    assert any(r.getMessage().startswith("cluster map v") for r in caplog.records)  # logged
     assert c.bucket(bucket.name).object("around").get() == b"still readable"
     assert _proxy_gets(cluster, client) == before + 1  # and direct again
 
