@@ -437,6 +437,29 @@ def _endpoints(endpoint: Union[str, Sequence[str], None]) -> List[str]:
     return [e if "://" in e else f"http://{e}" for e in eps]
 
 
+LS_ARCH_DIR = 1 << 3
+"""Listing flag: shard members too (AIStore's ``LsArchDir``)."""
+ENTRY_IS_ARCHIVE = 1 << 9
+"""Entry flag of a shard in an ``archive=True`` listing."""
+ARCH_MODES = ("regexp", "prefix", "suffix", "substr", "wdskey")
+"""How ``archregx`` matches shard members."""
+
+
+def _archive_query(archpath: Optional[str], archregx: Optional[str], archmode: str) -> str:
+    """The query of a read inside a shard (empty when neither is given)."""
+    if archpath is not None and archregx is not None:
+        raise ValueError("archpath and archregx are exclusive: one member, or every member that matches")
+    if archpath is not None:
+        if not archpath:
+            raise ValueError("archpath must name a member")
+        return urlencode({"archpath": archpath})
+    if archregx is not None:
+        if archmode not in ARCH_MODES:
+            raise ValueError(f"archmode must be one of {', '.join(ARCH_MODES)}, not {archmode!r}")
+        return urlencode({"archregx": archregx, "archmode": archmode})
+    return ""
+
+
 def _origin(url: str) -> str:
     """``scheme://host:port`` of a URL."""
     parts = urlsplit(url)
@@ -516,19 +539,24 @@ class Bucket:
         props: str = "",
         continuation_token: str = "",
         uuid: str = "",
+        archive: bool = False,
     ) -> "ListPage":
         """One page of the listing, in name order.
 
         Args:
-            prefix: only names starting with it.
+            prefix: only names starting with it (it may reach into a shard: ``a.tar/train/``).
             page_size: entries per page; 0 lets the server choose.
             props: comma-separated properties (``name,size,checksum,atime,version,location,copies``
                 or ``all``); empty gives name and size.
             continuation_token, uuid: from the previous page (empty for the first one).
+            archive: also list the members of every shard (``.tar``, ``.tgz``/``.tar.gz``,
+                ``.tar.lz4``, ``.zip``), each right after its shard as ``shard/member`` with
+                ``ListEntry.in_archive`` set (AIStore's ``LsArchDir``).
         """
         value = {
             "prefix": prefix, "pagesize": page_size, "props": props,
-            "continuation_token": continuation_token, "uuid": uuid, "flags": "0",
+            "continuation_token": continuation_token, "uuid": uuid,
+            "flags": str(LS_ARCH_DIR if archive else 0),
         }
         resp = self.client._request(
             "GET", self._url, body=_action("list", value),
@@ -538,19 +566,21 @@ class Bucket:
             return ListPage._from_msgpack(msgpack.unpackb(resp.data, raw=False))
         return ListPage._from_json(json.loads(resp.data))
 
-    def list_objects_iter(self, prefix: str = "", page_size: int = 0, props: str = "") -> Iterator["ListEntry"]:
-        """Every entry of the listing, fetching pages lazily."""
+    def list_objects_iter(self, prefix: str = "", page_size: int = 0, props: str = "",
+                          archive: bool = False) -> Iterator["ListEntry"]:
+        """Every entry of the listing, fetching pages lazily (``archive``: shard members too)."""
         token, uuid = "", ""
         while True:
-            page = self.list_objects(prefix, page_size, props, token, uuid)
+            page = self.list_objects(prefix, page_size, props, token, uuid, archive=archive)
             yield from page.entries
             if not page.continuation_token:
                 return
             token, uuid = page.continuation_token, page.uuid
 
-    def list_all_objects(self, prefix: str = "", page_size: int = 0, props: str = "") -> List["ListEntry"]:
-        """Every entry of the listing, as a list."""
-        return list(self.list_objects_iter(prefix, page_size, props))
+    def list_all_objects(self, prefix: str = "", page_size: int = 0, props: str = "",
+                         archive: bool = False) -> List["ListEntry"]:
+        """Every entry of the listing, as a list (``archive``: shard members too)."""
+        return list(self.list_objects_iter(prefix, page_size, props, archive))
 
     # --- jobs (see gristmill.jobs) -------------------------------------------------------
 
@@ -688,6 +718,16 @@ class ListEntry:
         """Whether the object is present in the cluster (for remote buckets: cached)."""
         return bool(self.flags & (1 << 6))
 
+    @property
+    def in_archive(self) -> bool:
+        """Whether this entry is a member of a shard (``shard/member``; ``archive=True`` listings)."""
+        return bool(self.flags & (1 << 7))
+
+    @property
+    def is_archive(self) -> bool:
+        """Whether this entry is a shard whose members an ``archive=True`` listing shows."""
+        return bool(self.flags & ENTRY_IS_ARCHIVE)
+
 
 @dataclass
 class ListPage:
@@ -820,31 +860,45 @@ class Object:
         return ObjectProps.from_headers(resp.headers, size=size)
 
     def get(self, byte_range: Optional[ByteRange] = None, validate_checksum: bool = False,
-            etl: Union[str, List[str], None] = None, etl_args: str = "") -> bytes:
+            etl: Union[str, List[str], None] = None, etl_args: str = "", *,
+            archpath: Optional[str] = None, archregx: Optional[str] = None,
+            archmode: str = "regexp") -> bytes:
         """The object's content, or one byte range of it (see ``ByteRange``).
 
         ``validate_checksum`` makes the target verify the stored checksum before serving.
         ``etl``: the object run through an ETL (or a pipeline, a list of names) on its target.
-        Raises ``ObjectNotFound``, ``BucketNotFound``, ``RangeNotSatisfiable``.
+        In a shard (``.tar``, ``.tgz``/``.tar.gz``, ``.tar.lz4``, ``.zip``): ``archpath`` reads
+        one member; ``archregx`` reads every member that matches, as a tar, where ``archmode``
+        says how it matches: ``regexp``, ``prefix``, ``suffix``, ``substr`` or ``wdskey`` (the
+        WebDataset sample key: every file of one sample).
+        Raises ``ObjectNotFound`` (also for a missing member), ``BucketNotFound``,
+        ``RangeNotSatisfiable``.
         """
         if etl:
             names = etl if isinstance(etl, str) else ",".join(etl)
             query = urlencode({"etl_name": names, "etl_args": etl_args})
             return self._send("GET", query=query).data
-        return self._get(byte_range, validate_checksum, stream=False).data
+        archive = _archive_query(archpath, archregx, archmode)
+        return self._get(byte_range, validate_checksum, stream=False, query=archive).data
 
     def get_stream(self, chunk_size: int = _CHUNK, byte_range: Optional[ByteRange] = None,
-                   validate_checksum: bool = False, resume: bool = True) -> "ObjectReader":
+                   validate_checksum: bool = False, resume: bool = True, *,
+                   archpath: Optional[str] = None, archregx: Optional[str] = None,
+                   archmode: str = "regexp") -> "ObjectReader":
         """A streaming reader: iterate it for chunks of ``chunk_size`` bytes, or ``read(n)`` it
         like a file. Use it as a context manager (or call ``close()``) to free the connection.
 
         With ``resume`` (the default), a connection that breaks mid-body is re-opened with a
         range request from the first byte not yet read (through the client's retry policy,
         so a dead target is routed around), as long as the object's version is unchanged;
-        whole objects and ``(start, end)`` ranges resume, other range forms do not.
+        whole objects and ``(start, end)`` ranges resume, other range forms do not, nor do
+        reads inside a shard (``archpath``, ``archregx``: see ``get``).
         """
-        resp = self._get(byte_range, validate_checksum, stream=True)
+        archive = _archive_query(archpath, archregx, archmode)
+        resp = self._get(byte_range, validate_checksum, stream=True, query=archive)
         reopen = None
+        if archive:
+            resume = False
         if resume and (byte_range is None or (isinstance(byte_range, tuple) and byte_range[0] is not None)):
             start, end = (0, None) if byte_range is None else byte_range
 
@@ -863,12 +917,14 @@ class Object:
                 n += len(chunk)
         return n
 
-    def _get(self, byte_range: Optional[ByteRange], validate: bool, stream: bool) -> urllib3.BaseHTTPResponse:
+    def _get(self, byte_range: Optional[ByteRange], validate: bool, stream: bool,
+             query: str = "") -> urllib3.BaseHTTPResponse:
         headers = {}
         if byte_range is not None:
             headers["Range"] = _range_header(byte_range)
-        return self._send("GET", query="validate_checksum=true" if validate else "",
-                          headers=headers, stream=stream)
+        if validate:
+            query = "validate_checksum=true" + (f"&{query}" if query else "")
+        return self._send("GET", query=query, headers=headers, stream=stream)
 
     def head(self) -> ObjectProps:
         """The object's properties. Raises ``ObjectNotFound`` (also when the bucket is missing,
