@@ -47,6 +47,13 @@ if ! command -v nft >/dev/null 2>&1; then
     || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q nftables >/dev/null; }
 fi
 
+step "lz4 (test_shards.py builds .tar.lz4 shards with the lz4 tool)"
+if ! command -v lz4 >/dev/null 2>&1; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get install -y -q lz4 >/dev/null 2>&1 \
+    || { $sudo apt-get update -q >/dev/null 2>&1 && $sudo apt-get install -y -q lz4 >/dev/null; }
+fi
+
 step "faketime (the clock-skew test runs targets under libfaketime, 10 minutes ahead and behind)"
 if [ ! -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
