@@ -10,8 +10,10 @@ LRU, rebalance) and the transforms that run next to the data.
 
 from __future__ import annotations
 
+import base64
 import inspect
 import json
+import sys
 import textwrap
 import time
 from typing import Any, Callable, Dict, List, Optional, Union
@@ -116,26 +118,23 @@ class Etl:
                   env: Optional[Dict[str, str]] = None,
                   dependencies: Optional[List[str]] = None,
                   wait_timeout: float = 600.0) -> "Etl":
-        """Defines a Python ETL from a function ``transform(data, path, args) -> bytes`` (its
-        source is shipped, so it must not use closures; module-level imports go inside it), a
+        """Defines a Python ETL from a function ``transform(data, path, args) -> bytes``, a
         streaming function ``f(reader, writer, path, args)`` (four parameters: binary file
         objects in and out; large objects then pass without being whole in memory), or from
         module source text that defines ``transform`` and/or ``transform_stream``.
+
+        A function's source is shipped when it has one and needs nothing around it (a ``def``
+        without closures; module-level imports go inside it). Otherwise — a lambda, a closure,
+        a function typed into a REPL or ``python -c`` — it is serialised with ``cloudpickle``,
+        which travels with it (the targets need nothing installed); the Python version is
+        recorded, and a worker running another version refuses it with a clear error rather
+        than misreading the bytecode.
 
         ``dependencies``: pip requirements the code imports (``["numpy>=1.26", "pillow"]``, or
         paths of wheels on the targets). Every target installs them into a virtual environment
         before starting workers; this call waits (up to ``wait_timeout`` seconds) until all
         targets are ready and raises :class:`EtlError` with pip's message if one failed."""
-        if callable(transform):
-            src = textwrap.dedent(inspect.getsource(transform))
-            fname = transform.__name__
-            if fname == "<lambda>":
-                raise ValueError("pass a def function or source text, not a lambda")
-            streaming = len(inspect.signature(transform).parameters) == 4
-            entry = "transform_stream" if streaming else "transform"
-            code = f"{src}\n\n{entry} = {fname}\n" if fname != entry else src
-        else:
-            code = transform
+        code = _etl_source(transform) if callable(transform) else transform
         self._init({"runtime": "python", "code": code, "workers": workers,
                     "timeout_secs": timeout, "memory_limit": memory_limit, "env": env or {},
                     "dependencies": list(dependencies or [])})
@@ -188,3 +187,57 @@ class Etl:
 
     def delete(self) -> None:
         self.client._request("DELETE", f"/v1/etl/{quote(self.name, safe='')}", subject="etl")
+
+
+def _etl_source(fn: Callable[..., Any]) -> str:
+    """The module text that defines ``transform`` (or ``transform_stream``) as ``fn``: its
+    source when that stands alone, else a cloudpickle of it (see ``Etl.init_code``)."""
+    streaming = len(inspect.signature(fn).parameters) == 4
+    entry = "transform_stream" if streaming else "transform"
+    name = getattr(fn, "__name__", "")
+    if name != "<lambda>" and not getattr(getattr(fn, "__code__", None), "co_freevars", ()):
+        try:
+            src = textwrap.dedent(inspect.getsource(fn))
+        except (OSError, TypeError):
+            src = None  # defined in a REPL or `python -c`: no source to read
+        if src is not None:
+            return f"{src}\n\n{entry} = {name}\n" if name != entry else src
+    return pickled_etl_source(fn, entry)
+
+
+def pickled_etl_source(fn: Callable[..., Any], entry: str = "transform",
+                       python: Optional[tuple] = None) -> str:
+    """Module text that rebuilds ``fn`` from a cloudpickle as ``entry``. The cloudpickle module
+    this process uses travels inside it (pure Python), so the worker needs nothing installed and
+    unpickles with the very version that pickled; ``python`` (default: this interpreter's
+    ``(major, minor)``) is recorded and checked first, since pickled bytecode is only valid on
+    the Python version that made it."""
+    try:
+        import cloudpickle
+        import cloudpickle.cloudpickle as cloudpickle_impl
+    except ImportError as e:  # pragma: no cover - a declared dependency of the SDK
+        raise ImportError("init_code needs cloudpickle for functions without standalone source") from e
+    major, minor = python or sys.version_info[:2]
+    payload = base64.b64encode(cloudpickle.dumps(fn)).decode("ascii")
+    impl = inspect.getsource(cloudpickle_impl)
+    version = cloudpickle.__version__
+    return f"""# {entry}: a function pickled by cloudpickle {version} under Python {major}.{minor} (gristmill SDK)
+import sys as _sys
+if tuple(_sys.version_info[:2]) != ({major}, {minor}):
+    raise RuntimeError(
+        "this ETL's function was pickled under Python {major}.{minor}, and this ETL worker runs "
+        "Python %d.%d: pickled bytecode only loads on the same version; define the ETL from "
+        "source text, or run it from the targets' Python version" % tuple(_sys.version_info[:2]))
+import base64 as _base64
+import pickle as _pickle
+import types as _types
+_impl = _types.ModuleType("cloudpickle.cloudpickle")
+_pkg = _types.ModuleType("cloudpickle")
+_pkg.__path__ = []
+_pkg.__version__ = {version!r}
+_pkg.cloudpickle = _impl
+_sys.modules["cloudpickle"] = _pkg
+_sys.modules["cloudpickle.cloudpickle"] = _impl
+exec(compile({impl!r}, "cloudpickle/cloudpickle.py ({version})", "exec"), _impl.__dict__)
+{entry} = _pickle.loads(_base64.b64decode({payload!r}))
+"""

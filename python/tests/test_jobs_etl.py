@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from conftest import _playground, http_origin
-from gristmill import Client, JobFailed
+from gristmill import Client, GristError, JobFailed
 from gristmill.jobs import EtlError
 from wheelutil import make_wheel
 
@@ -191,3 +191,39 @@ def test_streaming_etl_from_a_function(cluster):
     assert b.object("big").get(etl=etl.name) == bytes((x + 1) % 256 for x in big)
     assert b.object("small").get(etl=etl.name) == b"bcd"
     etl.delete()
+
+
+def test_etl_from_a_lambda_in_python_c_a_closure_and_a_version_mismatch(cluster):
+    """Functions without standalone source travel pickled: a lambda defined by ``python -c``
+    (no source to read), and a closure over a local; a pickle recorded under another Python
+    version is refused by the worker with a message that says so."""
+    import subprocess
+    import sys
+
+    from gristmill.jobs import pickled_etl_source
+
+    c = Client(cluster)
+    b = c.bucket(f"pick-{uuid.uuid4().hex[:8]}")
+    b.create()
+    b.object("o").put(b"hello etl")
+    name = f"lam-{uuid.uuid4().hex[:6]}"
+    script = (
+        "import sys\n"
+        "from gristmill import Client\n"
+        "Client(sys.argv[1]).etl(sys.argv[2]).init_code(lambda data, path, args: data[::-1].upper() + args.encode())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script, cluster, name], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert b.object("o").get(etl=name, etl_args="!") == b"LTE OLLEH!"
+
+    times = 3
+    closure = c.etl(f"clo-{uuid.uuid4().hex[:6]}").init_code(lambda data, path, args: data * times)
+    assert b.object("o").get(etl=closure.name) == b"hello etl" * 3
+
+    old = c.etl(f"old-{uuid.uuid4().hex[:6]}").init_code(
+        pickled_etl_source(lambda data, path, args: data, python=(3, 2)))
+    with pytest.raises(GristError) as e:
+        b.object("o").get(etl=old.name)
+    assert "pickled under Python 3.2" in str(e.value), e.value
+    for etl in (c.etl(name), closure, old):
+        etl.delete()
