@@ -15,7 +15,18 @@ PyTorch datasets live in ``gristmill.torch`` (``pip install gristmill[torch]``);
 """
 
 from .batch import Batch, BatchItem
-from .client import Bucket, Client, ListEntry, ListPage, Object, ObjectProps, ObjectReader
+from .client import (
+    Bucket,
+    BucketSummary,
+    Client,
+    ClusterInfo,
+    ListEntry,
+    ListPage,
+    NodeInfo,
+    Object,
+    ObjectProps,
+    ObjectReader,
+)
 from .errors import (
     BadRequest,
     BucketExists,

@@ -243,6 +243,15 @@ class Client:
                       len(smap.get("tmap") or {}), len(smap.get("pmap") or {}))
         return smap
 
+    def cluster(self) -> "ClusterInfo":
+        """The cluster now: every node (role, URL, state, mountpaths) and the capacity of the
+        targets' file systems (each counted once however many mountpaths share it). One
+        request: the proxy asks every node (a node that does not answer is ``up=False``)."""
+        return ClusterInfo._from_overview(self._overview())
+
+    def _overview(self) -> Dict[str, Any]:
+        return json.loads(self._request("GET", "/v1/cluster?what=overview").data)
+
     def health(self) -> bool:
         """Whether the proxy answers its health check (one try, no retries)."""
         try:
@@ -436,6 +445,9 @@ def _endpoints(endpoint: Union[str, Sequence[str], None]) -> List[str]:
         raise ValueError("no endpoint given")
     return [e if "://" in e else f"http://{e}" for e in eps]
 
+
+_SCHEMES = {"aws": "s3", "gcp": "gs", "azure": "az"}
+"""Providers by the scheme the cluster shows them with (others are shown as named)."""
 
 LS_ARCH_DIR = 1 << 3
 """Listing flag: shard members too (AIStore's ``LsArchDir``)."""
@@ -691,6 +703,19 @@ class Bucket:
                 return out
             token, uuid = page.continuation_token, page.uuid
 
+    def summary(self) -> "BucketSummary":
+        """Objects and bytes the targets store for this bucket now (replicas included: with
+        ``mirror.copies = 2`` each object counts twice), and its copies setting."""
+        props = self.head()  # raises BucketNotFound
+        copies = int((props.get("mirror") or {}).get("copies") or 1)
+        scheme = _SCHEMES.get(self.provider, self.provider)
+        for b in self.client._overview().get("buckets", []):
+            shown, _, rest = str(b.get("bucket", "")).partition("://")
+            if shown == scheme and rest.rsplit("/", 1)[-1] == self.name:
+                return BucketSummary(f"{shown}://{rest}", int(b.get("objects", 0)), int(b.get("bytes", 0)), copies)
+        # Created a moment ago and not yet in the proxy's view: nothing stored.
+        return BucketSummary(f"{scheme}://{self.name}", 0, 0, copies)
+
     def object(self, name: str) -> "Object":
         """A handle to object ``name`` in this bucket (no request is sent)."""
         return Object(self, name)
@@ -727,6 +752,72 @@ class ListEntry:
     def is_archive(self) -> bool:
         """Whether this entry is a shard whose members an ``archive=True`` listing shows."""
         return bool(self.flags & ENTRY_IS_ARCHIVE)
+
+
+@dataclass
+class NodeInfo:
+    """One node of the cluster (see ``Client.cluster``)."""
+
+    id: str
+    role: str
+    """``proxy`` or ``target``."""
+    url: str
+    up: bool
+    """Whether it answered the proxy just now."""
+    flags: List[str] = field(default_factory=list)
+    """``maintenance``, ``decommission``."""
+    mountpaths: List[Dict[str, Any]] = field(default_factory=list)
+    """Targets: ``path``, ``total``, ``available``, ``used`` (bytes of its file system), ``fs``."""
+    error: Optional[str] = None
+
+
+@dataclass
+class ClusterInfo:
+    """The cluster's nodes and capacity (see ``Client.cluster``)."""
+
+    version: int
+    """Of the cluster map."""
+    primary: str
+    """Id of the primary proxy."""
+    nodes: List[NodeInfo]
+    total: int
+    """Bytes of the targets' file systems, each counted once."""
+    used: int
+    available: int
+
+    @property
+    def proxies(self) -> List[NodeInfo]:
+        return [n for n in self.nodes if n.role == "proxy"]
+
+    @property
+    def targets(self) -> List[NodeInfo]:
+        return [n for n in self.nodes if n.role == "target"]
+
+    @classmethod
+    def _from_overview(cls, o: Dict[str, Any]) -> "ClusterInfo":
+        nodes = [NodeInfo(n["id"], n["role"], n["url"], bool(n.get("up")), list(n.get("flags") or []),
+                          list(n.get("mountpaths") or []), n.get("error")) for n in o.get("nodes", [])]
+        seen: Dict[Tuple[str, Any], Dict[str, Any]] = {}
+        for n in nodes:
+            for mp in n.mountpaths:
+                # Mountpaths on one file system report all of it: count it once per host.
+                seen.setdefault((urlsplit(n.url).hostname or "", mp.get("fs")), mp)
+        total = sum(int(mp.get("total", 0)) for mp in seen.values())
+        available = sum(int(mp.get("available", 0)) for mp in seen.values())
+        return cls(int(o.get("smap_version", 0)), o.get("primary", ""), nodes, total, total - available, available)
+
+
+@dataclass
+class BucketSummary:
+    """What a bucket holds (see ``Bucket.summary``)."""
+
+    bucket: str
+    objects: int
+    """Stored objects, replicas included."""
+    bytes: int
+    """Stored bytes, replicas included."""
+    copies: int
+    """``mirror.copies`` of the bucket (divide by it for distinct objects)."""
 
 
 @dataclass
