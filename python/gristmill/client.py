@@ -8,7 +8,20 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    BinaryIO,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 import msgpack
@@ -313,6 +326,7 @@ class Client:
         routed: bool = False,
         idempotent: Optional[bool] = None,
         raise_for_status: bool = True,
+        chunked: bool = False,
     ) -> urllib3.BaseHTTPResponse:
         """Sends a request with retries, proxy failover and redirects followed by hand.
 
@@ -320,7 +334,8 @@ class Client:
         or any other URL (a target). ``routed`` marks a request sent to a target chosen from the
         cached map: a redirect then means the map is stale, so it is dropped; a connection
         failure drops it too and sends the request through a proxy instead. ``idempotent``
-        overrides the method's default (True for GET/HEAD/PUT/DELETE). Raises a ``GristError``
+        overrides the method's default (True for GET/HEAD/PUT/DELETE). ``chunked`` sends an
+        iterable body with ``Transfer-Encoding: chunked`` (never re-sent). Raises a ``GristError``
         on 4xx/5xx (unless ``raise_for_status`` is False) and ``ConnectionFailed`` when the
         retry policy gives up on a connection error.
         """
@@ -332,6 +347,8 @@ class Client:
         if hasattr(body, "read"):
             replayable = _seekable(body)
             pos = body.tell() if replayable else None
+        if chunked:
+            replayable = False
         proxy_path = self._proxy_path(url)
         headers = self._headers(headers)
         started = time.monotonic()
@@ -342,7 +359,7 @@ class Client:
             first = self.endpoint + proxy_path if proxy_path is not None else url
             failed_url, error, retry_after, resp = first, None, None, None
             try:
-                resp = self._follow(method, first, body, pos, headers, stream, routed)
+                resp = self._follow(method, first, body, pos, headers, stream, routed, chunked)
             except _Hop as hop:
                 failed_url, error = hop.url, hop.error
             if resp is not None:
@@ -398,14 +415,14 @@ class Client:
         return resp
 
     def _follow(self, method: str, url: str, body: Any, pos: Optional[int], headers: Dict[str, str],
-                stream: bool, routed: bool) -> urllib3.BaseHTTPResponse:
+                stream: bool, routed: bool, chunked: bool = False) -> urllib3.BaseHTTPResponse:
         """One attempt: the request and the redirects it gets (re-sending the body, rewinding
         files). Connection errors come out as ``_Hop`` naming the URL that failed."""
         for _ in range(_MAX_HOPS + 1):
             try:
                 resp = self._http.urlopen(
                     method, url, body=body, headers=headers, redirect=False,
-                    preload_content=not stream, assert_same_host=False,
+                    preload_content=not stream, assert_same_host=False, chunked=chunked,
                 )
             except (*_NOT_SENT, *_MAYBE_SENT) as e:
                 raise _Hop(url, e) from e
@@ -419,6 +436,8 @@ class Client:
                 self._smap = None
             log.debug("%s %s: %d to %s", method, _path_of(url), resp.status, location)
             url = urljoin(url, location)
+            if chunked:
+                raise GristError(resp.status, f"redirected to {url} but a chunked body cannot be re-sent", url=url)
             if hasattr(body, "read"):
                 if pos is None:
                     raise GristError(resp.status, f"redirected to {url} but the body cannot be re-sent", url=url)
@@ -950,6 +969,30 @@ class Object:
         resp = self._send("PUT", body=data, headers=headers, direct=True)
         return ObjectProps.from_headers(resp.headers, size=size)
 
+    def put_chunks(self, chunks: Iterable[Union[bytes, bytearray, memoryview]]) -> ObjectProps:
+        """Stores the object from an iterable of byte chunks of unknown total length, sent as
+        they come (``Transfer-Encoding: chunked``, straight to the owning target): nothing is
+        buffered here. The object appears only once the last chunk arrived and was stored whole;
+        an exception from ``chunks`` aborts the upload and leaves any previous version. Not
+        retried (the chunks cannot be replayed); see ``open_writer`` for a file-like form."""
+        headers = {"Content-Type": "application/octet-stream"}
+        resp = self._send("PUT", body=(bytes(c) for c in chunks if len(c)), headers=headers,
+                          direct=True, chunked=True, idempotent=False)
+        return ObjectProps.from_headers(resp.headers)
+
+    def open_writer(self, chunk_size: int = _CHUNK, queue_depth: int = 8) -> "ObjectWriter":
+        """A binary file to write the object into, uploaded while it is written (see
+        ``put_chunks``): at most ``queue_depth`` pieces of ``chunk_size`` bytes wait in memory.
+        ``close()`` (or leaving the ``with`` block) finishes the upload and raises if it failed;
+        leaving on an exception aborts it."""
+        return ObjectWriter(self, chunk_size, queue_depth)
+
+    def open_reader(self, buffer_size: int = 4 * _CHUNK) -> "ObjectRangeReader":
+        """A seekable binary file over the object, read with range GETs as it is read (a
+        ``buffer_size`` read-ahead for small reads; large reads go straight into the caller's
+        buffer): for formats that jump around, such as zip or ``torch.load``."""
+        return ObjectRangeReader(self, buffer_size)
+
     def get(self, byte_range: Optional[ByteRange] = None, validate_checksum: bool = False,
             etl: Union[str, List[str], None] = None, etl_args: str = "", *,
             archpath: Optional[str] = None, archregx: Optional[str] = None,
@@ -1033,6 +1076,186 @@ class Object:
     def delete(self) -> None:
         """Deletes the object. Raises ``ObjectNotFound`` if it does not exist."""
         self._send("DELETE")
+
+
+class ObjectWriter(io.RawIOBase):
+    """A binary file whose bytes are uploaded as the object while they are written (see
+    ``Object.open_writer``): writes are cut into pieces of at most ``chunk_size`` bytes that a
+    background thread sends, ``queue_depth`` at most waiting."""
+
+    def __init__(self, obj: Object, chunk_size: int, queue_depth: int):
+        super().__init__()
+        import queue
+        import threading
+
+        self._obj = obj
+        self._chunk = max(1, chunk_size)
+        self._queue: "queue.Queue[Optional[bytes]]" = queue.Queue(maxsize=max(1, queue_depth))
+        self._error: Optional[BaseException] = None
+        self._aborted = False
+        self._written = 0
+        self.props: Optional[ObjectProps] = None
+        self._thread = threading.Thread(target=self._upload, name="gristmill-writer", daemon=True)
+        self._thread.start()
+
+    def _pieces(self) -> Iterator[bytes]:
+        while True:
+            piece = self._queue.get()
+            if piece is None:
+                if self._aborted:
+                    raise RuntimeError("upload aborted")
+                return
+            yield piece
+
+    def _upload(self) -> None:
+        try:
+            self.props = self._obj.put_chunks(self._pieces())
+        except BaseException as e:  # noqa: BLE001 - reported by write/close
+            self._error = e
+            while True:  # unblock a writer waiting on a full queue
+                try:
+                    if self._queue.get_nowait() is None:
+                        break
+                except Exception:  # noqa: BLE001 - queue.Empty
+                    break
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._written
+
+    def write(self, b: Any) -> int:
+        if self.closed:
+            raise ValueError("write to a closed ObjectWriter")
+        view = memoryview(b).cast("B")
+        for at in range(0, len(view), self._chunk):
+            if self._error is not None:
+                raise OSError(f"upload of {self._obj.name} failed: {self._error}") from self._error
+            self._put(bytes(view[at:at + self._chunk]))
+        self._written += len(view)
+        return len(view)
+
+    def _put(self, piece: Optional[bytes]) -> None:
+        import queue
+
+        while self._thread.is_alive():
+            try:
+                self._queue.put(piece, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def abort(self) -> None:
+        """Gives the upload up: the object keeps its previous content (or stays absent)."""
+        if not self.closed:
+            self._aborted = True
+            self._put(None)
+            self._thread.join()
+            super().close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self._put(None)
+        self._thread.join()
+        super().close()
+        if self._error is not None:
+            raise OSError(f"upload of {self._obj.name} failed: {self._error}") from self._error
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.abort()
+            return False
+        self.close()
+        return False
+
+
+class ObjectRangeReader(io.RawIOBase):
+    """A seekable binary file over an object, read with range GETs (see ``Object.open_reader``).
+    The object's version at open is pinned: a rewrite meanwhile makes reads fail rather than
+    mix two versions."""
+
+    def __init__(self, obj: Object, buffer_size: int):
+        super().__init__()
+        self._obj = obj
+        props = obj.head()
+        self.size = props.size
+        self._version = props.version
+        self._buffer_size = max(1, buffer_size)
+        self._pos = 0
+        self._buf = b""
+        self._buf_at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def _range(self, start: int, end: int) -> urllib3.BaseHTTPResponse:
+        resp = self._obj._get((start, end - 1), False, stream=True)
+        version = resp.headers.get("ais-version")
+        if self._version and version and version != self._version:
+            _discard(resp)
+            raise OSError(f"{self._obj.name} changed while it was read (version {self._version} → {version})")
+        return resp
+
+    def readinto(self, b: Any) -> int:
+        """Fills ``b`` (up to the end of the object): a read never comes back short."""
+        view = memoryview(b).cast("B")
+        done = 0
+        while done < len(view):
+            n = self._read_some(view[done:])
+            if n == 0:
+                break
+            done += n
+        return done
+
+    def _read_some(self, view: memoryview) -> int:
+        want = min(len(view), self.size - self._pos)
+        if want <= 0:
+            return 0
+        at = self._pos - self._buf_at
+        if 0 <= at < len(self._buf):
+            n = min(want, len(self._buf) - at)
+            view[:n] = self._buf[at:at + n]
+            self._pos += n
+            return n
+        if want >= self._buffer_size:
+            # A large read: straight into the caller's buffer.
+            resp = self._range(self._pos, self._pos + want)
+            try:
+                n = 0
+                while n < want:
+                    got = resp.readinto(view[n:want])
+                    if not got:
+                        raise OSError(f"{self._obj.name}: range answer ended at {n} of {want} bytes")
+                    n += got
+            finally:
+                _discard(resp)
+            self._pos += want
+            return want
+        end = min(self.size, self._pos + self._buffer_size)
+        resp = self._range(self._pos, end)
+        try:
+            self._buf = resp.read()
+        finally:
+            _discard(resp)
+        self._buf_at = self._pos
+        if len(self._buf) != end - self._pos:
+            raise OSError(f"{self._obj.name}: range answer of {len(self._buf)} bytes, expected {end - self._pos}")
+        return self._read_some(view)
 
 
 class ObjectReader(io.RawIOBase):
