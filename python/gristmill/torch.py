@@ -10,6 +10,8 @@
   batch with one get-batch request (``GET /v1/ml/moss``); names split across ranks and
   workers exactly once per epoch, order shuffled by ``seed + epoch``.
 * ``samples_from_tar`` — the streaming tar → sample grouping on its own, for any file object.
+* ``checkpoint`` — ``save(obj, "ais://b/ckpt/step-100.pt")`` / ``load(...)``: ``torch.save`` and
+  ``torch.load`` streamed to and from an object (see ``gristmill.checkpoint``).
 
 ``ObjectDataset(get_batch=True)`` is the map-style way to the same requests: the DataLoader
 hands it a whole batch of indices (``__getitems__``), fetched with one get-batch, so any
@@ -37,10 +39,11 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from . import checkpoint
 from .client import Bucket, Client
 from .template import expand_template
 
-__all__ = ["BatchDataset", "ObjectDataset", "ShardDataset", "samples_from_tar"]
+__all__ = ["BatchDataset", "ObjectDataset", "ShardDataset", "checkpoint", "samples_from_tar"]
 
 BucketLike = Union[Bucket, str]
 """A ``Bucket``, or a bucket URI such as ``"ais://train"`` (``"train"`` alone means ``ais``)."""
