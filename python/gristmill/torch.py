@@ -503,7 +503,13 @@ class ShardDataset(IterableDataset):
         pending: Optional[Dict[str, Any]] = None
         count = 0
         with self.bucket.object(shard).get_stream(chunk_size=_STREAM_BUFFER) as reader:
-            buffered = io.BufferedReader(reader, buffer_size=_STREAM_BUFFER)
+            buffered: Any = io.BufferedReader(reader, buffer_size=_STREAM_BUFFER)
+            if shard.endswith(".lz4"):
+                # tarfile knows gz/bz2/xz; LZ4 frames (`.tar.lz4`, as `grist archive` and
+                # AIStore write them) are decoded as they stream.
+                import lz4.frame
+
+                buffered = lz4.frame.LZ4FrameFile(buffered, mode="rb")
             for index, sample in enumerate(samples_from_tar(buffered)):
                 count = index + 1
                 if index in skip:

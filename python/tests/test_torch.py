@@ -321,3 +321,26 @@ def test_sample_contents(shard_bucket):
     for s in samples:
         check_sample(s)
         assert s["cls"] == str(s["__index__"] % 10).encode() and s["__shard__"] == "train/shard-0007.tar"
+
+
+def test_compressed_shards_read_like_plain_ones(client, shard_bucket):
+    """`.tar.lz4` (LZ4 frames, as `grist archive` writes them) and `.tgz` shards give the same
+    samples, in the same order, as the plain tar they were made from."""
+    import gzip
+
+    import lz4.frame
+
+    plain = shard_bucket.object("train/shard-0003.tar").get()
+    b = client.bucket(f"torch-z-{uuid.uuid4().hex[:8]}")
+    b.create()
+    try:
+        b.object("z/s.tar.lz4").put(lz4.frame.compress(plain))
+        b.object("z/s.tgz").put(gzip.compress(plain))
+        want = [(s["__key__"], s["bin"], s["cls"]) for s in
+                ShardDataset(shard_bucket, names=["train/shard-0003.tar"], shuffle=False)]
+        assert len(want) == PER_SHARD
+        for name in ("z/s.tar.lz4", "z/s.tgz"):
+            got = [(s["__key__"], s["bin"], s["cls"]) for s in ShardDataset(b, names=[name], shuffle=False)]
+            assert got == want, name
+    finally:
+        b.delete(missing_ok=True)
