@@ -10,6 +10,7 @@
   batch with one get-batch request (``GET /v1/ml/moss``); names split across ranks and
   workers exactly once per epoch, order shuffled by ``seed + epoch``.
 * ``samples_from_tar`` — the streaming tar → sample grouping on its own, for any file object.
+* ``Mix`` — weighted mixing of several datasets, a fixed number of samples per epoch.
 * ``checkpoint`` — ``save(obj, "ais://b/ckpt/step-100.pt")`` / ``load(...)``: ``torch.save`` and
   ``torch.load`` streamed to and from an object (see ``gristmill.checkpoint``).
 
@@ -43,7 +44,7 @@ from . import checkpoint
 from .client import Bucket, Client
 from .template import expand_template
 
-__all__ = ["BatchDataset", "ObjectDataset", "ShardDataset", "checkpoint", "samples_from_tar"]
+__all__ = ["BatchDataset", "Mix", "ObjectDataset", "ShardDataset", "checkpoint", "samples_from_tar"]
 
 BucketLike = Union[Bucket, str]
 """A ``Bucket``, or a bucket URI such as ``"ais://train"`` (``"train"`` alone means ``ais``)."""
@@ -717,3 +718,76 @@ class BatchDataset(IterableDataset):
     def _value(self, key: Key, data: bytes) -> Any:
         value = self.decode(data) if self.decode is not None else data
         return (key, value) if self.with_name else value
+
+
+class Mix(IterableDataset):
+    """Weighted mixing of iterable datasets: ``Mix([(ds_a, 0.7), (ds_b, 0.3)],
+    samples_per_epoch=100_000)``.
+
+    Each epoch yields exactly ``samples_per_epoch`` samples in all (over every rank and
+    DataLoader worker). Which source each sample comes from is one global sequence, drawn
+    with ``random.Random(f"{seed}/{epoch}/mix")`` by the weights (normalised), and split across
+    ranks and workers like shards are, so the proportions hold over the whole job whatever its
+    size; each (rank, worker) takes its samples from its own part of each source (the sources
+    split themselves: ``ShardDataset``, ``BatchDataset`` or any iterable dataset that does; a
+    ``ShardDataset`` needs at least as many shards as ranks × workers). A source that runs out
+    within an epoch starts over (it is upsampled). A dict sample gets
+    ``"__mix__"``: the index of its source. ``set_epoch`` reaches the sources too."""
+
+    def __init__(self, sources: Sequence[Tuple[Any, float]], *, samples_per_epoch: int, seed: int = 0,
+                 rank: Optional[int] = None, world_size: Optional[int] = None):
+        if not sources:
+            raise ValueError("Mix needs at least one (dataset, weight)")
+        weights = [float(w) for _, w in sources]
+        if any(w < 0 for w in weights) or sum(weights) <= 0:
+            raise ValueError(f"Mix weights must be >= 0 with a positive sum, not {weights}")
+        if samples_per_epoch <= 0:
+            raise ValueError("samples_per_epoch must be positive")
+        self.sources = [ds for ds, _ in sources]
+        self.weights = [w / sum(weights) for w in weights]
+        self.samples_per_epoch = int(samples_per_epoch)
+        self.seed = seed
+        self.rank, self.world_size = rank, world_size
+        self._epoch = _SharedEpoch(0)
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{w:.3f}" for w in self.weights)
+        return f"Mix({len(self.sources)} sources, weights [{parts}], {self.samples_per_epoch} per epoch)"
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch.value
+
+    def set_epoch(self, epoch: int) -> None:
+        """Selects the epoch of the next iteration, here and in every source that has epochs."""
+        self._epoch.value = int(epoch)
+        for ds in self.sources:
+            if hasattr(ds, "set_epoch"):
+                ds.set_epoch(int(epoch))
+
+    def choices(self, epoch: Optional[int] = None) -> List[int]:
+        """The source of every sample of ``epoch`` (default: the current one), before the split."""
+        e = self.epoch if epoch is None else epoch
+        rng = random.Random(f"{self.seed}/{e}/mix")
+        return rng.choices(range(len(self.sources)), weights=self.weights, k=self.samples_per_epoch)
+
+    def __iter__(self) -> Iterator[Any]:
+        rank, world_size = _rank_and_world(self.rank, self.world_size)
+        worker, num_workers = _worker()
+        mine = _share(self.choices(), rank, world_size, worker, num_workers)
+        iters: List[Optional[Iterator[Any]]] = [None] * len(self.sources)
+        for src in mine:
+            sample = self._next(iters, src)
+            if isinstance(sample, dict):
+                sample["__mix__"] = src
+            yield sample
+
+    def _next(self, iters: List[Optional[Iterator[Any]]], src: int) -> Any:
+        for fresh in (False, True):
+            if iters[src] is None or fresh:
+                iters[src] = iter(self.sources[src])
+            try:
+                return next(iters[src])
+            except StopIteration:
+                continue
+        raise ValueError(f"Mix source {src} ({self.sources[src]!r}) yields no samples here")

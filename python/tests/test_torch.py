@@ -344,3 +344,56 @@ def test_compressed_shards_read_like_plain_ones(client, shard_bucket):
             assert got == want, name
     finally:
         b.delete(missing_ok=True)
+
+
+class _Numbers(torch.utils.data.IterableDataset):
+    """An in-memory source for mixing: ``tag`` and a running number, split across workers."""
+
+    def __init__(self, tag: str, n: int):
+        self.tag, self.n = tag, n
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        w, nw = (info.id, info.num_workers) if info else (0, 1)
+        return ({"tag": self.tag, "i": i} for i in range(w, self.n, nw))
+
+
+def test_mix_proportions_over_100k_samples():
+    from gristmill.torch import Mix
+
+    mix = Mix([(_Numbers("a", 1000), 0.7), (_Numbers("b", 300), 0.2), (_Numbers("c", 50), 0.1)],
+              samples_per_epoch=100_000, seed=3)
+    tags = [s["tag"] for s in mix]
+    assert len(tags) == 100_000
+    for tag, want in (("a", 0.7), ("b", 0.2), ("c", 0.1)):
+        assert abs(tags.count(tag) / 100_000 - want) < 0.01, tag
+    # One global sequence: another epoch differs, the same epoch repeats.
+    assert [s["__mix__"] for s in mix] == mix.choices()
+    mix.set_epoch(1)
+    assert mix.choices() != mix.choices(0)
+    with pytest.raises(ValueError):
+        Mix([(_Numbers("a", 1), -1)], samples_per_epoch=10)
+
+
+def test_mix_of_shard_datasets_over_ranks_and_workers(shard_bucket):
+    """Two ShardDatasets (2,500 and 1,000 samples) mixed 1:1 for 4,000 samples per epoch, read by
+    2 ranks × 2 DataLoader workers: exactly 4,000 samples in all, each consumer's sources the
+    ones the global sequence gives it, the small source upsampled, every sample whole."""
+    from gristmill.torch import Mix
+
+    seen = []
+    for rank in range(2):
+        big = ShardDataset(shard_bucket, names=[f"train/shard-{i:04d}.tar" for i in range(10)],
+                           rank=rank, world_size=2, seed=1)
+        small = ShardDataset(shard_bucket, names=[f"train/shard-{i:04d}.tar" for i in range(20, 24)],
+                             rank=rank, world_size=2, seed=1)
+        mix = Mix([(big, 1.0), (small, 1.0)], samples_per_epoch=4000, seed=9, rank=rank, world_size=2)
+        loader = DataLoader(mix, batch_size=None, num_workers=2)
+        for s in loader:
+            check_sample(s)
+            seen.append((s["__mix__"], s["__shard__"]))
+    assert len(seen) == 4000
+    sources = [m for m, _ in seen]
+    assert sorted(sources) == sorted(mix.choices())
+    assert abs(sources.count(1) / 4000 - 0.5) < 0.05
+    assert all((m == 1) == (shard >= "train/shard-0020.tar") for m, shard in seen)
