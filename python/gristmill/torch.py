@@ -439,6 +439,7 @@ class ShardDataset(IterableDataset):
         self.decode = decode
         self._epoch = _SharedEpoch(0)
         self._progress = _Progress()  # filled by mark_consumed in the training process
+        self._yielded = _Progress()  # what this copy's iteration handed out (a worker's own state)
         self._resume: Optional[Tuple[int, _Progress]] = None  # (epoch, what to skip) from load_state_dict
         self._fingerprint = zlib.crc32("\0".join(self.shards).encode())
 
@@ -459,6 +460,7 @@ class ShardDataset(IterableDataset):
         if epoch != self._epoch.value:
             self._epoch.value = epoch
             self._progress = _Progress()
+            self._yielded = _Progress()
             self._resume = None
 
     def epoch_order(self, epoch: Optional[int] = None) -> List[str]:
@@ -478,11 +480,13 @@ class ShardDataset(IterableDataset):
         shards = self.assigned_shards(worker, num_workers, epoch)
         resume, self._resume = self._resume, None  # a loaded state applies to one iteration...
         skip = resume[1] if resume is not None and resume[0] == epoch else _Progress()  # ...of its epoch
+        self._yielded = _Progress.from_state(skip.to_state())
         samples = self._stream(shards, skip)
         if self.shuffle_buffer > 0:
             rng = random.Random(f"{self.seed}/{epoch}/{self.rank}/{self.world_size}/{worker}/{num_workers}")
             samples = _shuffled(samples, self.shuffle_buffer, rng)
         for sample in samples:
+            self._yielded.add(sample["__shard__"], sample["__index__"], sample["__shard_size__"])
             if self.decode is None:
                 yield sample
                 continue
@@ -552,8 +556,13 @@ class ShardDataset(IterableDataset):
             self._progress.add(shard, int(index), int(size))
 
     def state_dict(self) -> Dict[str, Any]:
-        """The epoch and what of it this process has consumed (as told by ``mark_consumed``):
-        a small JSON-able dict to store in the training checkpoint."""
+        """The epoch and what of it has been consumed: in the training process, what
+        ``mark_consumed`` was told; in a DataLoader worker (torchdata's ``StatefulDataLoader``
+        asks each worker's dataset after every batch it hands over), what that worker's
+        iteration yielded. A small JSON-able dict to store in the training checkpoint."""
+        progress = _Progress()
+        progress.merge(self._progress)
+        progress.merge(self._yielded)
         return {
             "version": 1,
             "epoch": self.epoch,
@@ -561,7 +570,7 @@ class ShardDataset(IterableDataset):
             "shuffle": self.shuffle,
             "shards": len(self.shards),
             "fingerprint": self._fingerprint,
-            **self._progress.to_state(),
+            **progress.to_state(),
         }
 
     def load_state_dict(self, state: Union[Dict[str, Any], Sequence[Dict[str, Any]]]) -> None:

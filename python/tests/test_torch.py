@@ -397,3 +397,31 @@ def test_mix_of_shard_datasets_over_ranks_and_workers(shard_bucket):
     assert sorted(sources) == sorted(mix.choices())
     assert abs(sources.count(1) / 4000 - 0.5) < 0.05
     assert all((m == 1) == (shard >= "train/shard-0020.tar") for m, shard in seen)
+
+
+def test_stateful_dataloader_round_trip_mid_epoch(shard_bucket):
+    """torchdata's StatefulDataLoader saves and restores ShardDataset mid-epoch by itself (each
+    worker's dataset reports what it handed over; no ``mark_consumed``): the resumed loader
+    yields exactly the samples the first one had not, with or without a shuffle buffer."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    template = "train/shard-{0000..0011}.tar"  # 3,000 samples
+    for shuffle_buffer in (0, 50):
+        def make():
+            ds = ShardDataset(shard_bucket, template=template, seed=4, shuffle_buffer=shuffle_buffer)
+            ds.set_epoch(2)
+            return ds, StatefulDataLoader(ds, batch_size=10, num_workers=3)
+
+        ds, loader = make()
+        before = []
+        for i, batch in enumerate(loader):
+            before += batch["__key__"]
+            if i == 111:
+                state = loader.state_dict()
+                break
+        del loader
+        ds, loader = make()
+        loader.load_state_dict(state)
+        after = [k for batch in loader for k in batch["__key__"]]
+        assert len(before) == 1120 and not set(before) & set(after), shuffle_buffer
+        assert sorted(before + after) == sorted(all_keys(12, PER_SHARD)), shuffle_buffer
