@@ -645,6 +645,19 @@ class BatchDataset(IterableDataset):
             warning) instead of failing with ``ObjectNotFound`` & co.
         output_format: the archive format on the wire (``.tar``, ``.tgz``, ``.zip``).
         client: the client for a bucket given as a URI.
+        global_order: one sample order for the whole job, independent of the number of ranks
+            and workers (see below), so a job resumes on another topology where it stopped.
+
+    **Global order** (``global_order=True``). The epoch's item order is cut into global steps
+    of ``world_size × batch_size`` items; at step ``t`` rank ``r`` gets the ``r``-th
+    ``batch_size`` slice of step ``t``, and DataLoader worker ``w`` of ``W`` reads the steps
+    ``t ≡ w (mod W)``, so the loader hands a rank its batches in step order. The order depends
+    only on ``seed`` and the epoch: after ``n`` steps the job has consumed exactly the first
+    ``position(n)`` items, whatever its size. Store ``state_dict(steps=n)`` in the checkpoint
+    and pass it to ``load_state_dict`` of a dataset built with any ``world_size`` and workers:
+    the rest of the epoch follows in the same global order. With ``drop_last`` a short last
+    step is dropped on every rank (ranks stay in step, as DDP needs); without it the ranks of
+    the last step get what is left (some possibly nothing).
 
     **Splitting.** For epoch ``e`` the item list is (optionally) shuffled, rank ``r`` of
     ``R`` takes ``order[r::R]``, DataLoader worker ``w`` of ``W`` takes ``mine[w::W]`` and
@@ -665,7 +678,7 @@ class BatchDataset(IterableDataset):
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  decode: Optional[Callable[[bytes], Any]] = None, with_name: bool = False,
                  batched: bool = True, continue_on_error: bool = False, output_format: str = ".tar",
-                 client: Optional[Client] = None):
+                 client: Optional[Client] = None, global_order: bool = False):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         self.bucket = _resolve_bucket(bucket, client)
@@ -681,7 +694,9 @@ class BatchDataset(IterableDataset):
         self.batched = batched
         self.continue_on_error = continue_on_error
         self.output_format = output_format
+        self.global_order = global_order
         self._epoch = _SharedEpoch(0)
+        self._start: Optional[Tuple[int, int]] = None  # (epoch, position) from load_state_dict
 
     def __repr__(self) -> str:
         return (f"BatchDataset({self.bucket!r}, {len(self.keys)} items, batch_size {self.batch_size}, "
@@ -699,10 +714,59 @@ class BatchDataset(IterableDataset):
         """All items in the order of ``epoch`` (default: the current one), before the split."""
         return _epoch_order(self.keys, self.shuffle, self.seed, self.epoch if epoch is None else epoch)
 
+    # ---- global order: positions and resume ----
+
+    def _start_of(self, epoch: int) -> int:
+        return self._start[1] if self._start is not None and self._start[0] == epoch else 0
+
+    def position(self, steps: int) -> int:
+        """Items of the current epoch's order consumed by the whole job after ``steps`` global
+        steps of this iteration (counted from the loaded position, if any)."""
+        if not self.global_order:
+            raise ValueError("position() needs global_order=True")
+        end = self._start_of(self.epoch) + steps * self.batch_size * self.world_size
+        return min(end, len(self.keys))
+
+    def state_dict(self, steps: int = 0) -> Dict[str, Any]:
+        """Where the job is after ``steps`` global steps of this epoch (``global_order=True``):
+        a small JSON-able dict for the training checkpoint, valid for any topology."""
+        return {"version": 1, "epoch": self.epoch, "position": self.position(steps),
+                "seed": self.seed, "shuffle": self.shuffle, "items": len(self.keys),
+                "fingerprint": zlib.crc32(repr(self.keys).encode())}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Resumes the state's epoch at its position (call it before the first
+        ``iter(loader)``); later epochs are whole."""
+        if not self.global_order:
+            raise ValueError("load_state_dict needs global_order=True")
+        if state.get("version") != 1:
+            raise ValueError(f"unknown BatchDataset state version {state.get('version')!r}")
+        if (state["items"], state["fingerprint"]) != (len(self.keys), zlib.crc32(repr(self.keys).encode())):
+            raise ValueError("the state belongs to a different list of items")
+        if (state["seed"], state["shuffle"]) != (self.seed, self.shuffle):
+            raise ValueError("the state was taken with a different seed or shuffle setting")
+        self._epoch.value = int(state["epoch"])
+        self._start = (int(state["epoch"]), int(state["position"]))
+
+    def global_steps(self, epoch: Optional[int] = None) -> List[List[Key]]:
+        """This rank's batch of every global step left in ``epoch`` (``global_order=True``)."""
+        e = self.epoch if epoch is None else epoch
+        order = self.epoch_order(e)[self._start_of(e):]
+        step_size = self.batch_size * self.world_size
+        steps = []
+        for at in range(0, len(order), step_size):
+            step = order[at:at + step_size]
+            if len(step) < step_size and self.drop_last:
+                break
+            steps.append(step[self.rank * self.batch_size:(self.rank + 1) * self.batch_size])
+        return steps
+
     def assigned_batches(self, worker: int = 0, num_workers: int = 1,
                          epoch: Optional[int] = None) -> List[List[Key]]:
         """The batches (one request each) that DataLoader worker ``worker`` of ``num_workers``
         on this rank reads in ``epoch``, in order."""
+        if self.global_order:
+            return [b for b in self.global_steps(epoch)[worker::num_workers] if b]
         mine = _share(self.epoch_order(epoch), self.rank, self.world_size, worker, num_workers)
         batches = [mine[i:i + self.batch_size] for i in range(0, len(mine), self.batch_size)]
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
