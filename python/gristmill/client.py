@@ -256,6 +256,46 @@ class Client:
                       len(smap.get("tmap") or {}), len(smap.get("pmap") or {}))
         return smap
 
+    def login(self, user: str, password: str, ttl: str = "") -> str:
+        """Logs in as ``user`` (a cluster with auth on): the token is kept for every later
+        request of this client and returned (for ``$GRIST_TOKEN`` or another client). ``ttl``:
+        the token's lifetime, such as ``"12h"`` (empty: the cluster's default)."""
+        body = json.dumps({"name": user, "password": password, "ttl": ttl}).encode()
+        resp = self._request("POST", "/v1/auth/login", body=body, headers=_JSON, subject="user",
+                             idempotent=False)
+        self.token = json.loads(resp.data)["token"]
+        return self.token
+
+    def whoami(self) -> Dict[str, Any]:
+        """The user this client's token belongs to (name, roles)."""
+        return json.loads(self._request("GET", "/v1/auth/whoami").data)
+
+    def reshard(self, bucket: "Bucket", to: Optional["Bucket"] = None, *,
+                input_template: Optional[str] = None, input_prefix: Optional[str] = None,
+                output_template: str = "shard-{00000..}.tar", shard_size: int = 64 << 20,
+                algorithm: str = "", seed: str = "", decreasing: bool = False,
+                spec: Optional[Dict[str, Any]] = None) -> "Job":
+        """Starts a reshard of ``bucket``'s shards (see ``Bucket.reshard``); returns its job."""
+        from .jobs import Job
+
+        out = to or bucket
+        req: Dict[str, Any] = {
+            "input_bck": {"name": bucket.name, "provider": bucket.provider},
+            "output_bck": {"name": out.name, "provider": out.provider},
+            "output_format": output_template,
+            "output_shard_size": int(shard_size),
+        }
+        if input_template:
+            req["input_format"] = {"template": input_template}
+        elif input_prefix:
+            req["input_format"] = {"prefix": input_prefix}
+        if algorithm or seed or decreasing:
+            req["algorithm"] = {"kind": algorithm, "seed": seed, "decreasing": decreasing}
+        req.update(spec or {})
+        resp = self._request("POST", "/v1/sort", body=json.dumps(req).encode(), headers=_JSON,
+                             idempotent=False)
+        return Job(self, resp.data.decode().strip())
+
     def cluster(self) -> "ClusterInfo":
         """The cluster now: every node (role, URL, state, mountpaths) and the capacity of the
         targets' file systems (each counted once however many mountpaths share it). One
@@ -692,6 +732,39 @@ class Bucket:
                              "ext": ext or {}, "dry_run": dry_run, "num-workers": num_workers}
         return self._job("POST", "etl-bck", v, self._bck_to(to))
 
+    def archive(self, archname: str, to: Optional["Bucket"] = None, names: Optional[List[str]] = None,
+                template: Optional[str] = None, prefix: Optional[str] = None, *,
+                shard_size: int = 0, mime: str = "", include_bucket: bool = False,
+                append: bool = False, continue_on_error: bool = False) -> "Job":
+        """Packs objects of this bucket (all, or a selection) into a shard ``archname`` of ``to``
+        (default: this bucket), a job. The format follows ``archname``'s extension (``.tar``,
+        ``.tgz``/``.tar.gz``, ``.tar.lz4``, ``.zip``) unless ``mime`` says otherwise. With
+        ``shard_size`` (bytes) ``archname`` is a series template such as ``"out-{0000..}.tar"``
+        and a new shard starts whenever one reaches that size. ``include_bucket`` names members
+        ``bucket/object``; ``append`` adds to an existing shard instead of replacing it."""
+        from .jobs import selection
+
+        v: Dict[str, Any] = {**selection(names, template, prefix), "archname": archname,
+                             "isbn": include_bucket, "aate": append, "coer": continue_on_error}
+        if mime:
+            v["mime"] = mime
+        if shard_size:
+            v["shard_size"] = int(shard_size)
+        return self._job("PUT", "archive", v, self._bck_to(to or self))
+
+    def reshard(self, to: Optional["Bucket"] = None, *, input_template: Optional[str] = None,
+                input_prefix: Optional[str] = None, output_template: str = "shard-{00000..}.tar",
+                shard_size: int = 64 << 20, algorithm: str = "", seed: str = "",
+                decreasing: bool = False, spec: Optional[Dict[str, Any]] = None) -> "Job":
+        """Re-packs the samples of this bucket's shards into new shards of about ``shard_size``
+        bytes named by ``output_template`` in ``to`` (default: this bucket), never splitting a
+        sample (AIStore's dsort), a job. ``algorithm``: ``alphanumeric`` (by sample key, the
+        default; ``decreasing`` reverses it), ``shuffle`` (seeded by ``seed``) or ``none``
+        (input order). ``spec`` adds or overrides any field of the dsort request."""
+        return self.client.reshard(self, to, input_template=input_template, input_prefix=input_prefix,
+                                   output_template=output_template, shard_size=shard_size,
+                                   algorithm=algorithm, seed=seed, decreasing=decreasing, spec=spec)
+
     def set_props(self, **patch: Any) -> Optional["Job"]:
         """Changes bucket properties: ``set_props(lru={"quota": 10 << 30}, mirror={"copies": 2},
         versioning={"validate_warm_get": True})``. A change of ``mirror.copies`` starts a
@@ -968,6 +1041,14 @@ class Object:
         headers = {"Content-Length": str(size), "Content-Type": "application/octet-stream"}
         resp = self._send("PUT", body=data, headers=headers, direct=True)
         return ObjectProps.from_headers(resp.headers, size=size)
+
+    def append_member(self, member: str, data: Union[bytes, bytearray, memoryview]) -> None:
+        """Adds a file ``member`` with ``data`` to this shard (a ``.tar``, created when missing),
+        in place on its target. Raises ``Conflict`` if the shard already has that member."""
+        if not member:
+            raise ValueError("name the member to append")
+        self._send("PUT", query=urlencode({"archpath": member}), body=bytes(data),
+                   headers={"Content-Type": "application/octet-stream"}, direct=True, idempotent=False)
 
     def put_chunks(self, chunks: Iterable[Union[bytes, bytearray, memoryview]]) -> ObjectProps:
         """Stores the object from an iterable of byte chunks of unknown total length, sent as

@@ -332,3 +332,55 @@ def test_append_and_hostile(cluster, bucket):
         assert r.status == 400, (name, r.status, r.data)
         assert json.loads(r.data)["message"]
     assert bucket.object("grow.tar").get() == data
+
+
+def test_sdk_archive_reshard_and_append(cluster, bucket):
+    """The SDK's shard jobs: ``Bucket.archive`` packs objects into a shard (and a series by
+    size), ``Bucket.reshard`` re-packs shards' samples into new shards of a size (every
+    sample once, whole), ``Object.append_member`` grows a shard in place."""
+    from gristmill import Conflict
+
+    objs = {f"src/{i:03d}.bin": os.urandom(500 + i) for i in range(30)}
+    for name, data in objs.items():
+        bucket.object(name).put(data)
+    bucket.archive("packed.tar", prefix="src/").wait()
+    with tarfile.open(fileobj=io.BytesIO(bucket.object("packed.tar").get())) as t:
+        assert {m.name: t.extractfile(m).read() for m in t.getmembers()} == objs
+    bucket.archive("series-{00..}.tar", prefix="src/", shard_size=5000).wait()
+    series = [e.name for e in bucket.list_all_objects(prefix="series-")]
+    assert len(series) >= 3
+    members = []
+    for name in series:
+        with tarfile.open(fileobj=io.BytesIO(bucket.object(name).get())) as t:
+            members += t.getnames()
+    assert sorted(members) == sorted(objs)
+
+    # Reshard 3 shards of 10 samples (.bin + .cls) into shards of ~6 KB.
+    for s in range(3):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as t:
+            for i in range(10):
+                for ext, data in (("bin", os.urandom(700)), ("cls", str(i).encode())):
+                    ti = tarfile.TarInfo(f"s{s}-{i:02d}.{ext}")
+                    ti.size = len(data)
+                    t.addfile(ti, io.BytesIO(data))
+        bucket.object(f"in/shard-{s}.tar").put(buf.getvalue())
+    out = bucket.client.bucket(f"{bucket.name}-out")
+    bucket.reshard(out, input_template="in/shard-{0..2}.tar", output_template="out-{000..}.tar",
+                   shard_size=6000).wait()
+    keys = []
+    for e in out.list_all_objects():
+        with tarfile.open(fileobj=io.BytesIO(out.object(e.name).get())) as t:
+            names = t.getnames()
+        keys += sorted({n.rsplit(".", 1)[0] for n in names})
+        assert len(names) == 2 * len({n.rsplit(".", 1)[0] for n in names})  # samples whole
+    assert sorted(keys) == sorted(f"s{s}-{i:02d}" for s in range(3) for i in range(10))
+    assert len(out.list_all_objects()) >= 3
+    out.delete()
+
+    shard = bucket.object("grown.tar")
+    shard.append_member("a.txt", b"first")
+    shard.append_member("b.txt", b"second")
+    assert shard.get(archpath="b.txt") == b"second"
+    with pytest.raises(Conflict):
+        shard.append_member("a.txt", b"again")

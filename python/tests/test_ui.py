@@ -274,3 +274,22 @@ def test_dashboard_shows_the_map_live_load_and_a_running_job(auth_playground, ad
     finally:
         job.stop()
         etl.delete()
+
+
+def test_sdk_login_keeps_the_token(auth_playground):
+    """``Client.login``: a wrong password is refused (401), a right one returns a token the
+    client keeps for its next requests; ``whoami`` names the user. (Here for the auth-on
+    playground this module starts.)"""
+    from gristmill import Unauthorized
+
+    endpoint, password = auth_playground
+    c = Client(endpoint)
+    with pytest.raises(Unauthorized):
+        c.login("admin", "not-the-password")
+    with pytest.raises(Unauthorized):
+        c.list_buckets()
+    token = c.login("admin", password, ttl="1h")
+    assert token and c.token == token
+    assert c.whoami()["name"] == "admin"
+    c.bucket("login-made").create(exist_ok=True)
+    assert "login-made" in [b.name for b in Client(endpoint, token=token).list_buckets()]
