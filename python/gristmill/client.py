@@ -43,6 +43,7 @@ from .errors import (
     ConnectionFailed,
     GristError,
     NotFound,
+    ObjectNotFound,
     error_from_response,
 )
 from .retry import IDEMPOTENT_METHODS, RetryPolicy, as_policy, parse_retry_after
@@ -731,6 +732,39 @@ class Bucket:
         v: Dict[str, Any] = {**selection(names, template, prefix), "id": names_, "etl_args": args,
                              "ext": ext or {}, "dry_run": dry_run, "num-workers": num_workers}
         return self._job("POST", "etl-bck", v, self._bck_to(to))
+
+    def delete_objects(self, names: Optional[List[str]] = None, template: Optional[str] = None,
+                       prefix: Optional[str] = None, *, workers: int = 16) -> List[str]:
+        """Deletes the objects named by exactly one of ``names``, a brace ``template``
+        (``"img-{0000..0999}.jpg"``) or a ``prefix`` (listed first), ``workers`` at a time,
+        each straight at its owner; returns the names deleted. Names in the list or the
+        template that do not exist are skipped; any other failure raises after the rest."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from .template import expand_template
+
+        given = [x for x in (names, template, prefix) if x]
+        if len(given) != 1:
+            raise ValueError("give exactly one of names, template or prefix (all objects: prefix=\"\" is refused)")
+        if names:
+            todo = list(names)
+        elif template:
+            todo = expand_template(template)
+        else:
+            todo = [e.name for e in self.list_objects_iter(prefix=prefix or "")]
+
+        def one(name: str) -> Optional[str]:
+            try:
+                self.object(name)._send("DELETE", direct=self.client.direct)
+                return name
+            except ObjectNotFound:
+                return None
+
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            results = list(pool.map(one, todo))
+        deleted = [n for n in results if n is not None]
+        log.info("%r: deleted %d of %d objects", self, len(deleted), len(todo))
+        return deleted
 
     def archive(self, archname: str, to: Optional["Bucket"] = None, names: Optional[List[str]] = None,
                 template: Optional[str] = None, prefix: Optional[str] = None, *,

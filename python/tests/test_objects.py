@@ -277,3 +277,18 @@ def test_range_reader_seeks_like_a_file(bucket):
     with pytest.raises(OSError):
         r.seek(4 * MIB)
         r.read(10)
+
+
+def test_delete_objects_by_names_template_and_prefix(bucket):
+    for i in range(40):
+        bucket.object(f"del/{i:02d}").put(b"x")
+    bucket.object("keep/0").put(b"y")
+    assert bucket.delete_objects(names=["del/00", "del/01", "missing"]) == ["del/00", "del/01"]
+    assert sorted(bucket.delete_objects(template="del/{10..19}")) == [f"del/{i}" for i in range(10, 20)]
+    left = sorted(bucket.delete_objects(prefix="del/", workers=4))
+    assert left == [f"del/{i:02d}" for i in list(range(2, 10)) + list(range(20, 40))]
+    assert [e.name for e in bucket.list_all_objects()] == ["keep/0"]
+    with pytest.raises(ValueError):
+        bucket.delete_objects()
+    with pytest.raises(ValueError):
+        bucket.delete_objects(names=["a"], prefix="b")
