@@ -150,3 +150,73 @@ def test_checkpoint_of_1gib_saves_and_loads_byte_identical_with_bounded_rss(clie
             del view
     finally:
         b.delete(missing_ok=True)
+
+
+def _dcp_save(cluster: str, path: str, mib: int, hang: bool) -> list:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    here = os.path.dirname(__file__)
+    return [subprocess.Popen([sys.executable, os.path.join(here, "dcp_rank.py"), str(r), "2",
+                              f"tcp://127.0.0.1:{port}", cluster, path, str(mib)] + (["hang"] if hang else []),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for r in range(2)]
+
+
+def test_dcp_save_by_two_ranks_loads_and_a_killed_save_does_not(cluster, client):
+    """``gristmill.dcp``: 2 gloo ranks save 2 × 64 MiB with DCP straight to the cluster; the
+    checkpoint loads back equal. A second save whose ranks are killed (-9) after writing their
+    data but before the metadata leaves no ``.metadata``: it does not load, the first still does."""
+    import signal
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from dcp_rank import state_of
+    from gristmill.dcp import GristmillStorageReader
+
+    b = client.bucket(f"dcp-{uuid.uuid4().hex[:8]}")
+    b.create()
+    try:
+        good, partial = f"ais://{b.name}/run/step-1", f"ais://{b.name}/run/step-2"
+        procs = _dcp_save(cluster, good, 64, hang=False)
+        for p in procs:
+            out, _ = p.communicate(timeout=300)
+            assert p.returncode == 0 and "saved" in out, out
+        names = [e.name for e in b.list_all_objects(prefix="run/step-1/")]
+        data = [n for n in names if n.endswith(".distcp")]
+        assert "run/step-1/.metadata" in names
+        assert {n.split("/")[-1][:4] for n in data} == {"__0_", "__1_"}  # each rank's own files
+
+        def load(path):
+            want = {**state_of(0, 64), **state_of(1, 64)}
+            got = {k: torch.empty_like(v) for k, v in want.items()}
+            dcp.load(got, storage_reader=GristmillStorageReader(path, client))
+            return want, got
+
+        want, got = load(good)
+        assert all(torch.equal(got[k], want[k]) for k in want)
+
+        procs = _dcp_save(cluster, partial, 64, hang=True)
+        # Once every data object is in, rank 0 is in `finish` (hanging before the metadata)
+        # and rank 1 waits for it: kill both there.
+        deadline = time.monotonic() + 300
+        while len(b.list_all_objects(prefix="run/step-2/")) < len(data) and time.monotonic() < deadline:
+            assert all(p.poll() is None for p in procs), [p.communicate()[0] for p in procs]
+            time.sleep(0.2)
+        time.sleep(1)
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+        names = [e.name for e in b.list_all_objects(prefix="run/step-2/")]
+        assert names and not any(n.endswith(".metadata") for n in names), names
+        with pytest.raises(CheckpointException, match="metadata"):  # a BaseException in DCP
+            load(partial)
+        want, got = load(good)
+        assert all(torch.equal(got[k], want[k]) for k in want)
+    finally:
+        b.delete(missing_ok=True)
