@@ -385,6 +385,12 @@ class ShardDataset(IterableDataset):
         shuffle_buffer: if > 0, samples pass through a buffer of this many samples and leave it
             in random order (seeded by seed, epoch, rank and worker); it holds raw samples, so
             it costs ``shuffle_buffer × sample size`` of memory per worker.
+        interleave: if > 1, each worker streams this many of its shards at once and takes
+            each next sample from one of them at random (seeded like the buffer), opening the
+            next shard when one ends — a block shuffle across shards whose memory is a few
+            stream buffers, not samples: neighbours come from different shards (about
+            ``1/interleave`` of adjacent pairs share one, against nearly all without it).
+            Combine with ``shuffle_buffer`` to also mix within shards.
         rank, world_size: this process's place in data-parallel training; by default taken
             from ``torch.distributed`` when its process group is initialized (initialize it
             before building the dataset), else 0 and 1.
@@ -425,7 +431,10 @@ class ShardDataset(IterableDataset):
                  shuffle: bool = True, seed: int = 0, shuffle_buffer: int = 0,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  decode: Optional[Callable[[Dict[str, Any]], Any]] = None,
-                 client: Optional[Client] = None):
+                 client: Optional[Client] = None, interleave: int = 1):
+        if interleave < 1:
+            raise ValueError("interleave must be >= 1")
+        self.interleave = int(interleave)
         self.bucket = _resolve_bucket(bucket, client)
         self.shards: List[str] = _select_names(self.bucket, prefix, names, template)
         if len(set(self.shards)) != len(self.shards):
@@ -482,6 +491,9 @@ class ShardDataset(IterableDataset):
         skip = resume[1] if resume is not None and resume[0] == epoch else _Progress()  # ...of its epoch
         self._yielded = _Progress.from_state(skip.to_state())
         samples = self._stream(shards, skip)
+        if self.interleave > 1:
+            rng = random.Random(f"{self.seed}/{epoch}/{self.rank}/{self.world_size}/{worker}/{num_workers}/mix")
+            samples = self._interleaved(shards, skip, rng)
         if self.shuffle_buffer > 0:
             rng = random.Random(f"{self.seed}/{epoch}/{self.rank}/{self.world_size}/{worker}/{num_workers}")
             samples = _shuffled(samples, self.shuffle_buffer, rng)
@@ -501,6 +513,28 @@ class ShardDataset(IterableDataset):
             if shard in skip.complete:
                 continue
             yield from self._shard_samples(shard, skip.consumed(shard))
+
+    def _interleaved(self, shards: Sequence[str], skip: _Progress, rng: random.Random) -> Iterator[Dict[str, Any]]:
+        """Samples of ``shards``, ``interleave`` shards open at a time, each next sample from a
+        random one of them."""
+        todo = [s for s in shards if s not in skip.complete]
+        todo.reverse()  # pop() takes them in reading order
+        open_: List[Iterator[Dict[str, Any]]] = []
+        try:
+            while todo or open_:
+                while todo and len(open_) < self.interleave:
+                    shard = todo.pop()
+                    open_.append(self._shard_samples(shard, skip.consumed(shard)))
+                i = rng.randrange(len(open_))
+                try:
+                    yield next(open_[i])
+                except StopIteration:
+                    open_.pop(i)
+        finally:
+            for it in open_:
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
 
     def _shard_samples(self, shard: str, skip: Set[int]) -> Iterator[Dict[str, Any]]:
         scheme = _SCHEMES.get(self.bucket.provider, self.bucket.provider)
