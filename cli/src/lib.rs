@@ -6,11 +6,13 @@
 
 pub mod auth;
 pub mod cluster;
+pub mod config;
 pub mod etl;
 pub mod jobs;
 pub mod performance;
 pub mod shards;
 pub mod storage;
+pub mod transfer;
 
 /// Sets up `tracing` from `RUST_LOG` (else the `default` filter), logging to stderr.
 pub fn init_tracing(default: &str) {

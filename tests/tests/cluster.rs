@@ -899,6 +899,179 @@ async fn grist_cli_end_to_end() {
 
 /// Settings reach a real node through the layers (file, then variables over it), and a wrong
 /// value stops `gristd` at start with an error naming the setting instead of being ignored.
+/// `grist get --prefix/--template` into a directory (1,000 objects, byte-identical, in
+/// parallel), `grist rmo --prefix/--template` (refused without a yes, done with -y), the endpoint
+/// from `$AIS_ENDPOINT` and from the CLI config file, and completion scripts for three shells.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grist_many_objects_endpoints_and_completions() {
+    let c = Cluster::start(3, 1).await.unwrap();
+    c.create_bucket("many").await.unwrap();
+    futures::stream::iter(0..1000usize)
+        .for_each_concurrent(32, |i| {
+            let c = &c;
+            async move {
+                let r = put(
+                    c,
+                    "many",
+                    &format!("p/{i:04}.bin"),
+                    content(i as u64, 100 + i),
+                )
+                .await;
+                assert!(r.status().is_success());
+            }
+        })
+        .await;
+    put(&c, "many", "other/x", b"not selected".to_vec()).await;
+    let bin = gristmill_tests::gristd_bin().with_file_name("grist");
+    let endpoint = c.endpoint.clone();
+    tokio::task::spawn_blocking(move || {
+        let work = tempfile::tempdir().unwrap();
+        let run = |args: &[&str], env: &[(&str, &str)], stdin: &str| {
+            use std::io::Write;
+            let mut cmd = std::process::Command::new(&bin);
+            cmd.args(args)
+                .env_remove("GRIST_ENDPOINT")
+                .env_remove("AIS_ENDPOINT")
+                .env("GRIST_CONFIG", work.path().join("absent.toml"))
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            for (k, v) in env {
+                cmd.env(k, v);
+            }
+            let mut child = cmd.spawn().unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(stdin.as_bytes())
+                .unwrap();
+            child.wait_with_output().unwrap()
+        };
+        let ok = |out: std::process::Output| {
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let env = [("GRIST_ENDPOINT", endpoint.as_str())];
+
+        // 1,000 objects by prefix into a directory, named by the rest of their names.
+        let dir = work.path().join("all");
+        let d = dir.to_str().unwrap();
+        let out = ok(run(
+            &["--json", "get", "ais://many", "--prefix", "p/", d],
+            &env,
+            "",
+        ));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            (v["objects"].as_u64(), v["missing"].as_u64()),
+            (Some(1000), Some(0))
+        );
+        for i in 0..1000usize {
+            let got = std::fs::read(dir.join(format!("{i:04}.bin"))).unwrap();
+            assert!(got == content(i as u64, 100 + i), "{i:04}.bin differs");
+        }
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1000);
+        // A template: names not listed; the ones that do not exist are counted, not fatal.
+        let dir2 = work.path().join("some");
+        let out = ok(run(
+            &[
+                "--json",
+                "get",
+                "ais://many",
+                "--template",
+                "p/{0995..1004}.bin",
+                dir2.to_str().unwrap(),
+            ],
+            &env,
+            "",
+        ));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            (v["objects"].as_u64(), v["missing"].as_u64()),
+            (Some(5), Some(5))
+        );
+        assert!(dir2.join("p/0999.bin").exists());
+
+        // rmo by prefix: refused unless confirmed.
+        let no = run(&["rmo", "ais://many", "--prefix", "p/00"], &env, "n\n");
+        assert!(!no.status.success());
+        let listed = |prefix: &str| {
+            let out = ok(run(
+                &["--json", "ls", "ais://many", "--prefix", prefix],
+                &env,
+                "",
+            ));
+            serde_json::from_str::<serde_json::Value>(&out)
+                .unwrap()
+                .as_array()
+                .map_or(0, |a| a.len())
+        };
+        assert_eq!(listed("p/00"), 100);
+        let out = ok(run(&["rmo", "ais://many", "--prefix", "p/00"], &env, "y\n"));
+        assert!(out.contains("deleted 100 objects"), "{out}");
+        let out = ok(run(
+            &[
+                "rmo",
+                "ais://many",
+                "--template",
+                "p/{0100..0109}.bin",
+                "-y",
+            ],
+            &env,
+            "",
+        ));
+        assert!(out.contains("deleted 10 objects"), "{out}");
+        assert_eq!(listed("p/"), 890);
+        assert_eq!(listed("other/"), 1);
+
+        // The endpoint from $AIS_ENDPOINT, then from the config file.
+        let out = ok(run(
+            &["--json", "ls"],
+            &[("AIS_ENDPOINT", endpoint.as_str())],
+            "",
+        ));
+        assert!(out.contains("many"), "{out}");
+        let config = work.path().join("config.toml");
+        std::fs::write(&config, format!("endpoint = \"{endpoint}\"\n")).unwrap();
+        let out = ok(run(
+            &["--json", "ls"],
+            &[("GRIST_CONFIG", config.to_str().unwrap())],
+            "",
+        ));
+        assert!(out.contains("many"), "{out}");
+        // Nothing at all: the default endpoint, where nothing listens here.
+        assert!(!run(&["ls"], &[], "").status.success());
+
+        // Completion scripts for three shells; bash's parses.
+        for shell in ["bash", "zsh", "fish"] {
+            let script = ok(run(&["completion", shell], &[], ""));
+            assert!(
+                script.contains("rmo") && script.contains("prefix"),
+                "{shell}"
+            );
+        }
+        let script = work.path().join("grist.bash");
+        std::fs::write(&script, ok(run(&["completion", "bash"], &[], ""))).unwrap();
+        let check = std::process::Command::new("bash")
+            .arg("-n")
+            .arg(&script)
+            .output()
+            .unwrap();
+        assert!(
+            check.status.success(),
+            "{}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_layer_and_a_wrong_value_stops_the_node_at_start() {
     let scratch = tempfile::tempdir().unwrap();

@@ -15,14 +15,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 #[command(name = "grist", version, about = "Gristmill command line")]
 struct Cli {
     /// Cluster endpoint (any proxy); several, comma-separated: the first that accepts a
-    /// connection is used.
-    #[arg(
-        long,
-        global = true,
-        env = "GRIST_ENDPOINT",
-        default_value = "http://127.0.0.1:8080"
-    )]
-    endpoint: String,
+    /// connection is used. Default: $GRIST_ENDPOINT, else $AIS_ENDPOINT, else `endpoint` in
+    /// ~/.config/grist/config.toml, else http://127.0.0.1:8080.
+    #[arg(long, global = true, env = "GRIST_ENDPOINT")]
+    endpoint: Option<String>,
     /// Machine-readable JSON output.
     #[arg(long, global = true)]
     json: bool,
@@ -34,6 +30,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Print a shell completion script: `grist completion bash > /etc/bash_completion.d/grist`,
+    /// `grist completion zsh > "${fpath[1]}/_grist"`, `grist completion fish > ~/.config/fish/completions/grist.fish`.
+    Completion { shell: clap_complete::Shell },
     /// Create or remove buckets.
     #[command(subcommand)]
     Bucket(BucketCmd),
@@ -75,20 +74,48 @@ enum Command {
         #[arg(long)]
         progress: bool,
     },
-    /// Download an object to a file, or to stdout with `-`.
+    /// Download an object to a file, or to stdout with `-`; with --prefix or --template,
+    /// many objects of a bucket into a directory (in parallel).
     Get {
+        /// ais://bucket/object, or ais://bucket with --prefix / --template.
         object: String,
+        /// File (`-`: stdout), or the directory for --prefix / --template (default: `.`).
         destination: Option<String>,
         /// Versioned buckets: this version of the object (`grist ls --versions` lists them).
         #[arg(long)]
         version_id: Option<String>,
+        /// Every object whose name starts with this (listed); saved under the directory
+        /// by the rest of its name.
+        #[arg(long, conflicts_with_all = ["template", "version_id"])]
+        prefix: Option<String>,
+        /// Brace template of names, e.g. `img-{0000..0999}.jpg` (not listed; missing ones are
+        /// skipped and counted).
+        #[arg(long, conflicts_with = "version_id")]
+        template: Option<String>,
+        /// Downloads at once.
+        #[arg(long, default_value_t = 16)]
+        parallel: usize,
     },
-    /// Remove objects (in a versioned bucket: a delete marker, unless --version-id).
+    /// Remove objects (in a versioned bucket: a delete marker, unless --version-id); with
+    /// --prefix or --template, many objects of one bucket, after a confirmation.
     Rmo {
+        /// ais://bucket/object ...; or one ais://bucket with --prefix / --template.
         objects: Vec<String>,
         /// Versioned buckets: delete this version of the one object named, for good.
         #[arg(long)]
         version_id: Option<String>,
+        /// Every object whose name starts with this.
+        #[arg(long, conflicts_with_all = ["template", "version_id"])]
+        prefix: Option<String>,
+        /// Brace template of names.
+        #[arg(long, conflicts_with = "version_id")]
+        template: Option<String>,
+        /// Do not ask for confirmation.
+        #[arg(short = 'y', long)]
+        yes: bool,
+        /// Deletes at once.
+        #[arg(long, default_value_t = 16)]
+        parallel: usize,
     },
     /// Object operations.
     #[command(subcommand)]
@@ -291,6 +318,15 @@ use gristmill_cli::jobs::human;
 async fn main() {
     gristmill_cli::init_tracing("warn");
     let cli = Cli::parse();
+    if let Command::Completion { shell } = cli.command {
+        use clap::CommandFactory;
+        use std::io::Write;
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "grist", &mut script);
+        // A closed pipe (`| head`) is not an error worth a panic.
+        let _ = std::io::stdout().write_all(&script);
+        return;
+    }
     if let Err(e) = run(cli).await {
         eprintln!("Error: {e:#}");
         std::process::exit(1);
@@ -298,7 +334,13 @@ async fn main() {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let client = Client::with_options(&cli.endpoint, &cli.conn.client_options())?;
+    let config = gristmill_cli::config::load()?;
+    let endpoint = gristmill_cli::config::endpoint(cli.endpoint.clone(), &config);
+    let mut options = cli.conn.client_options();
+    if options.token.is_none() {
+        options.token = config.token.clone();
+    }
+    let client = Client::with_options(&endpoint, &options)?;
     match cli.command {
         Command::Bucket(BucketCmd::Create { buckets }) => {
             for b in buckets {
@@ -525,7 +567,44 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Get {
             object: uri,
             destination,
+            prefix,
+            template,
+            parallel,
+            ..
+        } if prefix.is_some() || template.is_some() => {
+            use gristmill_cli::transfer;
+            let bck = bucket(&uri)?;
+            let names =
+                transfer::selected_names(&client, &bck, prefix.as_deref(), template.as_deref())
+                    .await?;
+            let dir = PathBuf::from(destination.unwrap_or_else(|| ".".into()));
+            let strip = prefix.as_deref().unwrap_or("");
+            let (objects, bytes, missing) =
+                transfer::get_many(&client, &bck, names, strip, &dir, parallel).await?;
+            if cli.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"objects": objects, "bytes": bytes, "missing": missing,
+                        "directory": dir})
+                );
+            } else {
+                eprintln!(
+                    "GET {objects} objects ({}) of {bck} => {}{}",
+                    human(bytes),
+                    dir.display(),
+                    if missing > 0 {
+                        format!(", {missing} named by the template do not exist")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
+        Command::Get {
+            object: uri,
+            destination,
             version_id,
+            ..
         } => {
             let version_id = version_id.as_deref();
             let (bck, name) = object(&uri)?;
@@ -568,7 +647,47 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Rmo {
             objects,
+            prefix,
+            template,
+            yes,
+            parallel,
+            ..
+        } if prefix.is_some() || template.is_some() => {
+            use gristmill_cli::transfer;
+            let [uri] = objects.as_slice() else {
+                bail!("with --prefix or --template name one bucket");
+            };
+            let bck = bucket(uri)?;
+            let names =
+                transfer::selected_names(&client, &bck, prefix.as_deref(), template.as_deref())
+                    .await?;
+            if names.is_empty() {
+                println!("nothing to delete");
+                return Ok(());
+            }
+            if !yes
+                && !transfer::confirm(&format!(
+                    "Delete up to {} objects of {bck} (e.g. {})?",
+                    names.len(),
+                    names[0]
+                ))?
+            {
+                bail!("not confirmed: nothing deleted (-y skips the question)");
+            }
+            let (deleted, missing) = transfer::rm_many(&client, &bck, names, parallel).await?;
+            if cli.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"deleted": deleted, "missing": missing})
+                );
+            } else {
+                println!("deleted {deleted} objects of {bck} ({missing} not found)");
+            }
+        }
+        Command::Rmo {
+            objects,
             version_id,
+            ..
         } => {
             if objects.is_empty() {
                 bail!("name at least one object");
@@ -587,6 +706,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 }
             }
         }
+        Command::Completion { .. } => {} // printed by `main` before any connection
         Command::Show(ShowCmd::S3) => {
             let endpoint = client.endpoint();
             // An unsigned ListBuckets tells whether anonymous S3 access is on.
