@@ -28,6 +28,9 @@ pub struct BucketInfo {
     pub provider: String,
 }
 
+/// How long [`Client::retrying`] keeps retrying a request that finds no one to answer it.
+pub const RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A client of one cluster: one proxy endpoint (picked among several), the token and TLS
 /// settings, and the cluster map fetched once for direct PUTs.
 #[derive(Debug)]
@@ -123,6 +126,50 @@ impl Client {
     /// [`crate::HttpError`] with the server's message.
     pub async fn send(req: RequestBuilder) -> anyhow::Result<Response> {
         check(req.send().await?).await
+    }
+
+    /// Sends an idempotent request until it gets an answer that is not "try again": a
+    /// connection that cannot be made or breaks before the answer (a proxy restarting), or
+    /// 502/503/504 (honouring `Retry-After`), are retried with exponential backoff for up to
+    /// [`RETRY_FOR`]; any other answer is final. Every retry is logged at `warn`.
+    pub async fn retrying<F, Fut>(&self, mut send: F) -> anyhow::Result<Response>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = reqwest::Result<Response>>,
+    {
+        let started = std::time::Instant::now();
+        let mut delay = std::time::Duration::from_millis(100);
+        loop {
+            let why = match send().await {
+                Ok(resp) if !matches!(resp.status().as_u16(), 502..=504) => {
+                    return check(resp).await;
+                }
+                Ok(resp) => {
+                    let after = resp
+                        .headers()
+                        .get(reqwest::header::RETRY_AFTER)
+                        .and_then(|v| v.to_str().ok()?.parse::<f64>().ok())
+                        .map(std::time::Duration::from_secs_f64);
+                    if let Some(a) = after {
+                        delay = delay.max(a.min(std::time::Duration::from_secs(5)));
+                    }
+                    if started.elapsed() + delay > RETRY_FOR {
+                        return check(resp).await;
+                    }
+                    format!("{}", resp.status())
+                }
+                Err(e)
+                    if (e.is_connect() || e.is_request())
+                        && started.elapsed() + delay <= RETRY_FOR =>
+                {
+                    e.to_string()
+                }
+                Err(e) => return Err(e.into()),
+            };
+            tracing::warn!(%why, retry_in = ?delay, "request failed; retrying");
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(std::time::Duration::from_secs(5));
+        }
     }
 
     fn url(&self, path: &str) -> String {
@@ -309,12 +356,13 @@ impl Client {
             q.push((gristmill_core::api::query::VERSION_ID, id.to_owned()));
         }
         let resp = self
-            .http
-            .get(self.url(&object_path(bck, name)))
-            .query(&q)
-            .send()
+            .retrying(|| {
+                self.http
+                    .get(self.url(&object_path(bck, name)))
+                    .query(&q)
+                    .send()
+            })
             .await?;
-        let resp = check(resp).await?;
         let mut stream = resp.bytes_stream();
         let mut n = 0u64;
         while let Some(chunk) = stream.next().await {

@@ -901,7 +901,8 @@ async fn grist_cli_end_to_end() {
 /// value stops `gristd` at start with an error naming the setting instead of being ignored.
 /// `grist get --prefix/--template` into a directory (1,000 objects, byte-identical, in
 /// parallel), `grist rmo --prefix/--template` (refused without a yes, done with -y), the endpoint
-/// from `$AIS_ENDPOINT` and from the CLI config file, and completion scripts for three shells.
+/// from `$AIS_ENDPOINT` and from the CLI config file, completion scripts for three shells, and a
+/// GET retried across a proxy restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grist_many_objects_endpoints_and_completions() {
     let c = Cluster::start(3, 1).await.unwrap();
@@ -1070,6 +1071,33 @@ async fn grist_many_objects_endpoints_and_completions() {
     })
     .await
     .unwrap();
+
+    // A GET sent while the proxy is down is retried (with a warning) until it is back.
+    let mut c = c;
+    c.proxy.stop();
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("0500.bin");
+    let (bin, ep, f) = (
+        gristmill_tests::gristd_bin().with_file_name("grist"),
+        c.endpoint.clone(),
+        file.clone(),
+    );
+    let get = std::thread::spawn(move || {
+        std::process::Command::new(bin)
+            .args(["get", "ais://many/p/0500.bin", f.to_str().unwrap()])
+            .env("GRIST_ENDPOINT", ep)
+            .output()
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    c.proxy.start().unwrap();
+    let got = tokio::task::spawn_blocking(move || get.join().unwrap())
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&got.stderr);
+    assert!(got.status.success(), "{stderr}");
+    assert!(stderr.contains("retrying"), "{stderr}");
+    assert!(std::fs::read(&file).unwrap() == content(500, 600));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
