@@ -1030,6 +1030,39 @@ async fn grist_many_objects_endpoints_and_completions() {
         assert_eq!(listed("p/"), 890);
         assert_eq!(listed("other/"), 1);
 
+        // One object's properties; the bucket's summary.
+        let out = ok(run(
+            &["--json", "object", "show", "ais://many/p/0500.bin"],
+            &env,
+            "",
+        ));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["size"], 600, "{out}");
+        assert!(
+            !v["checksum"]["value"].as_str().unwrap().is_empty(),
+            "{out}"
+        );
+        assert!(
+            ok(run(&["object", "show", "ais://many/p/0500.bin"], &env, "")).contains("checksum")
+        );
+        assert!(
+            !run(&["object", "show", "ais://many/p/0000.bin"], &env, "")
+                .status
+                .success()
+        );
+        let out = ok(run(
+            &["--json", "bucket", "summary", "ais://many"],
+            &env,
+            "",
+        ));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let bytes: usize = (110..1000).map(|i| 100 + i).sum::<usize>() + "not selected".len();
+        assert_eq!(
+            (v["objects"].as_u64(), v["bytes"].as_u64()),
+            (Some(891), Some(bytes as u64)),
+            "{out}"
+        );
+
         // The endpoint from $AIS_ENDPOINT, then from the config file.
         let out = ok(run(
             &["--json", "ls"],

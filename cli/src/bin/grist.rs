@@ -253,6 +253,8 @@ enum BucketCmd {
     /// Show or set bucket properties.
     #[command(subcommand)]
     Props(PropsCmd),
+    /// Objects and bytes a bucket holds on the targets (replicas included), and its copies.
+    Summary { bucket: String },
 }
 
 #[derive(Subcommand)]
@@ -275,6 +277,8 @@ enum PropsCmd {
 enum ObjectCmd {
     /// Print an object to stdout.
     Cat { object: String },
+    /// An object's properties: size, checksum, version, access time, where it is stored.
+    Show { object: String },
 }
 
 #[derive(Subcommand)]
@@ -637,6 +641,87 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 };
                 tokio::fs::rename(&tmp, &dest).await?;
                 eprintln!("GET {uri} => {dest} ({})", human(n));
+            }
+        }
+        Command::Object(ObjectCmd::Show { object: uri }) => {
+            let (bck, name) = object(&uri)?;
+            let resp = client
+                .retrying(|| {
+                    client
+                        .request(Method::HEAD, &gristmill_client::object_path(&bck, &name))
+                        .query(&gristmill_client::bucket_query(&bck))
+                        .send()
+                })
+                .await
+                .with_context(|| format!("{uri}"))?;
+            use gristmill_core::api::header as h;
+            let headers = resp.headers();
+            let get = |k: &str| {
+                headers
+                    .get(k)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            let props = serde_json::json!({
+                "name": name, "bucket": bck.to_string(),
+                "size": get("content-length").parse::<u64>().unwrap_or(0),
+                "checksum": {"type": get(h::CHECKSUM_TYPE), "value": get(h::CHECKSUM_VALUE)},
+                "version": get(h::VERSION), "atime": get(h::ATIME),
+                "location": get(h::LOCATION), "mirror_copies": get(h::MIRROR_COPIES),
+            });
+            if cli.json {
+                println!("{props}");
+            } else {
+                let mut t = Table::new();
+                t.load_preset(NOTHING);
+                t.set_header(vec!["PROPERTY", "VALUE"]);
+                for (k, v) in [
+                    ("name", name.clone()),
+                    ("size", human(props["size"].as_u64().unwrap_or(0))),
+                    (
+                        "checksum",
+                        format!("{} {}", get(h::CHECKSUM_TYPE), get(h::CHECKSUM_VALUE)),
+                    ),
+                    ("version", get(h::VERSION)),
+                    ("atime", get(h::ATIME)),
+                    ("location", get(h::LOCATION)),
+                    ("copies", get(h::MIRROR_COPIES)),
+                ] {
+                    t.add_row(vec![k.to_owned(), v]);
+                }
+                println!("{t}");
+            }
+        }
+        Command::Bucket(BucketCmd::Summary { bucket: b }) => {
+            let bck = bucket(&b)?;
+            let props = client.bucket_props(&bck).await?;
+            let copies = props["mirror"]["copies"].as_u64().unwrap_or(1);
+            let overview: serde_json::Value = Client::send(
+                client
+                    .request(Method::GET, "/v1/cluster")
+                    .query(&[("what", "overview")]),
+            )
+            .await?
+            .json()
+            .await?;
+            let shown = bck.to_string();
+            let entry = overview["buckets"]
+                .as_array()
+                .and_then(|a| a.iter().find(|e| e["bucket"] == shown.as_str()));
+            let objects = entry.and_then(|e| e["objects"].as_u64()).unwrap_or(0);
+            let bytes = entry.and_then(|e| e["bytes"].as_u64()).unwrap_or(0);
+            if cli.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"bucket": shown, "objects": objects, "bytes": bytes,
+                        "copies": copies})
+                );
+            } else {
+                println!(
+                    "{shown}: {objects} objects, {} stored (replicas included; mirror.copies = {copies})",
+                    human(bytes)
+                );
             }
         }
         Command::Object(ObjectCmd::Cat { object: uri }) => {
