@@ -653,7 +653,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         .send()
                 })
                 .await
-                .with_context(|| format!("{uri}"))?;
+                .with_context(|| uri.clone())?;
             use gristmill_core::api::header as h;
             let headers = resp.headers();
             let get = |k: &str| {
