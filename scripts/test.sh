@@ -113,6 +113,15 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e "python[test,torch]"
+# ceph/s3-tests' own requirements (python/tests/test_s3_conformance.py runs the suite from
+# ../shared/thirdparty/s3-tests, unmodified).
+S3TESTS_DIR="${S3TESTS_DIR:-$root/../shared/thirdparty/s3-tests}"
+if [ ! -f "$S3TESTS_DIR/requirements.txt" ]; then
+  echo "ceph/s3-tests not found at $S3TESTS_DIR (set S3TESTS_DIR)" >&2
+  exit 1
+fi
+export S3TESTS_DIR
+.venv/bin/python -m pip install -q -r "$S3TESTS_DIR/requirements.txt"
 
 step "Rust tests"
 if cargo nextest --version >/dev/null 2>&1; then

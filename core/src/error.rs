@@ -32,6 +32,8 @@ pub enum ErrorKind {
     InvalidPart,
     /// Multipart: parts not in ascending order.
     InvalidPartOrder,
+    /// A checksum the client declared does not match the data: 400.
+    BadDigest,
     /// Multipart: a part other than the last is smaller than 5 MiB.
     EntityTooSmall,
     /// Multipart: unknown upload id.
@@ -65,7 +67,7 @@ impl ErrorKind {
             GatewayTimeout => StatusCode::GATEWAY_TIMEOUT,
             InsufficientStorage => StatusCode::INSUFFICIENT_STORAGE,
             Internal => StatusCode::INTERNAL_SERVER_ERROR,
-            InvalidPart | InvalidPartOrder | EntityTooSmall => StatusCode::BAD_REQUEST,
+            InvalidPart | InvalidPartOrder | EntityTooSmall | BadDigest => StatusCode::BAD_REQUEST,
             NoSuchUpload | NoSuchVersion => StatusCode::NOT_FOUND,
             RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             UriTooLong => StatusCode::URI_TOO_LONG,

@@ -27,6 +27,11 @@ use std::time::Duration;
 /// DeleteObjects with 1,000 keys of 1 KiB is ~1.1 MiB).
 pub const MAX_XML_BODY: usize = 2 << 20;
 
+/// Largest S3 PUT body sent with `Transfer-Encoding: chunked` and no length: the S3 front reads
+/// such a body before checking its signature (which needs the length). Larger uploads must
+/// declare their length (Content-Length, or aws-chunked's decoded length).
+pub const MAX_UNFRAMED_PUT: usize = 16 << 20;
+
 /// Most parts one multipart upload may have (S3's limit).
 pub const MAX_PARTS: usize = 10_000;
 

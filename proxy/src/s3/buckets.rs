@@ -67,14 +67,37 @@ pub(super) async fn create_bucket(
     if let Some(acl) = &req.input.acl {
         super::public::acl_read(acl)?; // refused before anything is created
     }
-    s.bucket_action(Method::POST, &bck, api::action::CREATE_BUCKET, &acting_for)
-        .await?;
+    let created = s
+        .bucket_action(Method::POST, &bck, api::action::CREATE_BUCKET, &acting_for)
+        .await;
+    match created {
+        // AWS's CreateBucket reference: in us-east-1 (the region Gristmill answers as) the
+        // owner creating its bucket again gets 200 and nothing changes; elsewhere 409.
+        Err(e)
+            if *e.code() == s3s::S3ErrorCode::BucketAlreadyOwnedByYou
+                && in_us_east_1(&req.input) =>
+        {
+            return Ok(S3Response::new(CreateBucketOutput {
+                location: Some(format!("/{name}")),
+            }));
+        }
+        other => other?,
+    }
     if let Some(acl) = &req.input.acl {
         super::public::apply_create_acl(s, &bck, acl).await?;
     }
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{name}")),
     }))
+}
+
+/// Whether a CreateBucket names no region other than us-east-1.
+fn in_us_east_1(input: &CreateBucketInput) -> bool {
+    input
+        .create_bucket_configuration
+        .as_ref()
+        .and_then(|c| c.location_constraint.as_ref())
+        .is_none_or(|l| l.as_str().is_empty() || l.as_str() == "us-east-1")
 }
 
 pub(super) async fn head_bucket(

@@ -21,6 +21,7 @@ pub(super) struct GristS3 {
 pub(super) const CONTENT_TYPE: &str = "content-type";
 
 pub(super) const CONTENT_ENCODING: &str = "content-encoding";
+pub(super) const EXPIRES: &str = "expires";
 
 pub(super) const CACHE_CONTROL: &str = "cache-control";
 
@@ -48,6 +49,7 @@ pub(super) fn s3_error_from(err: ApiError, key: bool) -> S3Error {
         PreconditionFailed => S3ErrorCode::PreconditionFailed,
         InvalidPart => S3ErrorCode::InvalidPart,
         InvalidPartOrder => S3ErrorCode::InvalidPartOrder,
+        BadDigest => S3ErrorCode::BadDigest,
         EntityTooSmall => S3ErrorCode::EntityTooSmall,
         NoSuchUpload => S3ErrorCode::NoSuchUpload,
         NoSuchVersion => S3ErrorCode::NoSuchVersion,
@@ -66,10 +68,65 @@ pub(super) fn s3_error_from(err: ApiError, key: bool) -> S3Error {
 pub(super) async fn node_error(resp: reqwest::Response, key: bool) -> S3Error {
     let status = resp.status();
     if status == StatusCode::NOT_MODIFIED {
-        return S3Error::new(S3ErrorCode::NotModified);
+        return not_modified(resp.headers());
     }
     let api = gristmill_node::server::peer_error(resp, "").await;
     s3_error_from(api, key)
+}
+
+/// A copy's source: bucket, key and version (access points are not supported).
+pub(super) fn copy_source(source: &CopySource) -> S3Result<(String, String, Option<String>)> {
+    match source {
+        CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } => Ok((
+            bucket.to_string(),
+            key.to_string(),
+            version_id.as_deref().map(str::to_owned),
+        )),
+        _ => Err(s3_error!(
+            NotImplemented,
+            "access-point copy sources are not supported"
+        )),
+    }
+}
+
+/// `x-amz-copy-source-if-*`: the copy source's conditions, sent as its GET's (an unmet one is
+/// the copy's 412).
+pub(super) fn copy_source_conditions(
+    mut get: reqwest::RequestBuilder,
+    headers: &http::HeaderMap,
+) -> reqwest::RequestBuilder {
+    for cond in CONDITIONALS {
+        if let Some(v) = headers.get(format!("x-amz-copy-source-{cond}").as_str()) {
+            get = get.header(cond, v.as_bytes());
+        }
+    }
+    get
+}
+
+/// 304 Not Modified with the object's ETag and Last-Modified, as S3 answers it (clients
+/// revalidating a cache read the ETag from it).
+pub(super) fn not_modified(node: &http::HeaderMap) -> S3Error {
+    let mut e = S3Error::new(S3ErrorCode::NotModified);
+    let attrs = Attrs::from(node);
+    let mut headers = http::HeaderMap::new();
+    if !attrs.etag.is_empty()
+        && let Ok(v) = http::HeaderValue::from_str(&format!("\"{}\"", attrs.etag))
+    {
+        headers.insert(http::header::ETAG, v);
+    }
+    if attrs.mtime_ns > 0
+        && let Ok(v) = http::HeaderValue::from_str(&httpdate::fmt_http_date(
+            std::time::UNIX_EPOCH + std::time::Duration::from_nanos(attrs.mtime_ns as u64),
+        ))
+    {
+        headers.insert(http::header::LAST_MODIFIED, v);
+    }
+    e.set_headers(headers);
+    e
 }
 
 pub(super) fn bucket(name: &str) -> S3Result<Bck> {
@@ -193,6 +250,52 @@ impl Attrs {
         ))
     }
 
+    /// Part `n`'s checksum (the algorithm's lowercase name and the base64 value) of a
+    /// multipart object uploaded with a checksum algorithm.
+    pub(super) fn part_checksum(&self, n: i32) -> Option<(String, String)> {
+        let (key, _) = self
+            .custom
+            .iter()
+            .find(|(k, _)| k.starts_with("x-amz-checksum-"))?;
+        let algo = key.strip_prefix("x-amz-checksum-")?.to_owned();
+        let value = self
+            .custom
+            .get(PART_CHECKSUMS)?
+            .split(',')
+            .nth(usize::try_from(n).ok()?.checked_sub(1)?)?;
+        Some((algo, value.to_owned()))
+    }
+
+    /// The checksums an answer carries: part `part`'s when one is read (S3 answers a part's
+    /// checksum on `?partNumber=` reads), else the object's when `wanted`
+    /// (`x-amz-checksum-mode: ENABLED` on a whole-object read).
+    pub(super) fn answered_checksums(&self, part: Option<i32>, wanted: bool) -> AnsweredChecksums {
+        let mut out = AnsweredChecksums::default();
+        let sums: Vec<(String, String)> = match part {
+            Some(n) => self.part_checksum(n).into_iter().collect(),
+            None if wanted => ["crc32", "crc32c", "sha1", "sha256", "crc64nvme"]
+                .into_iter()
+                .filter_map(|k| Some((k.to_owned(), self.checksum(k)?)))
+                .collect(),
+            None => Vec::new(),
+        };
+        if sums.is_empty() {
+            return out;
+        }
+        out.checksum_type = self.checksum_type();
+        for (algo, v) in sums {
+            match algo.as_str() {
+                "crc32" => out.crc32 = Some(v),
+                "crc32c" => out.crc32c = Some(v),
+                "sha1" => out.sha1 = Some(v),
+                "sha256" => out.sha256 = Some(v),
+                "crc64nvme" => out.crc64nvme = Some(v),
+                _ => {}
+            }
+        }
+        out
+    }
+
     /// A multipart object's part sizes, in order; `None` for an object written whole.
     pub(super) fn parts(&self) -> Option<Vec<u64>> {
         let v = self.custom.get(PARTS)?;
@@ -226,6 +329,17 @@ impl Attrs {
     }
 }
 
+/// The checksum fields of a GET or HEAD answer.
+#[derive(Default)]
+pub(super) struct AnsweredChecksums {
+    pub(super) crc32: Option<String>,
+    pub(super) crc32c: Option<String>,
+    pub(super) sha1: Option<String>,
+    pub(super) sha256: Option<String>,
+    pub(super) crc64nvme: Option<String>,
+    pub(super) checksum_type: Option<s3s::dto::ChecksumType>,
+}
+
 /// One part of an object: its first and last byte (`None`: empty), and the part count of a
 /// multipart object (`None`: an object written whole).
 pub(super) struct PartSpan {
@@ -241,6 +355,9 @@ impl PartSpan {
 
 /// Custom-metadata key of a multipart object's part sizes (the target's `PARTS_KEY`).
 pub(super) const PARTS: &str = "x-grist-parts";
+/// Custom-metadata key of a multipart object's part checksums (the target's
+/// `PART_CHECKSUMS_KEY`).
+pub(super) const PART_CHECKSUMS: &str = "x-grist-part-checksums";
 
 /// Custom metadata for a new object from S3 request fields.
 pub(super) fn custom_md(
@@ -250,8 +367,16 @@ pub(super) fn custom_md(
     content_disposition: Option<&str>,
     content_language: Option<&str>,
     metadata: Option<&Metadata>,
+    request: &http::HeaderMap,
 ) -> BTreeMap<String, String> {
     let mut md = BTreeMap::new();
+    // `Expires` is kept as sent and answered on GET and HEAD (S3 stores it, never acts on it).
+    if let Some(v) = request
+        .get(http::header::EXPIRES)
+        .and_then(|v| v.to_str().ok())
+    {
+        md.insert(EXPIRES.to_owned(), v.to_owned());
+    }
     // `aws-chunked` describes how the upload was framed, not the object: S3 drops it.
     let content_encoding: Option<String> = content_encoding.and_then(|v| {
         let kept: Vec<&str> = v

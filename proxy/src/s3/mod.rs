@@ -108,7 +108,13 @@ pub(crate) async fn handle(service: Arc<S3Service>, req: Request) -> Response {
 
 /// The S3 service's answer to `req`.
 async fn call(service: Arc<S3Service>, req: Request) -> Response {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    if let Some(refused) = presigned_expiry_out_of_range(&parts.uri) {
+        return refused;
+    }
+    if let Some(refused) = unsupported_headers(&parts.headers) {
+        return refused;
+    }
     let body = if carries_xml(&parts.method, &parts.uri) {
         // Read whole (bounded) here: s3s would read it whole anyway, and its own limit
         // answers 500 for a streamed body.
@@ -116,17 +122,85 @@ async fn call(service: Arc<S3Service>, req: Request) -> Response {
             Ok(bytes) => s3s::Body::from(bytes),
             Err(_) => return xml_too_large(),
         }
+    } else if unframed_upload(&parts) {
+        // Transfer-Encoding: chunked with no length anywhere: s3s must know the length to
+        // check the payload's signature, so a small body is read here (bounded) and given one.
+        match axum::body::to_bytes(body, gristmill_core::limits::MAX_UNFRAMED_PUT).await {
+            Ok(bytes) => {
+                parts.headers.remove(http::header::TRANSFER_ENCODING);
+                parts
+                    .headers
+                    .insert(http::header::CONTENT_LENGTH, bytes.len().into());
+                s3s::Body::from(bytes)
+            }
+            Err(_) => {
+                return error_xml(
+                    http::StatusCode::LENGTH_REQUIRED,
+                    "MissingContentLength",
+                    &format!(
+                        "a body sent with Transfer-Encoding: chunked and no Content-Length may be at most {} bytes; send Content-Length (or aws-chunked with x-amz-decoded-content-length)",
+                        gristmill_core::limits::MAX_UNFRAMED_PUT
+                    ),
+                );
+            }
+        }
     } else {
         s3s::Body::http_body_unsync(body)
     };
+    let attributes = parts.method == http::Method::GET && query_has(&parts.uri, "attributes");
     let req = http::Request::from_parts(parts, body);
     match service.call(req).await {
+        Ok(resp) if attributes && resp.status().is_success() => {
+            bare_attributes_etag(resp.map(axum::body::Body::new)).await
+        }
         Ok(resp) => resp.map(axum::body::Body::new),
         Err(e) => {
             tracing::error!(error = ?e, "S3 request failed");
             (http::StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
         }
     }
+}
+
+/// Whether the request's query has `key` (with or without a value).
+fn query_has(uri: &http::Uri, key: &str) -> bool {
+    uri.query()
+        .unwrap_or("")
+        .split('&')
+        .any(|kv| kv.split_once('=').map_or(kv, |(k, _)| k) == key)
+}
+
+/// GetObjectAttributes answers the ETag without quotes (AWS's API reference; SDKs and
+/// ceph/s3-tests compare it bare), where every other answer quotes it. s3s always quotes it,
+/// so the (small) document is rewritten here.
+async fn bare_attributes_etag(resp: Response) -> Response {
+    let (mut parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, gristmill_core::limits::MAX_XML_BODY).await else {
+        return error_xml(
+            http::StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "GetObjectAttributes answer over the XML limit",
+        );
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let bare = match (text.find("<ETag>&quot;"), text.find("&quot;</ETag>")) {
+        (Some(a), Some(b)) if a < b => format!(
+            "{}<ETag>{}</ETag>{}",
+            &text[..a],
+            &text[a + "<ETag>&quot;".len()..b],
+            &text[b + "&quot;</ETag>".len()..]
+        ),
+        _ => match (text.find("<ETag>\""), text.find("\"</ETag>")) {
+            (Some(a), Some(b)) if a < b => format!(
+                "{}<ETag>{}</ETag>{}",
+                &text[..a],
+                &text[a + "<ETag>\"".len()..b],
+                &text[b + "\"</ETag>".len()..]
+            ),
+            _ => text.into_owned(),
+        },
+    };
+    parts.headers.remove(http::header::CONTENT_LENGTH);
+    Response::from_parts(parts, axum::body::Body::from(bare))
 }
 
 /// Whether an S3 request's body is an XML document (bucket configuration, DeleteObjects,
@@ -159,17 +233,106 @@ fn carries_xml(method: &http::Method, uri: &http::Uri) -> bool {
 
 /// The S3 error for an XML body over [`gristmill_core::limits::MAX_XML_BODY`].
 fn xml_too_large() -> Response {
+    error_xml(
+        http::StatusCode::BAD_REQUEST,
+        "MaxMessageLengthExceeded",
+        &format!(
+            "request XML is over the {}-byte limit",
+            gristmill_core::limits::MAX_XML_BODY
+        ),
+    )
+}
+
+/// An S3 error document answered before s3s sees the request.
+fn error_xml(status: http::StatusCode, code: &str, message: &str) -> Response {
     let body = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>MaxMessageLengthExceeded</Code>\
-         <Message>request XML is over the {}-byte limit</Message></Error>",
-        gristmill_core::limits::MAX_XML_BODY
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{}</Message></Error>",
+        message
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
     );
     (
-        http::StatusCode::BAD_REQUEST,
+        status,
         [(http::header::CONTENT_TYPE, "application/xml")],
         body,
     )
         .into_response()
+}
+
+/// A presigned URL whose `X-Amz-Expires` is negative or over a week: S3 refuses it with 403
+/// AuthorizationQueryParametersError (s3s would serve it).
+fn presigned_expiry_out_of_range(uri: &http::Uri) -> Option<Response> {
+    /// SigV4's longest presigned validity, seven days.
+    const MAX_EXPIRES_S: i64 = 7 * 24 * 3600;
+    let value = uri
+        .query()?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("X-Amz-Expires="))?;
+    let message = match value.parse::<i64>() {
+        Ok(s) if s < 0 => "X-Amz-Expires must be non-negative",
+        Ok(s) if s > MAX_EXPIRES_S => {
+            "X-Amz-Expires must be less than a week (in seconds) that is 604800"
+        }
+        Ok(_) => return None,
+        Err(_) => "X-Amz-Expires should be a number",
+    };
+    Some(error_xml(
+        http::StatusCode::FORBIDDEN,
+        "AuthorizationQueryParametersError",
+        message,
+    ))
+}
+
+/// Requests for what this front does not do — server-side encryption (SSE-C, SSE-KMS,
+/// SSE-S3) and object lock — are refused with S3's errors instead of served as if the
+/// header were not there: data the client believes encrypted with its key, or locked, must
+/// not be stored in the clear or deletable.
+fn unsupported_headers(headers: &http::HeaderMap) -> Option<Response> {
+    let sse = headers.keys().any(|k| {
+        let k = k.as_str();
+        k.starts_with("x-amz-server-side-encryption")
+            || k.starts_with("x-amz-copy-source-server-side-encryption")
+    });
+    if sse {
+        return Some(error_xml(
+            http::StatusCode::NOT_IMPLEMENTED,
+            "NotImplemented",
+            "server-side encryption (SSE-C, SSE-KMS, SSE-S3) is not supported: the object would not be encrypted as asked",
+        ));
+    }
+    if headers
+        .get("x-amz-bucket-object-lock-enabled")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
+    {
+        return Some(error_xml(
+            http::StatusCode::NOT_IMPLEMENTED,
+            "NotImplemented",
+            "object lock is not supported",
+        ));
+    }
+    if headers
+        .keys()
+        .any(|k| k.as_str().starts_with("x-amz-object-lock-"))
+    {
+        return Some(error_xml(
+            http::StatusCode::BAD_REQUEST,
+            "InvalidRequest",
+            "Bucket is missing Object Lock Configuration",
+        ));
+    }
+    None
+}
+
+/// A PUT whose body is sent with `Transfer-Encoding: chunked` and no declared length
+/// (neither Content-Length nor aws-chunked's x-amz-decoded-content-length).
+fn unframed_upload(parts: &http::request::Parts) -> bool {
+    let h = &parts.headers;
+    parts.method == http::Method::PUT
+        && !h.contains_key(http::header::CONTENT_LENGTH)
+        && !h.contains_key("x-amz-decoded-content-length")
+        && h.get(http::header::TRANSFER_ENCODING)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"chunked"))
 }
 
 #[cfg(test)]

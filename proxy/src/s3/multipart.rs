@@ -28,6 +28,7 @@ pub(super) async fn create_multipart_upload(
         input.content_disposition.as_deref(),
         input.content_language.as_deref(),
         input.metadata.as_ref(),
+        &req.headers,
     );
     if let Some(tags) = super::tagging::from_header(input.tagging.as_deref())? {
         custom.insert(super::tagging::TAGGING.into(), tags);
@@ -159,17 +160,13 @@ pub(super) async fn upload_part_copy(
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
     let input = req.input;
     let bck = s.existing(&input.bucket).await?;
-    let (src_bucket, src_key) = match &input.copy_source {
-        CopySource::Bucket { bucket, key, .. } => (bucket.to_string(), key.to_string()),
-        _ => {
-            return Err(s3_error!(
-                NotImplemented,
-                "access-point copy sources are not supported"
-            ));
-        }
-    };
+    let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
     let src = s.existing(&src_bucket).await?;
-    let mut get = s.proxy.http.get(s.owner_url("objects", &src, &src_key)?);
+    let src_url = super::versioning::version_url(
+        s.owner_url("objects", &src, &src_key)?,
+        src_version.as_deref(),
+    )?;
+    let mut get = copy_source_conditions(s.proxy.http.get(src_url), &req.headers);
     let range = input
         .copy_source_range
         .as_deref()
@@ -179,6 +176,12 @@ pub(super) async fn upload_part_copy(
         get = get.header("range", format!("bytes={first}-{last}"));
     }
     let resp = s.send(get).await?;
+    if resp.status() == reqwest::StatusCode::NOT_MODIFIED {
+        return Err(s3_error!(
+            PreconditionFailed,
+            "a copy-source condition does not hold"
+        ));
+    }
     if resp.status() == reqwest::StatusCode::RANGE_NOT_SATISFIABLE {
         return Err(s3_error!(
             InvalidRange,
@@ -275,11 +278,20 @@ pub(super) async fn complete_multipart_upload(
         s.owner_url("mpu", &bck, &input.key)?,
         input.upload_id
     );
-    let post = s
-        .proxy
-        .http
-        .post(url)
-        .json(&serde_json::json!({ "parts": parts, "checksums": checksums }));
+    // The whole object's checksum, when the client declares it: the target checks it.
+    let object_checksums: std::collections::BTreeMap<&str, &str> = req
+        .headers
+        .iter()
+        .filter(|(k, _)| {
+            k.as_str().starts_with("x-amz-checksum-") && k.as_str() != "x-amz-checksum-type"
+        })
+        .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
+        .collect();
+    let post = s.proxy.http.post(url).json(&serde_json::json!({
+        "parts": parts,
+        "checksums": checksums,
+        "object_checksums": object_checksums,
+    }));
     let resp = s
         .send(forward(post, &req.headers, &CONDITIONAL_WRITES))
         .await?;

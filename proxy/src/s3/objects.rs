@@ -24,6 +24,7 @@ pub(super) async fn put_object(
         input.content_disposition.as_deref(),
         input.content_language.as_deref(),
         input.metadata.as_ref(),
+        &req.headers,
     );
     if let Some(tags) = super::tagging::from_header(input.tagging.as_deref())? {
         custom.insert(super::tagging::TAGGING.into(), tags);
@@ -104,13 +105,7 @@ pub(super) async fn get_object(
             .headers
             .get("x-amz-checksum-mode")
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"enabled"));
-    let sum = |k: &str| {
-        if want_checksums {
-            attrs.checksum(k)
-        } else {
-            None
-        }
-    };
+    let sums = attrs.answered_checksums(input.part_number, want_checksums);
     let output = GetObjectOutput {
         body: Some(StreamingBlob::wrap(resp.bytes_stream())),
         content_length: Some(attrs.size as i64),
@@ -140,12 +135,12 @@ pub(super) async fn get_object(
             .clone()
             .or_else(|| attrs.get(CONTENT_LANGUAGE)),
         metadata: attrs.user_metadata(),
-        checksum_crc32: sum("crc32"),
-        checksum_crc32c: sum("crc32c"),
-        checksum_sha1: sum("sha1"),
-        checksum_sha256: sum("sha256"),
-        checksum_crc64nvme: sum("crc64nvme"),
-        checksum_type: attrs.checksum_type().filter(|_| want_checksums),
+        checksum_crc32: sums.crc32,
+        checksum_crc32c: sums.crc32c,
+        checksum_sha1: sums.sha1,
+        checksum_sha256: sums.sha256,
+        checksum_crc64nvme: sums.crc64nvme,
+        checksum_type: sums.checksum_type,
         tag_count: super::tagging::count(&attrs),
         parts_count,
         version_id: version_of(&attrs),
@@ -155,6 +150,7 @@ pub(super) async fn get_object(
     if partial {
         out.status = Some(http::StatusCode::PARTIAL_CONTENT);
     }
+    stored_headers(&attrs, &mut out.headers, false);
     Ok(out)
 }
 
@@ -184,7 +180,7 @@ pub(super) async fn head_object(
             }
             StatusCode::NOT_FOUND => s3_error!(NoSuchKey),
             StatusCode::PRECONDITION_FAILED => s3_error!(PreconditionFailed),
-            StatusCode::NOT_MODIFIED => s3_error!(NotModified),
+            StatusCode::NOT_MODIFIED => not_modified(resp.headers()),
             _ => node_error(resp, true).await,
         });
     }
@@ -201,13 +197,7 @@ pub(super) async fn head_object(
             .headers
             .get("x-amz-checksum-mode")
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"enabled"));
-    let sum = |k: &str| {
-        if want_checksums {
-            attrs.checksum(k)
-        } else {
-            None
-        }
-    };
+    let sums = attrs.answered_checksums(input.part_number, want_checksums);
     let mut out = S3Response::new(HeadObjectOutput {
         content_length: Some(size as i64),
         parts_count,
@@ -223,18 +213,33 @@ pub(super) async fn head_object(
         content_language: attrs.get(CONTENT_LANGUAGE),
         metadata: attrs.user_metadata(),
         version_id: version_of(&attrs),
-        checksum_crc32: sum("crc32"),
-        checksum_crc32c: sum("crc32c"),
-        checksum_sha1: sum("sha1"),
-        checksum_sha256: sum("sha256"),
-        checksum_crc64nvme: sum("crc64nvme"),
-        checksum_type: attrs.checksum_type().filter(|_| want_checksums),
+        checksum_crc32: sums.crc32,
+        checksum_crc32c: sums.crc32c,
+        checksum_sha1: sums.sha1,
+        checksum_sha256: sums.sha256,
+        checksum_crc64nvme: sums.crc64nvme,
+        checksum_type: sums.checksum_type,
         ..Default::default()
     });
     if parts_count.is_some() {
         out.status = Some(http::StatusCode::PARTIAL_CONTENT);
     }
+    stored_headers(&attrs, &mut out.headers, true);
     Ok(out)
+}
+
+/// Headers S3 answers from what was stored that s3s has no field for: `Expires` as sent, and
+/// on HEAD the tag count (GET has its own field for it).
+fn stored_headers(attrs: &Attrs, headers: &mut http::HeaderMap, tag_count: bool) {
+    if let Some(v) = attrs
+        .get(EXPIRES)
+        .and_then(|v| http::HeaderValue::from_str(&v).ok())
+    {
+        headers.insert(http::header::EXPIRES, v);
+    }
+    if tag_count && let Some(n) = super::tagging::count(attrs) {
+        headers.insert("x-amz-tagging-count", http::HeaderValue::from(n));
+    }
 }
 
 /// Part `n` of an object (its byte range and the part count of a multipart object), from a
@@ -288,7 +293,7 @@ pub(super) async fn get_object_attributes(
             checksum_sha1: attrs.checksum("sha1"),
             checksum_sha256: attrs.checksum("sha256"),
             checksum_crc64nvme: attrs.checksum("crc64nvme"),
-            ..Default::default()
+            checksum_type: attrs.checksum_type(),
         })
         .filter(|c| {
             c.checksum_crc32.is_some()
@@ -306,10 +311,18 @@ pub(super) async fn get_object_attributes(
                 .enumerate()
                 .skip(after)
                 .take(max)
-                .map(|(i, size)| ObjectPart {
-                    part_number: Some(i as i32 + 1),
-                    size: Some(*size as i64),
-                    ..Default::default()
+                .map(|(i, size)| {
+                    let n = i as i32 + 1;
+                    let sums = attrs.answered_checksums(Some(n), false);
+                    ObjectPart {
+                        part_number: Some(n),
+                        size: Some(*size as i64),
+                        checksum_crc32: sums.crc32,
+                        checksum_crc32c: sums.crc32c,
+                        checksum_sha1: sums.sha1,
+                        checksum_sha256: sums.sha256,
+                        checksum_crc64nvme: sums.crc64nvme,
+                    }
                 })
                 .collect();
             let truncated = after + listed.len() < sizes.len();
@@ -326,6 +339,7 @@ pub(super) async fn get_object_attributes(
     };
     Ok(S3Response::new(GetObjectAttributesOutput {
         version_id: version_of(&attrs),
+        // Bare in this answer (AWS's API reference): see `super::bare_attributes_etag`.
         e_tag: want(ObjectAttributes::ETAG).then(|| quoted(&attrs.etag)),
         object_size: want(ObjectAttributes::OBJECT_SIZE).then_some(attrs.size as i64),
         storage_class: want(ObjectAttributes::STORAGE_CLASS)
@@ -451,23 +465,7 @@ pub(super) async fn copy_object(
     req: S3Request<CopyObjectInput>,
 ) -> S3Result<S3Response<CopyObjectOutput>> {
     let input = req.input;
-    let (src_bucket, src_key, src_version) = match &input.copy_source {
-        CopySource::Bucket {
-            bucket,
-            key,
-            version_id,
-        } => (
-            bucket.to_string(),
-            key.to_string(),
-            version_id.as_deref().map(str::to_owned),
-        ),
-        _ => {
-            return Err(s3_error!(
-                NotImplemented,
-                "access-point copy sources are not supported"
-            ));
-        }
-    };
+    let (src_bucket, src_key, src_version) = copy_source(&input.copy_source)?;
     let src = s.existing(&src_bucket).await?;
     let dst = s.existing(&input.bucket).await?;
     let src_url = version_url(
@@ -475,16 +473,7 @@ pub(super) async fn copy_object(
         src_version.as_deref(),
     )?;
     let dst_url = s.owner_url("objects", &dst, &input.key)?;
-    // x-amz-copy-source-if-*: the source's conditions, as a GET's; any unmet one is a 412.
-    let mut get = s.proxy.http.get(src_url);
-    for cond in CONDITIONALS {
-        if let Some(v) = req
-            .headers
-            .get(format!("x-amz-copy-source-{cond}").as_str())
-        {
-            get = get.header(cond, v.as_bytes());
-        }
-    }
+    let get = copy_source_conditions(s.proxy.http.get(src_url), &req.headers);
     let resp = s.send(get).await?;
     if resp.status() == StatusCode::METHOD_NOT_ALLOWED && answered_marker(resp.headers()) {
         return Err(s3_error!(
@@ -520,13 +509,17 @@ pub(super) async fn copy_object(
             input.content_disposition.as_deref(),
             input.content_language.as_deref(),
             input.metadata.as_ref(),
+            &req.headers,
         )
     } else {
         attrs
             .custom
             .iter()
             .filter(|(k, _)| {
-                k.as_str() != ETAG && k.as_str() != PARTS && !k.starts_with("x-amz-checksum-")
+                k.as_str() != ETAG
+                    && k.as_str() != PARTS
+                    && k.as_str() != PART_CHECKSUMS
+                    && !k.starts_with("x-amz-checksum-")
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()

@@ -3,7 +3,7 @@
 //! client and the owning target through this proxy; nothing is buffered whole.
 
 use s3s::dto::*;
-use s3s::{S3, S3Request, S3Response, S3Result};
+use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
 
 use super::common::GristS3;
 use super::{buckets, listing, multipart, objects, public, tagging, versioning};
@@ -122,6 +122,72 @@ impl S3 for GristS3 {
         public::get_bucket_acl(self, req).await
     }
 
+    async fn get_object_acl(
+        &self,
+        req: S3Request<GetObjectAclInput>,
+    ) -> S3Result<S3Response<GetObjectAclOutput>> {
+        public::get_object_acl(self, req).await
+    }
+
+    async fn put_object_acl(
+        &self,
+        req: S3Request<PutObjectAclInput>,
+    ) -> S3Result<S3Response<PutObjectAclOutput>> {
+        public::put_object_acl(self, req).await
+    }
+
+    async fn get_object_torrent(
+        &self,
+        req: S3Request<GetObjectTorrentInput>,
+    ) -> S3Result<S3Response<GetObjectTorrentOutput>> {
+        self.existing(&req.input.bucket).await?;
+        // What S3-compatible servers without torrents answer (ceph/s3-tests accept it).
+        Err(s3_error!(NoSuchKey, "objects are not served as torrents"))
+    }
+
+    async fn get_object_lock_configuration(
+        &self,
+        req: S3Request<GetObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
+        self.existing(&req.input.bucket).await?;
+        Err(s3_error!(
+            ObjectLockConfigurationNotFoundError,
+            "Object Lock configuration does not exist for this bucket (object lock is not supported)"
+        ))
+    }
+
+    async fn get_object_retention(
+        &self,
+        req: S3Request<GetObjectRetentionInput>,
+    ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
+        self.existing(&req.input.bucket).await?;
+        Err(no_object_lock())
+    }
+
+    async fn put_object_retention(
+        &self,
+        req: S3Request<PutObjectRetentionInput>,
+    ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
+        self.existing(&req.input.bucket).await?;
+        Err(no_object_lock())
+    }
+
+    async fn get_object_legal_hold(
+        &self,
+        req: S3Request<GetObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
+        self.existing(&req.input.bucket).await?;
+        Err(no_object_lock())
+    }
+
+    async fn put_object_legal_hold(
+        &self,
+        req: S3Request<PutObjectLegalHoldInput>,
+    ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
+        self.existing(&req.input.bucket).await?;
+        Err(no_object_lock())
+    }
+
     async fn put_object_tagging(
         &self,
         req: S3Request<PutObjectTaggingInput>,
@@ -233,4 +299,12 @@ impl S3 for GristS3 {
     ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
         multipart::list_multipart_uploads(self, req).await
     }
+}
+
+/// S3's answer to object-lock requests on a bucket without Object Lock (here, every bucket).
+fn no_object_lock() -> s3s::S3Error {
+    s3_error!(
+        InvalidRequest,
+        "Bucket is missing Object Lock Configuration"
+    )
 }

@@ -247,17 +247,33 @@ pub(super) async fn get_bucket_acl(
     } else {
         props.owner.clone()
     };
+    let owner = Owner {
+        id: Some(owner_id.clone()),
+        display_name: Some(owner_id.clone()),
+    };
+    Ok(S3Response::new(GetBucketAclOutput {
+        grants: Some(grants(&owner, props.public.acl_read)),
+        owner: Some(Owner {
+            id: Some(owner_id.clone()),
+            display_name: Some(owner_id),
+        }),
+    }))
+}
+
+/// The grants of a bucket or object: its owner's full control, and everyone's READ when
+/// anonymous clients may read it (object ACLs follow the bucket's, see above).
+fn grants(owner: &Owner, readable: bool) -> Vec<Grant> {
     let mut grants = vec![Grant {
         grantee: Some(Grantee {
             type_: Type::from_static(Type::CANONICAL_USER),
-            id: Some(owner_id.clone()),
-            display_name: Some(owner_id.clone()),
+            id: owner.id.clone(),
+            display_name: owner.display_name.clone(),
             email_address: None,
             uri: None,
         }),
         permission: Some(Permission::from_static(Permission::FULL_CONTROL)),
     }];
-    if props.public.acl_read {
+    if readable {
         grants.push(Grant {
             grantee: Some(Grantee {
                 type_: Type::from_static(Type::GROUP),
@@ -269,13 +285,67 @@ pub(super) async fn get_bucket_acl(
             permission: Some(Permission::from_static(Permission::READ)),
         });
     }
-    Ok(S3Response::new(GetBucketAclOutput {
-        grants: Some(grants),
-        owner: Some(Owner {
-            id: Some(owner_id.clone()),
-            display_name: Some(owner_id),
-        }),
+    grants
+}
+
+/// Whether anonymous clients may read the objects of bucket `name`, once the object exists.
+async fn objects_readable(s: &GristS3, name: &str, key: &str) -> S3Result<bool> {
+    let bck = s.existing(name).await?;
+    let resp = s
+        .send(s.proxy.http.head(s.owner_url("objects", &bck, key)?))
+        .await?;
+    if !resp.status().is_success() {
+        return Err(node_error(resp, true).await);
+    }
+    let props = props_of(s, name).await?;
+    Ok(anonymous(&props.public, &bck.name).get)
+}
+
+/// GetObjectAcl: the object's owner (as listings name it) and what its bucket grants.
+pub(super) async fn get_object_acl(
+    s: &GristS3,
+    req: S3Request<GetObjectAclInput>,
+) -> S3Result<S3Response<GetObjectAclOutput>> {
+    let readable = objects_readable(s, &req.input.bucket, &req.input.key).await?;
+    Ok(S3Response::new(GetObjectAclOutput {
+        grants: Some(grants(&owner(), readable)),
+        owner: Some(owner()),
+        ..Default::default()
     }))
+}
+
+/// PutObjectAcl: a canned ACL that states what the object's bucket already grants is
+/// accepted (nothing changes); any other is NotImplemented — Gristmill has no per-object ACLs,
+/// and accepting one it cannot keep would be a silent lie.
+pub(super) async fn put_object_acl(
+    s: &GristS3,
+    req: S3Request<PutObjectAclInput>,
+) -> S3Result<S3Response<PutObjectAclOutput>> {
+    let readable = objects_readable(s, &req.input.bucket, &req.input.key).await?;
+    let Some(acl) = &req.input.acl else {
+        return Err(s3_error!(
+            NotImplemented,
+            "only canned object ACLs (x-amz-acl) are supported"
+        ));
+    };
+    let wanted = match acl.as_str() {
+        ObjectCannedACL::PRIVATE => false,
+        ObjectCannedACL::PUBLIC_READ => true,
+        other => {
+            return Err(s3_error!(
+                NotImplemented,
+                "canned ACL {other}: only private and public-read are supported"
+            ));
+        }
+    };
+    if wanted != readable {
+        return Err(s3_error!(
+            NotImplemented,
+            "objects have no ACLs of their own here: they are {} like their bucket; change the bucket's ACL or policy",
+            if readable { "public-read" } else { "private" }
+        ));
+    }
+    Ok(S3Response::new(PutObjectAclOutput::default()))
 }
 
 #[cfg(test)]

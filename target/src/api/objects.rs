@@ -148,6 +148,9 @@ pub(crate) struct CompleteBody {
     /// The part checksums the client listed (of the upload's algorithm), by part number.
     #[serde(default)]
     checksums: std::collections::BTreeMap<u32, String>,
+    /// The whole object's checksum the client declared (`x-amz-checksum-*` → value).
+    #[serde(default)]
+    object_checksums: std::collections::BTreeMap<String, String>,
 }
 
 /// Multipart staging for the S3 front (`/v1/mpu/{bucket}/{object}`):
@@ -259,6 +262,7 @@ pub(crate) async fn multipart(
                     &upload_id,
                     &parts.parts,
                     &parts.checksums,
+                    &parts.object_checksums,
                     !bck.is_remote(),
                     floor,
                 )

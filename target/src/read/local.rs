@@ -81,8 +81,9 @@ pub(crate) fn object_headers(t: &Target, bck: &Bck, meta: &ObjectMeta, headers: 
 
 /// Why a conditional request is not served.
 pub(crate) enum Unmet {
-    /// `If-None-Match` / `If-Modified-Since`: 304.
-    NotModified,
+    /// `If-None-Match` / `If-Modified-Since`: 304, with the object's ETag and modification
+    /// time (RFC 9110 §15.4.5: the validators a 200 would have carried).
+    NotModified { etag: String, mtime_ns: i64 },
     /// `If-Match` / `If-Unmodified-Since`: 412.
     Failed(&'static str),
 }
@@ -90,7 +91,18 @@ pub(crate) enum Unmet {
 impl Unmet {
     fn into_response(self) -> Response {
         match self {
-            Unmet::NotModified => StatusCode::NOT_MODIFIED.into_response(),
+            Unmet::NotModified { etag, mtime_ns } => {
+                let mut resp = StatusCode::NOT_MODIFIED.into_response();
+                let headers = resp.headers_mut();
+                if let Ok(v) = HeaderValue::from_str(&format!("\"{etag}\"")) {
+                    headers.insert(header::ETAG, v);
+                }
+                headers.insert(
+                    HeaderName::from_static(h::MTIME),
+                    HeaderValue::from(mtime_ns),
+                );
+                resp
+            }
             Unmet::Failed(why) => {
                 ApiError::new(gristmill_core::ErrorKind::PreconditionFailed, why).into_response()
             }
@@ -115,6 +127,10 @@ pub(crate) fn check_preconditions(headers: &HeaderMap, meta: &ObjectMeta) -> Res
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map(|d| d.as_secs())
     };
+    let not_modified = || Unmet::NotModified {
+        etag: etag.clone(),
+        mtime_ns: meta.mtime_ns,
+    };
     if let Some(v) = header(header::IF_MATCH) {
         if !matches(v) {
             return Err(Unmet::Failed("If-Match: the ETag differs"));
@@ -126,12 +142,12 @@ pub(crate) fn check_preconditions(headers: &HeaderMap, meta: &ObjectMeta) -> Res
     }
     if let Some(v) = header(header::IF_NONE_MATCH) {
         if matches(v) {
-            return Err(Unmet::NotModified);
+            return Err(not_modified());
         }
     } else if let Some(t) = header(header::IF_MODIFIED_SINCE).and_then(since)
         && mtime_s <= t
     {
-        return Err(Unmet::NotModified);
+        return Err(not_modified());
     }
     Ok(())
 }

@@ -76,6 +76,8 @@ pub enum WriteCondition {
     Exists,
     /// `If-Match: "e1", "e2"`: a live record whose ETag is one of these (without quotes).
     ETagIn(Vec<String>),
+    /// `If-None-Match: "e1", "e2"`: no live record, or one whose ETag is none of these.
+    ETagNotIn(Vec<String>),
     /// The live record still has this generation (`None`: there is still none): a condition
     /// decided by a newer copy elsewhere, made atomic with the commit here.
     Unchanged(Option<u64>),
@@ -100,15 +102,31 @@ impl WriteCondition {
     pub fn unmet_etag(&self, etag: Option<&str>) -> Option<&'static str> {
         match (self, etag) {
             (WriteCondition::Absent, Some(_)) => Some("If-None-Match: the object exists"),
-            (WriteCondition::Exists | WriteCondition::ETagIn(_), None) => {
-                Some("If-Match: the object does not exist")
-            }
+            (WriteCondition::Exists | WriteCondition::ETagIn(_), None) => Some(IF_MATCH_MISSING),
             (WriteCondition::ETagIn(tags), Some(etag)) => {
                 (!tags.iter().any(|t| t == etag)).then_some("If-Match: the ETag differs")
             }
+            (WriteCondition::ETagNotIn(tags), Some(etag)) => tags
+                .iter()
+                .any(|t| t == etag)
+                .then_some("If-None-Match: the ETag matches"),
             _ => None,
         }
     }
+}
+
+/// Why an `If-Match` write is refused when there is no object.
+const IF_MATCH_MISSING: &str = "If-Match: the object does not exist";
+
+/// The error for a write whose condition does not hold: 412, except `If-Match` with no object,
+/// 404 (S3's conditional-writes guide: "no current object version ... fails with 404").
+pub fn unmet_error(reason: &'static str) -> gristmill_core::ApiError {
+    let kind = if reason == IF_MATCH_MISSING {
+        gristmill_core::ErrorKind::NotFound
+    } else {
+        gristmill_core::ErrorKind::PreconditionFailed
+    };
+    gristmill_core::ApiError::new(kind, reason)
 }
 
 /// The generation of a tombstone a delete writes.

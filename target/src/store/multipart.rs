@@ -17,6 +17,9 @@ use crate::store::{ETAG_KEY, PutOptions, Store, now_ns};
 
 /// Custom-metadata key of a multipart object's part sizes (comma-separated, in part order).
 pub const PARTS_KEY: &str = "x-grist-parts";
+/// Custom-metadata key of a multipart object's part checksums (base64, in part order), when
+/// its upload had a checksum algorithm: answered on `?partNumber=` reads.
+pub const PART_CHECKSUMS_KEY: &str = "x-grist-part-checksums";
 
 /// Highest part number S3 allows.
 pub const MAX_PART_NUMBER: u32 = 10_000;
@@ -358,6 +361,7 @@ impl Store {
         upload_id: &str,
         parts: &[(u32, String)],
         declared: &BTreeMap<u32, String>,
+        declared_object: &BTreeMap<String, String>,
         durable: bool,
         floor: u64,
     ) -> Result<Assembled, StoreError> {
@@ -365,13 +369,21 @@ impl Store {
         if parts.is_empty() {
             return Err(ApiError::new(ErrorKind::InvalidPart, "no parts listed").into());
         }
-        if parts.windows(2).any(|w| w[0].0 >= w[1].0) {
+        if parts.windows(2).any(|w| w[0].0 > w[1].0) {
             return Err(ApiError::new(
                 ErrorKind::InvalidPartOrder,
                 "parts must be listed in ascending order of part number",
             )
             .into());
         }
+        // A part number listed twice (a client that uploaded it again while the first upload
+        // was still running): the last entry is the one meant, as S3 takes it.
+        let parts: Vec<&(u32, String)> = parts
+            .iter()
+            .enumerate()
+            .filter(|(i, p)| parts.get(i + 1).is_none_or(|next| next.0 != p.0))
+            .map(|(_, p)| p)
+            .collect();
         let stored: BTreeMap<u32, PartInfo> = self
             .mpu_list_parts(bck, key, upload_id)
             .await?
@@ -381,6 +393,8 @@ impl Store {
         let mut md5s = Vec::with_capacity(parts.len() * 16);
         // The parts' own checksums, raw, for a composite checksum.
         let mut part_sums = Vec::new();
+        // The same, base64 as stored, kept with the object for `?partNumber=` reads.
+        let mut part_checksums: Vec<String> = Vec::new();
         let mut files = Vec::with_capacity(parts.len());
         let mut sizes = Vec::with_capacity(parts.len());
         for (i, (n, etag)) in parts.iter().enumerate() {
@@ -426,6 +440,7 @@ impl Store {
                     base64::Engine::decode(&base64::engine::general_purpose::STANDARD, stored)
                         .map_err(|e| StoreError::Corrupt(e.to_string()))?,
                 );
+                part_checksums.push(stored.clone());
             }
             files.push(dir.join(format!("part-{n:05}")));
             sizes.push(p.size.to_string());
@@ -447,6 +462,9 @@ impl Store {
         custom.insert(ETAG_KEY.into(), etag.clone());
         // Part boundaries, for `?partNumber=` reads and GetObjectAttributes.
         custom.insert(PARTS_KEY.into(), sizes.join(","));
+        if !part_checksums.is_empty() {
+            custom.insert(PART_CHECKSUMS_KEY.into(), part_checksums.join(","));
+        }
         let mut s3_checksums = Vec::new();
         match &info.checksum {
             Some(c) if c.kind == "COMPOSITE" => {
@@ -454,7 +472,13 @@ impl Store {
                     .ok_or_else(|| StoreError::Corrupt(format!("algorithm {}", c.algorithm)))?;
                 h.update(&part_sums);
                 if let Some((_, v)) = gristmill_node::s3::checksum_values(h.finalize()).pop() {
-                    custom.insert(c.key(), format!("{v}-{}", parts.len()));
+                    let suffix = format!("-{}", parts.len());
+                    if let Some(want) = declared_object.get(&c.key())
+                        && want.strip_suffix(&suffix).unwrap_or(want) != v
+                    {
+                        return Err(bad_digest(&c.key(), &format!("{v}{suffix}"), want));
+                    }
+                    custom.insert(c.key(), format!("{v}{suffix}"));
                 }
             }
             // The whole object's, computed while it is written.
@@ -475,6 +499,15 @@ impl Store {
             )
             .await?;
         pending.write_stream(body).await?;
+        // A full-object checksum the client declared: checked before anything is staged.
+        for (name, have) in pending.finish_s3_checksums() {
+            if let Some(want) = declared_object.get(&name)
+                && *want != have
+            {
+                pending.abort().await;
+                return Err(bad_digest(&name, &have, want));
+            }
+        }
         let done = Completed {
             bucket: bck.uname(),
             key: key.to_owned(),
@@ -684,4 +717,13 @@ impl Store {
         out.sort_by(|a, b| a.key.cmp(&b.key).then(a.upload_id.cmp(&b.upload_id)));
         Ok(out)
     }
+}
+
+/// The error for a whole-object checksum declared on completion that is not the object's.
+fn bad_digest(name: &str, have: &str, want: &str) -> StoreError {
+    ApiError::new(
+        ErrorKind::BadDigest,
+        format!("{name}: the completed object's is {have}, the request declared {want}"),
+    )
+    .into()
 }

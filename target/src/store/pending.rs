@@ -277,10 +277,7 @@ impl PendingWrite {
         };
         if let Some(unmet) = applied.unmet {
             let _ = tokio::fs::remove_file(mp.path.join(&rel)).await;
-            return Err(StoreError::Api(gristmill_core::ApiError::new(
-                gristmill_core::ErrorKind::PreconditionFailed,
-                unmet,
-            )));
+            return Err(StoreError::Api(crate::store::index::unmet_error(unmet)));
         }
         if applied.stored.is_none()
             && let crate::store::index::GenRule::IfNewer(_) = rule
@@ -319,6 +316,20 @@ impl PendingWrite {
         applied
             .stored
             .ok_or_else(|| StoreError::Index("put committed without a record".into()))
+    }
+
+    /// The S3 checksums of everything written so far, final: they are kept for the commit
+    /// (nothing more may be written). A multipart completion checks them against the ones
+    /// the client declared before anything is staged.
+    pub fn finish_s3_checksums(&mut self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if let Some(h) = self.s3.take() {
+            for (name, v) in gristmill_node::s3::checksum_values(h.finalize()) {
+                self.opts.custom.insert(name.to_owned(), v.clone());
+                out.push((name.to_owned(), v));
+            }
+        }
+        out
     }
 
     /// Gives the write up: the temp file is removed.

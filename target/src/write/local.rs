@@ -457,8 +457,9 @@ fn known_here(t: &Target, bck: &Bck, name: &str, here: Option<&ObjectMeta>) -> u
         .max(versions)
 }
 
-/// The precondition of a conditional write: `If-None-Match: *` (only if absent), `If-Match:
-/// *` or `If-Match: "etag", ...` (only if present, with one of these ETags).
+/// The precondition of a conditional write: `If-None-Match: *` (only if absent),
+/// `If-None-Match: "etag", ...` (absent or none of these ETags), `If-Match: *` or `If-Match:
+/// "etag", ...` (only if present, with one of these ETags).
 pub(crate) fn write_condition(
     headers: &axum::http::HeaderMap,
 ) -> Result<Option<WriteCondition>, ApiError> {
@@ -475,25 +476,26 @@ pub(crate) fn write_condition(
     match (value(header::IF_NONE_MATCH)?, value(header::IF_MATCH)?) {
         (None, None) => Ok(None),
         (Some("*"), None) => Ok(Some(WriteCondition::Absent)),
-        (Some(other), None) => Err(ApiError::bad_request(format!(
-            "a write's If-None-Match takes only *, not {other}"
-        ))),
+        (Some(tags), None) => Ok(Some(WriteCondition::ETagNotIn(etag_list(tags)))),
         (None, Some("*")) => Ok(Some(WriteCondition::Exists)),
-        (None, Some(tags)) => Ok(Some(WriteCondition::ETagIn(
-            tags.split(',')
-                .map(|t| {
-                    t.trim()
-                        .trim_start_matches("W/")
-                        .trim_matches('"')
-                        .to_owned()
-                })
-                .filter(|t| !t.is_empty())
-                .collect(),
-        ))),
+        (None, Some(tags)) => Ok(Some(WriteCondition::ETagIn(etag_list(tags)))),
         (Some(_), Some(_)) => Err(ApiError::bad_request(
             "a write takes If-None-Match or If-Match, not both",
         )),
     }
+}
+
+/// The ETags of an `If-Match` / `If-None-Match` list, without quotes or `W/`.
+fn etag_list(tags: &str) -> Vec<String> {
+    tags.split(',')
+        .map(|t| {
+            t.trim()
+                .trim_start_matches("W/")
+                .trim_matches('"')
+                .to_owned()
+        })
+        .filter(|t| !t.is_empty())
+        .collect()
 }
 
 /// Where a conditional write is decided. Normally by the record here, atomically with the
@@ -516,10 +518,7 @@ pub(crate) fn decide_here(
     }
     let etag = elsewhere.newest.as_ref().map(|(_, etag)| etag.as_str());
     if let Some(unmet) = condition.unmet_etag(etag) {
-        return Err(ApiError::new(
-            gristmill_core::ErrorKind::PreconditionFailed,
-            unmet,
-        ));
+        return Err(crate::store::index::unmet_error(unmet));
     }
     Ok(Some(WriteCondition::Unchanged(
         here.as_ref().map(ObjectMeta::effective_gen),

@@ -83,13 +83,8 @@ async fn aws_sdk_s3_end_to_end_with_auth() {
         .unwrap();
     let s3 = client(&c, "admin", "admin-secret");
     s3.create_bucket().bucket("rust-sdk").send().await.unwrap();
-    let err = s3
-        .create_bucket()
-        .bucket("rust-sdk")
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(code(&err.into_service_error()), "BucketAlreadyOwnedByYou");
+    // In us-east-1 the owner's second create is a 200 that changes nothing (AWS's rule).
+    s3.create_bucket().bucket("rust-sdk").send().await.unwrap();
 
     for i in 0..6 {
         let key = format!("dir{}/obj-{i}", i % 2);
