@@ -448,6 +448,43 @@ pub struct BucketProps {
     /// What anonymous S3 clients may read, as the bucket's ACL and policy grant it.
     #[serde(default, skip_serializing_if = "PublicProps::is_private")]
     pub public: PublicProps,
+    /// S3 bucket settings the S3 front keeps and acts on (CORS, object ownership). Not an
+    /// AIStore property.
+    #[serde(default, skip_serializing_if = "S3BucketProps::is_empty")]
+    pub s3: S3BucketProps,
+}
+
+/// S3 bucket settings: CORS rules (answered on preflights and as CORS headers) and object
+/// ownership (`BucketOwnerEnforced` disables ACLs other than the owner's).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct S3BucketProps {
+    /// PutBucketCors's rules, in order (empty: no CORS configuration).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cors: Vec<CorsRule>,
+    /// PutBucketOwnershipControls's `ObjectOwnership` (empty: none set).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub object_ownership: String,
+}
+
+impl S3BucketProps {
+    pub fn is_empty(&self) -> bool {
+        self.cors.is_empty() && self.object_ownership.is_empty()
+    }
+}
+
+/// One S3 CORS rule. Origins and headers may hold one `*` wildcard.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CorsRule {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
+    pub allowed_methods: Vec<String>,
+    pub allowed_origins: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_headers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expose_headers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age_seconds: Option<i32>,
 }
 
 /// Anonymous (unsigned) S3 reads of a bucket, from its S3 ACL and bucket policy; nothing

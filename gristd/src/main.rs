@@ -71,6 +71,7 @@ async fn run() -> anyhow::Result<()> {
                 keepalive_interval: c.node.keepalive_interval(),
                 s3_users: c.s3.users.clone().unwrap_or_default().0,
                 s3_listen: c.s3.listen.clone().filter(|l| !l.is_empty()),
+                s3_domain: c.s3.domain.clone().filter(|d| !d.is_empty()),
                 keepalive_retries: c.proxy.keepalive_retries.unwrap_or(5),
                 suspect_grace: std::time::Duration::from_millis(
                     c.proxy.suspect_grace_ms.unwrap_or(0),

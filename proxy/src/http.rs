@@ -17,12 +17,11 @@ use gristmill_node::server::{encode_page, redirect};
 
 use crate::membership;
 use crate::meta::{Changed, Proxy};
-use s3s::service::S3Service;
 
 type Params = Query<HashMap<String, String>>;
 type ApiResult = Result<Response, ApiError>;
 
-pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<S3Service>) -> Router {
+pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<crate::s3::Front>) -> Router {
     let router = Router::new()
         .route("/v1/objects/{bucket}/{*object}", any(object))
         .route(
@@ -107,7 +106,7 @@ pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<S3Service>) -> Router {
 }
 
 /// A router serving only the S3 API (the dedicated `--s3-port`).
-pub(crate) fn s3_only_router(s3: Arc<S3Service>) -> Router {
+pub(crate) fn s3_only_router(s3: Arc<crate::s3::Front>) -> Router {
     Router::new()
         .fallback(move |req: Request| crate::s3::handle(s3.clone(), req))
         .layer(axum::middleware::from_fn(

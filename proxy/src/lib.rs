@@ -60,6 +60,9 @@ pub struct ProxyConfig {
     pub restart_grace: Duration,
     /// Extra address serving only the S3 API (the main port serves it at its root too).
     pub s3_listen: Option<String>,
+    /// Base domain of virtual-hosted-style S3 requests (`bucket.domain`); `None`: path-style
+    /// only.
+    pub s3_domain: Option<String>,
     /// Limits, TLS and access control (auth off by default).
     pub serve: gristmill_node::conn::ServeOptions,
     /// Password of the first admin a new cluster with auth creates (else one is generated).
@@ -129,7 +132,7 @@ pub async fn run(
         Arc::new(jobs::PlacementWatch(proxy.clone())),
         shutdown.clone(),
     );
-    let s3 = s3::service(proxy.clone(), &config.s3_users);
+    let s3 = s3::service(proxy.clone(), &config.s3_users, config.s3_domain.as_deref());
     if let Some(addr) = &config.s3_listen {
         let s3_listener = TcpListener::bind(addr).await?;
         tracing::info!(addr = %s3_listener.local_addr()?, "S3 API listening");

@@ -21,6 +21,7 @@ async fn proxy() -> (tempfile::TempDir, Arc<Proxy>, axum::Router) {
         suspect_grace: std::time::Duration::ZERO,
         restart_grace: std::time::Duration::from_secs(600),
         s3_listen: None,
+        s3_domain: None,
         serve: Default::default(),
         admin_password: None,
         raft: Default::default(),
@@ -32,7 +33,7 @@ async fn proxy() -> (tempfile::TempDir, Arc<Proxy>, axum::Router) {
             .unwrap(),
     );
     crate::leader::found_or_import(&p).await.unwrap();
-    let s3 = crate::s3::service(p.clone(), &[]);
+    let s3 = crate::s3::service(p.clone(), &[], None);
     let app = crate::http::router(p.clone(), s3);
     (dir, p, app)
 }

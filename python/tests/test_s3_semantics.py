@@ -1089,3 +1089,152 @@ def test_encryption_and_object_lock_are_refused_not_ignored(gristmill_s3, s3_end
             assert "AuthorizationQueryParametersError" in r.text
     finally:
         empty_and_delete(s3, bkt)
+
+
+# --- CORS, ownership controls, virtual-hosted style (Gristmill only: moto differs) -----------
+
+
+def test_cors_rules_answer_preflights_and_requests(gristmill_s3, s3_endpoint):
+    """PutBucketCors rules (one `*` per origin or header pattern) answer OPTIONS preflights
+    before any signature check — 400 without Origin and Access-Control-Request-Method, 403
+    when no rule allows it — and add the Access-Control-* headers to answers of requests
+    with an Origin; DeleteBucketCors removes them."""
+    import requests
+
+    s3 = gristmill_s3
+    bkt = _bucket(s3)
+    try:
+        with pytest.raises(ClientError) as ei:
+            s3.get_bucket_cors(Bucket=bkt)
+        assert err(ei) == ("NoSuchCORSConfiguration", 404)
+        rules = [
+            {"AllowedMethods": ["GET"], "AllowedOrigins": ["*suffix"]},
+            {"AllowedMethods": ["PUT"], "AllowedOrigins": ["*.put"], "AllowedHeaders": ["x-amz-*"],
+             "ExposeHeaders": ["ETag"], "MaxAgeSeconds": 600},
+        ]
+        s3.put_bucket_cors(Bucket=bkt, CORSConfiguration={"CORSRules": rules})
+        got = s3.get_bucket_cors(Bucket=bkt)["CORSRules"]
+        assert [(r["AllowedMethods"], r["AllowedOrigins"]) for r in got] == [
+            (["GET"], ["*suffix"]), (["PUT"], ["*.put"])]
+        assert got[1]["MaxAgeSeconds"] == 600 and got[1]["ExposeHeaders"] == ["ETag"]
+        s3.put_object(Bucket=bkt, Key="k", Body=b"cors")
+        url = f"{s3_endpoint}/{bkt}/k"
+        assert requests.options(url).status_code == 400
+        assert requests.options(url, headers={"Origin": "a.suffix"}).status_code == 400
+        r = requests.options(url, headers={"Origin": "a.suffix", "Access-Control-Request-Method": "GET"})
+        assert r.status_code == 200, r.text
+        assert (r.headers["access-control-allow-origin"], r.headers["access-control-allow-methods"]) == (
+            "a.suffix", "GET")
+        r = requests.options(url, headers={"Origin": "a.suffix", "Access-Control-Request-Method": "PUT"})
+        assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
+        r = requests.options(url, headers={"Origin": "b.put", "Access-Control-Request-Method": "PUT",
+                                           "Access-Control-Request-Headers": "X-Amz-Date"})
+        assert r.status_code == 200, r.text
+        assert r.headers["access-control-allow-headers"] == "x-amz-date"
+        assert r.headers["access-control-max-age"] == "600"
+        assert r.headers["access-control-expose-headers"] == "ETag"
+        r = requests.options(url, headers={"Origin": "b.put", "Access-Control-Request-Method": "PUT",
+                                           "Access-Control-Request-Headers": "authorization"})
+        assert r.status_code == 403
+        # Requests with an Origin get the headers of the rule that allows them, whatever
+        # their own answer.
+        r = requests.get(url, headers={"Origin": "a.suffix"})
+        assert r.status_code == 200 and r.content == b"cors"
+        assert r.headers["access-control-allow-origin"] == "a.suffix"
+        assert "access-control-allow-origin" not in requests.get(url).headers
+        r = requests.get(f"{url}-missing", headers={"Origin": "a.suffix"})
+        assert r.status_code == 404 and r.headers["access-control-allow-origin"] == "a.suffix"
+        assert "access-control-allow-origin" not in requests.get(url, headers={"Origin": "nope"}).headers
+        s3.delete_bucket_cors(Bucket=bkt)
+        with pytest.raises(ClientError) as ei:
+            s3.get_bucket_cors(Bucket=bkt)
+        assert err(ei) == ("NoSuchCORSConfiguration", 404)
+        r = requests.options(url, headers={"Origin": "a.suffix", "Access-Control-Request-Method": "GET"})
+        assert r.status_code == 403
+        with pytest.raises(ClientError) as ei:
+            s3.put_bucket_cors(Bucket=bkt, CORSConfiguration={"CORSRules": [
+                {"AllowedMethods": ["PATCH"], "AllowedOrigins": ["*"]}]})
+        assert err(ei) == ("InvalidRequest", 400)
+    finally:
+        empty_and_delete(s3, bkt)
+
+
+def test_bucket_ownership_controls(gristmill_s3):
+    """BucketOwnerEnforced (objects are the bucket owner's — how Gristmill keeps them) is
+    kept and turns ACLs other than private off (AccessControlListNotSupported); ObjectWriter
+    and BucketOwnerPreferred would need per-writer object owners and are NotImplemented."""
+    s3 = gristmill_s3
+    bkt = _bucket(s3)
+    try:
+        with pytest.raises(ClientError) as ei:
+            s3.get_bucket_ownership_controls(Bucket=bkt)
+        assert err(ei) == ("OwnershipControlsNotFoundError", 404)
+        enforced = {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
+        s3.put_bucket_ownership_controls(Bucket=bkt, OwnershipControls=enforced)
+        rules = s3.get_bucket_ownership_controls(Bucket=bkt)["OwnershipControls"]["Rules"]
+        assert rules == [{"ObjectOwnership": "BucketOwnerEnforced"}]
+        with pytest.raises(ClientError) as ei:
+            s3.put_bucket_acl(Bucket=bkt, ACL="public-read")
+        assert err(ei) == ("AccessControlListNotSupported", 400)
+        s3.put_bucket_acl(Bucket=bkt, ACL="private")
+        for other in ("ObjectWriter", "BucketOwnerPreferred"):
+            with pytest.raises(ClientError) as ei:
+                s3.put_bucket_ownership_controls(
+                    Bucket=bkt, OwnershipControls={"Rules": [{"ObjectOwnership": other}]})
+            assert err(ei) == ("NotImplemented", 501)
+        s3.delete_bucket_ownership_controls(Bucket=bkt)
+        with pytest.raises(ClientError) as ei:
+            s3.get_bucket_ownership_controls(Bucket=bkt)
+        assert err(ei) == ("OwnershipControlsNotFoundError", 404)
+        made = new_bucket_name("own")
+        s3.create_bucket(Bucket=made, ObjectOwnership="BucketOwnerEnforced")
+        try:
+            rules = s3.get_bucket_ownership_controls(Bucket=made)["OwnershipControls"]["Rules"]
+            assert rules == [{"ObjectOwnership": "BucketOwnerEnforced"}]
+        finally:
+            s3.delete_bucket(Bucket=made)
+    finally:
+        empty_and_delete(s3, bkt)
+
+
+def test_virtual_hosted_style_addressing(default_creds):
+    """With --s3-domain (GRISTD_S3_DOMAIN) a Host of `bucket.DOMAIN` names the bucket, as
+    SDKs address it by default; other hosts stay path-style on the same port. boto3 with
+    addressing_style=virtual reaches it through a Host-rewriting hook (no DNS here)."""
+    import boto3
+    import requests
+    from botocore.config import Config
+
+    from conftest import _playground
+
+    with _playground({"GRISTD_S3_DOMAIN": "s3.grist.test"}) as endpoint:
+        port = endpoint.rsplit(":", 1)[1]
+        path = make_s3(endpoint, None)
+        path.create_bucket(Bucket="vhost")
+        path.put_object(Bucket="vhost", Key="a/b", Body=b"path-style")
+        r = requests.get(f"{endpoint}/a/b", headers={"Host": f"vhost.s3.grist.test:{port}"})
+        assert r.status_code == 200 and r.content == b"path-style", r.text
+        r = requests.put(f"{endpoint}/put-by-host", data=b"virtual",
+                         headers={"Host": f"vhost.s3.grist.test:{port}"})
+        assert r.status_code == 200, r.text
+        assert path.get_object(Bucket="vhost", Key="put-by-host")["Body"].read() == b"virtual"
+        r = requests.get(f"{endpoint}/?list-type=2", headers={"Host": f"vhost.s3.grist.test:{port}"})
+        assert r.status_code == 200 and "<Key>put-by-host</Key>" in r.text, r.text
+        # boto3 in virtual style, signed for the virtual host, connecting to 127.0.0.1.
+        virtual = boto3.client(
+            "s3", endpoint_url=f"http://s3.grist.test:{port}", region_name="us-east-1",
+            aws_access_key_id=default_creds.access_key,
+            aws_secret_access_key=default_creds.secret_key,
+            config=Config(s3={"addressing_style": "virtual"}, retries={"max_attempts": 1}),
+        )
+
+        def to_loopback(request, **_):
+            # Connect to 127.0.0.1 but keep the Host the request was signed for.
+            request.headers["Host"] = f"vhost.s3.grist.test:{port}"
+            request.url = request.url.replace(f"vhost.s3.grist.test:{port}", f"127.0.0.1:{port}")
+
+        virtual.meta.events.register("before-send.s3.*", to_loopback)
+        assert virtual.get_object(Bucket="vhost", Key="a/b")["Body"].read() == b"path-style"
+        virtual.put_object(Bucket="vhost", Key="by-boto3", Body=b"vh")
+        assert path.get_object(Bucket="vhost", Key="by-boto3")["Body"].read() == b"vh"
+        empty_and_delete(path, "vhost")

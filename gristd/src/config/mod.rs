@@ -244,6 +244,15 @@ pub struct S3Settings {
         value_name = "JSON"
     )]
     pub users: Option<S3Users>,
+    /// Base domain for virtual-hosted-style S3 (`bucket.DOMAIN`, the default of many SDKs);
+    /// requests to any other host stay path-style.
+    #[arg(
+        id = "s3.domain",
+        long = "s3-domain",
+        env = "GRISTD_S3_DOMAIN",
+        value_name = "DOMAIN"
+    )]
+    pub domain: Option<String>,
 }
 
 /// `[target]`: storage and memory of targets.

@@ -64,8 +64,24 @@ pub(super) async fn create_bucket(
     }
     let bck = bucket(name)?;
     let acting_for = s.requester(req.credentials.as_ref());
-    if let Some(acl) = &req.input.acl {
-        super::public::acl_read(acl)?; // refused before anything is created
+    // Refused before anything is created.
+    let readable = match &req.input.acl {
+        Some(acl) => super::public::acl_read(acl)?,
+        None => false,
+    };
+    let ownership = req
+        .input
+        .object_ownership
+        .as_ref()
+        .map(|o| o.as_str().to_owned());
+    if let Some(o) = &ownership {
+        super::public::ownership_kept(o)?;
+        if readable {
+            return Err(s3_error!(
+                InvalidBucketAclWithObjectOwnership,
+                "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting"
+            ));
+        }
     }
     let created = s
         .bucket_action(Method::POST, &bck, api::action::CREATE_BUCKET, &acting_for)
@@ -85,6 +101,10 @@ pub(super) async fn create_bucket(
     }
     if let Some(acl) = &req.input.acl {
         super::public::apply_create_acl(s, &bck, acl).await?;
+    }
+    if let Some(o) = ownership {
+        s.set_props(&bck, serde_json::json!({ "s3": { "object_ownership": o } }))
+            .await?;
     }
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{name}")),

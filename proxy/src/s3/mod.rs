@@ -8,6 +8,7 @@ mod auth;
 mod buckets;
 mod chunked;
 mod common;
+mod cors;
 mod listing;
 mod multipart;
 mod objects;
@@ -57,7 +58,33 @@ pub(crate) fn check_public(public: &serde_json::Value, bucket: &str) -> Result<(
 /// signed with the default key are served; otherwise every request must be signed by one of
 /// `users` (checked against its bucket grants) or, with auth on, by an access key of a
 /// cluster user (checked against its roles).
-pub(crate) fn service(proxy: Arc<Proxy>, users: &[S3User]) -> Arc<S3Service> {
+/// The S3 front: the s3s service and the proxy whose bucket settings (CORS) it answers
+/// preflights from.
+pub(crate) struct Front {
+    service: S3Service,
+    proxy: Arc<Proxy>,
+    hosts: Option<Arc<VirtualHosts>>,
+}
+
+impl Front {
+    /// The bucket a request names: by its Host (virtual-hosted style) or its first path
+    /// segment.
+    fn bucket_named(&self, parts: &http::request::Parts) -> Option<String> {
+        if let Some(hosts) = &self.hosts
+            && let Some(host) = parts
+                .headers
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+            && let Some(bucket) = hosts.bucket_of(&host.to_ascii_lowercase())
+        {
+            return Some(bucket.to_owned());
+        }
+        let first = parts.uri.path().trim_start_matches('/').split('/').next()?;
+        (!first.is_empty()).then(|| first.to_owned())
+    }
+}
+
+pub(crate) fn service(proxy: Arc<Proxy>, users: &[S3User], domain: Option<&str>) -> Arc<Front> {
     let mut builder = S3ServiceBuilder::new(common::GristS3 {
         proxy: proxy.clone(),
     });
@@ -82,6 +109,10 @@ pub(crate) fn service(proxy: Arc<Proxy>, users: &[S3User]) -> Arc<S3Service> {
     let users = if auth_off { &default_user[..] } else { users };
     let p = proxy.clone();
     let directory = auth::Directory::new(users, cluster, Arc::new(move || p.bmd()));
+    let hosts = domain.map(|d| Arc::new(VirtualHosts::new(d)));
+    if let Some(hosts) = &hosts {
+        builder.set_host(SharedHosts(hosts.clone()));
+    }
     builder.set_auth(auth::Users(directory.clone()));
     builder.set_access(auth::Grants::new(directory, auth_off));
     // XML bodies (CompleteMultipartUpload, DeleteObjects, ...) are read whole: bound them.
@@ -90,12 +121,57 @@ pub(crate) fn service(proxy: Arc<Proxy>, users: &[S3User]) -> Arc<S3Service> {
     builder.set_config(Arc::new(s3s::config::StaticConfigProvider::new(Arc::new(
         config,
     ))));
-    Arc::new(builder.build())
+    Arc::new(Front {
+        service: builder.build(),
+        proxy,
+        hosts,
+    })
+}
+
+/// Virtual-hosted-style addressing: `bucket.DOMAIN[:port]` names the bucket; any other host
+/// (an IP, `localhost`, the domain itself) is path-style.
+struct VirtualHosts {
+    domain: String,
+}
+
+impl VirtualHosts {
+    fn new(domain: &str) -> Self {
+        Self {
+            domain: domain.trim_matches('.').to_ascii_lowercase(),
+        }
+    }
+
+    /// The bucket a Host header names, if it is `bucket.DOMAIN`.
+    fn bucket_of<'h>(&self, host: &'h str) -> Option<&'h str> {
+        let name = host.rsplit_once(':').map_or(host, |(h, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                h
+            } else {
+                host
+            }
+        });
+        let bucket = name.strip_suffix(self.domain.as_str())?.strip_suffix('.')?;
+        (!bucket.is_empty() && name.len() == bucket.len() + 1 + self.domain.len()).then_some(bucket)
+    }
+}
+
+/// [`VirtualHosts`] as s3s's host parser (shared with the CORS lookup).
+struct SharedHosts(Arc<VirtualHosts>);
+
+impl s3s::host::S3Host for SharedHosts {
+    fn parse_host_header<'a>(&'a self, host: &'a str) -> s3s::S3Result<s3s::host::VirtualHost<'a>> {
+        let vh = s3s::host::VirtualHost::new(self.0.domain.as_str());
+        let lower = host.to_ascii_lowercase();
+        Ok(match self.0.bucket_of(&lower) {
+            Some(bucket) => vh.with_bucket(bucket.to_owned()),
+            None => vh,
+        })
+    }
 }
 
 /// Axum handler that hands a request to the S3 service.
-pub(crate) async fn handle(service: Arc<S3Service>, req: Request) -> Response {
-    let mut resp = call(service, req).await;
+pub(crate) async fn handle(front: Arc<Front>, req: Request) -> Response {
+    let mut resp = call(&front, req).await;
     // The request's id under the name S3 clients read (boto3's ResponseMetadata.RequestId);
     // `track_requests` adds it to error documents.
     if let Some(id) = gristmill_node::metrics::current_request_id()
@@ -107,8 +183,21 @@ pub(crate) async fn handle(service: Arc<S3Service>, req: Request) -> Response {
 }
 
 /// The S3 service's answer to `req`.
-async fn call(service: Arc<S3Service>, req: Request) -> Response {
+async fn call(front: &Front, req: Request) -> Response {
     let (mut parts, body) = req.into_parts();
+    let bucket = front.bucket_named(&parts);
+    if parts.method == http::Method::OPTIONS {
+        return cors::preflight(&front.proxy, bucket.as_deref(), &parts.headers);
+    }
+    // The CORS headers a browser's request is granted (computed before s3s takes it).
+    let mut cors_headers = http::HeaderMap::new();
+    cors::decorate(
+        &front.proxy,
+        bucket.as_deref(),
+        &parts.method,
+        &parts.headers,
+        &mut cors_headers,
+    );
     if let Some(refused) = presigned_expiry_out_of_range(&parts.uri) {
         return refused;
     }
@@ -149,7 +238,7 @@ async fn call(service: Arc<S3Service>, req: Request) -> Response {
     };
     let attributes = parts.method == http::Method::GET && query_has(&parts.uri, "attributes");
     let req = http::Request::from_parts(parts, body);
-    match service.call(req).await {
+    let mut resp = match front.service.call(req).await {
         Ok(resp) if attributes && resp.status().is_success() => {
             bare_attributes_etag(resp.map(axum::body::Body::new)).await
         }
@@ -158,7 +247,9 @@ async fn call(service: Arc<S3Service>, req: Request) -> Response {
             tracing::error!(error = ?e, "S3 request failed");
             (http::StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
         }
-    }
+    };
+    resp.headers_mut().extend(cors_headers);
+    resp
 }
 
 /// Whether the request's query has `key` (with or without a value).
@@ -337,7 +428,23 @@ fn unframed_upload(parts: &http::request::Parts) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::carries_xml;
+    use super::{VirtualHosts, carries_xml};
+
+    #[test]
+    fn virtual_hosts_name_buckets_only_under_their_domain() {
+        let hosts = VirtualHosts::new("s3.example.com");
+        assert_eq!(hosts.bucket_of("data.s3.example.com"), Some("data"));
+        assert_eq!(hosts.bucket_of("data.s3.example.com:8080"), Some("data"));
+        assert_eq!(
+            hosts.bucket_of("my.dotted.bucket.s3.example.com"),
+            Some("my.dotted.bucket")
+        );
+        assert_eq!(hosts.bucket_of("s3.example.com"), None);
+        assert_eq!(hosts.bucket_of("s3.example.com:8080"), None);
+        assert_eq!(hosts.bucket_of("datas3.example.com"), None);
+        assert_eq!(hosts.bucket_of("localhost:8080"), None);
+        assert_eq!(hosts.bucket_of("127.0.0.1:8080"), None);
+    }
 
     #[test]
     fn xml_bodies_are_told_from_object_data() {

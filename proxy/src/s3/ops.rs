@@ -6,7 +6,7 @@ use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
 
 use super::common::GristS3;
-use super::{buckets, listing, multipart, objects, public, tagging, versioning};
+use super::{buckets, cors, listing, multipart, objects, public, tagging, versioning};
 
 #[async_trait::async_trait]
 impl S3 for GristS3 {
@@ -120,6 +120,48 @@ impl S3 for GristS3 {
         req: S3Request<GetBucketAclInput>,
     ) -> S3Result<S3Response<GetBucketAclOutput>> {
         public::get_bucket_acl(self, req).await
+    }
+
+    async fn put_bucket_cors(
+        &self,
+        req: S3Request<PutBucketCorsInput>,
+    ) -> S3Result<S3Response<PutBucketCorsOutput>> {
+        cors::put_bucket_cors(self, req).await
+    }
+
+    async fn get_bucket_cors(
+        &self,
+        req: S3Request<GetBucketCorsInput>,
+    ) -> S3Result<S3Response<GetBucketCorsOutput>> {
+        cors::get_bucket_cors(self, req).await
+    }
+
+    async fn delete_bucket_cors(
+        &self,
+        req: S3Request<DeleteBucketCorsInput>,
+    ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
+        cors::delete_bucket_cors(self, req).await
+    }
+
+    async fn put_bucket_ownership_controls(
+        &self,
+        req: S3Request<PutBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<PutBucketOwnershipControlsOutput>> {
+        public::put_bucket_ownership_controls(self, req).await
+    }
+
+    async fn get_bucket_ownership_controls(
+        &self,
+        req: S3Request<GetBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
+        public::get_bucket_ownership_controls(self, req).await
+    }
+
+    async fn delete_bucket_ownership_controls(
+        &self,
+        req: S3Request<DeleteBucketOwnershipControlsInput>,
+    ) -> S3Result<S3Response<DeleteBucketOwnershipControlsOutput>> {
+        public::delete_bucket_ownership_controls(self, req).await
     }
 
     async fn get_object_acl(

@@ -103,7 +103,7 @@ pub(super) fn anonymous(public: &PublicProps, bucket: &str) -> Anonymous {
 /// admin. A bucket nobody owns (a remote bucket, added on first use; one made before auth)
 /// is an admin's to open once cluster users exist (as over the native API), else anyone's
 /// who may write to it.
-async fn administered(
+pub(super) async fn administered(
     s: &GristS3,
     name: &str,
     credentials: Option<&s3s::auth::Credentials>,
@@ -130,7 +130,10 @@ async fn administered(
 }
 
 /// The properties of an existing bucket.
-async fn props_of(s: &GristS3, name: &str) -> S3Result<gristmill_core::api::BucketProps> {
+pub(super) async fn props_of(
+    s: &GristS3,
+    name: &str,
+) -> S3Result<gristmill_core::api::BucketProps> {
     let bck = s.existing(name).await?;
     Ok(s.proxy
         .bmd()
@@ -229,8 +232,12 @@ pub(super) async fn put_bucket_acl(
             "only canned ACLs (x-amz-acl: private or public-read) are supported"
         ));
     };
+    let readable = acl_read(acl)?;
+    if readable && enforced(&props) {
+        return Err(acls_disabled());
+    }
     let public = PublicProps {
-        acl_read: acl_read(acl)?,
+        acl_read: readable,
         ..props.public
     };
     set_public(s, &bck, &public).await?;
@@ -329,7 +336,8 @@ pub(super) async fn put_object_acl(
         ));
     };
     let wanted = match acl.as_str() {
-        ObjectCannedACL::PRIVATE => false,
+        ObjectCannedACL::PRIVATE | ObjectCannedACL::BUCKET_OWNER_FULL_CONTROL => false,
+        _ if enforced(&props_of(s, &req.input.bucket).await?) => return Err(acls_disabled()),
         ObjectCannedACL::PUBLIC_READ => true,
         other => {
             return Err(s3_error!(
@@ -346,6 +354,97 @@ pub(super) async fn put_object_acl(
         ));
     }
     Ok(S3Response::new(PutObjectAclOutput::default()))
+}
+
+/// S3's object ownership setting that disables ACLs: every object is the bucket owner's,
+/// which is how Gristmill keeps objects anyway.
+const BUCKET_OWNER_ENFORCED: &str = "BucketOwnerEnforced";
+
+/// Whether the bucket's ownership controls disable ACLs.
+pub(super) fn enforced(props: &gristmill_core::api::BucketProps) -> bool {
+    props.s3.object_ownership == BUCKET_OWNER_ENFORCED
+}
+
+pub(super) fn acls_disabled() -> s3s::S3Error {
+    s3_error!(
+        AccessControlListNotSupported,
+        "The bucket does not allow ACLs"
+    )
+}
+
+/// An ObjectOwnership value this front can keep: `BucketOwnerEnforced` (objects belong to
+/// the bucket owner, ACLs off). `ObjectWriter` and `BucketOwnerPreferred` would make the
+/// uploading account an object's owner; objects have no owners of their own here, so they
+/// are NotImplemented rather than stored and ignored.
+pub(super) fn ownership_kept(value: &str) -> S3Result<()> {
+    match value {
+        BUCKET_OWNER_ENFORCED => Ok(()),
+        ObjectOwnership::OBJECT_WRITER | ObjectOwnership::BUCKET_OWNER_PREFERRED => Err(s3_error!(
+            NotImplemented,
+            "ObjectOwnership {value}: objects are owned by their bucket's owner here (only BucketOwnerEnforced is supported)"
+        )),
+        other => Err(s3_error!(MalformedXML, "unknown ObjectOwnership {other}")),
+    }
+}
+
+pub(super) async fn put_bucket_ownership_controls(
+    s: &GristS3,
+    req: S3Request<PutBucketOwnershipControlsInput>,
+) -> S3Result<S3Response<PutBucketOwnershipControlsOutput>> {
+    let (bck, props) = administered(s, &req.input.bucket, req.credentials.as_ref()).await?;
+    let rules = &req.input.ownership_controls.rules;
+    let [rule] = rules.as_slice() else {
+        return Err(s3_error!(MalformedXML, "OwnershipControls takes one rule"));
+    };
+    let value = rule.object_ownership.as_str();
+    ownership_kept(value)?;
+    if props.public.acl_read {
+        return Err(s3_error!(
+            InvalidBucketAclWithObjectOwnership,
+            "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting"
+        ));
+    }
+    s.set_props(
+        &bck,
+        serde_json::json!({ "s3": { "object_ownership": value } }),
+    )
+    .await?;
+    Ok(S3Response::new(PutBucketOwnershipControlsOutput::default()))
+}
+
+pub(super) async fn get_bucket_ownership_controls(
+    s: &GristS3,
+    req: S3Request<GetBucketOwnershipControlsInput>,
+) -> S3Result<S3Response<GetBucketOwnershipControlsOutput>> {
+    let props = props_of(s, &req.input.bucket).await?;
+    if props.s3.object_ownership.is_empty() {
+        return Err(s3_error!(
+            OwnershipControlsNotFoundError,
+            "The bucket ownership controls were not found"
+        ));
+    }
+    Ok(S3Response::new(GetBucketOwnershipControlsOutput {
+        ownership_controls: Some(OwnershipControls {
+            rules: vec![OwnershipControlsRule {
+                object_ownership: ObjectOwnership::from(props.s3.object_ownership),
+            }],
+        }),
+    }))
+}
+
+pub(super) async fn delete_bucket_ownership_controls(
+    s: &GristS3,
+    req: S3Request<DeleteBucketOwnershipControlsInput>,
+) -> S3Result<S3Response<DeleteBucketOwnershipControlsOutput>> {
+    let (bck, _) = administered(s, &req.input.bucket, req.credentials.as_ref()).await?;
+    s.set_props(
+        &bck,
+        serde_json::json!({ "s3": { "object_ownership": "" } }),
+    )
+    .await?;
+    Ok(S3Response::new(
+        DeleteBucketOwnershipControlsOutput::default(),
+    ))
 }
 
 #[cfg(test)]
