@@ -1238,3 +1238,62 @@ def test_virtual_hosted_style_addressing(default_creds):
         virtual.put_object(Bucket="vhost", Key="by-boto3", Body=b"vh")
         assert path.get_object(Bucket="vhost", Key="by-boto3")["Body"].read() == b"vh"
         empty_and_delete(path, "vhost")
+
+
+def test_an_empty_body_with_a_wrong_checksum_is_refused(gristmill_s3):
+    """A zero-length PutObject is checked against its declared checksum like any other: the
+    HTTP client never reads an empty body, so the front drives it itself (ceph/s3-tests
+    test_object_checksum_sha256 sent one and it was stored)."""
+    s3 = gristmill_s3
+    bkt = _bucket(s3)
+    try:
+        with pytest.raises(ClientError) as ei:
+            s3.put_object(Bucket=bkt, Key="empty", Body=b"", ChecksumAlgorithm="SHA256", ChecksumSHA256="bad")
+        assert err(ei) == ("BadDigest", 400)
+        with pytest.raises(ClientError) as ei:
+            s3.head_object(Bucket=bkt, Key="empty")
+        assert err(ei)[1] == 404
+        empty_sha256 = base64.b64encode(hashlib.sha256(b"").digest()).decode()
+        r = s3.put_object(Bucket=bkt, Key="empty", Body=b"", ChecksumAlgorithm="SHA256",
+                          ChecksumSHA256=empty_sha256)
+        assert r["ChecksumSHA256"] == empty_sha256
+    finally:
+        empty_and_delete(s3, bkt)
+
+
+def test_list_buckets_in_pages(gristmill_s3):
+    """ListBuckets with MaxBuckets answers pages in name order with a ContinuationToken until
+    the last one; Prefix narrows it."""
+    s3 = gristmill_s3
+    prefix = new_bucket_name("pages")
+    names = [f"{prefix}-{i}" for i in range(3)]
+    for n in names:
+        s3.create_bucket(Bucket=n)
+    try:
+        seen, token = [], None
+        while True:
+            kw = {"ContinuationToken": token} if token else {}
+            page = s3.list_buckets(MaxBuckets=2, Prefix=prefix, **kw)
+            seen += [b["Name"] for b in page["Buckets"]]
+            token = page.get("ContinuationToken")
+            if not token:
+                break
+            assert len(page["Buckets"]) == 2
+        assert seen == names
+    finally:
+        for n in names:
+            s3.delete_bucket(Bucket=n)
+
+
+def test_anonymous_requests_for_a_missing_bucket_get_no_such_bucket(auth_s3_endpoint):
+    """With auth on, an unsigned request naming a bucket that does not exist is told so (404
+    NoSuchBucket, as S3 answers anyone), not 403; an existing private bucket stays 403."""
+    anonymous = make_s3(auth_s3_endpoint, None)
+    for call in (lambda: anonymous.get_object(Bucket="no-such-bucket-here", Key="k"),
+                 lambda: anonymous.delete_object(Bucket="no-such-bucket-here", Key="k")):
+        with pytest.raises(ClientError) as ei:
+            call()
+        assert err(ei) == ("NoSuchBucket", 404)
+    with pytest.raises(ClientError) as ei:
+        anonymous.create_bucket(Bucket="no-such-bucket-here")
+    assert err(ei) == ("AccessDenied", 403)

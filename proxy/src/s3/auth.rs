@@ -87,6 +87,17 @@ impl Directory {
         }
     }
 
+    /// Whether `path` names a bucket that does not exist (in this proxy's metadata).
+    fn names_no_bucket(&self, path: &s3s::path::S3Path) -> bool {
+        let name = match path {
+            s3s::path::S3Path::Root => return false,
+            s3s::path::S3Path::Bucket { bucket } | s3s::path::S3Path::Object { bucket, .. } => {
+                bucket.to_string()
+            }
+        };
+        matches!(super::common::resolve(&(self.buckets)(), &name), Ok(None))
+    }
+
     /// The cluster's bucket metadata (empty without cluster users).
     fn metadata(&self) -> Arc<gristmill_core::BucketMetadata> {
         self.cluster
@@ -188,6 +199,13 @@ impl S3Access for Grants {
             });
             if self.anonymous || (!one_version && self.directory.anonymous_may(&op, cx.s3_path())) {
                 return Ok(());
+            }
+            // S3 tells anyone that a bucket does not exist (404 NoSuchBucket, not 403).
+            if op != "CreateBucket" && self.directory.names_no_bucket(cx.s3_path()) {
+                return Err(s3_error!(
+                    NoSuchBucket,
+                    "The specified bucket does not exist"
+                ));
             }
             return Err(s3_error!(AccessDenied, "anonymous access is disabled"));
         };

@@ -10,7 +10,7 @@ use s3s::{S3Request, S3Response, S3Result, s3_error};
 
 pub(super) async fn list_buckets(
     s: &GristS3,
-    _req: S3Request<ListBucketsInput>,
+    req: S3Request<ListBucketsInput>,
 ) -> S3Result<S3Response<ListBucketsOutput>> {
     // Read-your-writes on any proxy: a bucket created through another one moments ago is
     // listed (the applied state of a follower may lag, or be stale when it is cut off).
@@ -44,9 +44,31 @@ pub(super) async fn list_buckets(
         })
         .collect();
     buckets.sort_by(|a, b| a.name.cmp(&b.name));
+    // Pages of MaxBuckets in name order, resumed after the last name returned (the token).
+    let input = &req.input;
+    if let Some(prefix) = input.prefix.as_deref() {
+        buckets.retain(|b| b.name.as_deref().is_some_and(|n| n.starts_with(prefix)));
+    }
+    if let Some(token) = input.continuation_token.as_deref() {
+        let after = decode_token(token)?;
+        buckets.retain(|b| b.name.as_deref().is_some_and(|n| n > after.as_str()));
+    }
+    let max = input.max_buckets.map_or(10_000, |m| m.clamp(1, 10_000)) as usize;
+    let more = buckets.len() > max;
+    buckets.truncate(max);
+    let continuation_token = more
+        .then(|| {
+            buckets
+                .last()
+                .and_then(|b| b.name.as_deref())
+                .map(encode_token)
+        })
+        .flatten();
     Ok(S3Response::new(ListBucketsOutput {
         buckets: Some(buckets),
         owner: Some(owner()),
+        continuation_token,
+        prefix: input.prefix.clone(),
         ..Default::default()
     }))
 }

@@ -805,13 +805,30 @@ impl GristS3 {
             trailers,
             failure.clone(),
         );
+        let body = if content_length == Some(0) {
+            // An empty body is never polled by the HTTP client: drive it here, so that its
+            // declared checksums (and trailers) are still checked before anything is stored.
+            let read: Vec<Result<Bytes, std::io::Error>> = stream.collect().await;
+            if let Some(e) = failure.lock().expect("failure lock").take() {
+                return Err(e);
+            }
+            if let Some(Err(e)) = read.into_iter().find(Result::is_err) {
+                return Err(S3Error::with_message(
+                    S3ErrorCode::IncompleteBody,
+                    format!("reading the request body: {e}"),
+                ));
+            }
+            reqwest::Body::from(Vec::new())
+        } else {
+            reqwest::Body::wrap_stream(stream)
+        };
         let mut req = self
             .proxy
             .http
             .put(url)
             .header(h::COMPUTE_MD5, "true")
             .header(h::CUSTOM_MD_JSON, api::encode_custom_md(custom))
-            .body(reqwest::Body::wrap_stream(stream));
+            .body(body);
         if let Some(n) = content_length {
             req = req.header(reqwest::header::CONTENT_LENGTH, n);
         }
