@@ -185,6 +185,7 @@ pub(crate) async fn handle(front: Arc<Front>, req: Request) -> Response {
 /// The S3 service's answer to `req`.
 async fn call(front: &Front, req: Request) -> Response {
     let (mut parts, body) = req.into_parts();
+    sig_v2_bucket_path(&mut parts);
     let bucket = front.bucket_named(&parts);
     if parts.method == http::Method::OPTIONS {
         return cors::preflight(&front.proxy, bucket.as_deref(), &parts.headers);
@@ -250,6 +251,33 @@ async fn call(front: &Front, req: Request) -> Response {
     };
     resp.headers_mut().extend(cors_headers);
     resp
+}
+
+/// SigV2 clients (botocore's `s3` signer, s3cmd) sign a path-style bucket request as
+/// `/bucket/` while sending `/bucket`; s3s signs what was sent. The path gets the slash the
+/// client signed (a path-style bucket path means the same with or without it).
+fn sig_v2_bucket_path(parts: &mut http::request::Parts) {
+    let v2_header = parts
+        .headers
+        .get(http::header::AUTHORIZATION)
+        .is_some_and(|v| v.as_bytes().starts_with(b"AWS "));
+    let v2_query = query_has(&parts.uri, "AWSAccessKeyId") && query_has(&parts.uri, "Signature");
+    let path = parts.uri.path();
+    let one_segment = path.len() > 1 && !path[1..].contains('/');
+    if !(v2_header || v2_query) || !one_segment {
+        return;
+    }
+    let with_slash = match parts.uri.query() {
+        Some(q) => format!("{path}/?{q}"),
+        None => format!("{path}/"),
+    };
+    let mut uri = parts.uri.clone().into_parts();
+    if let Ok(pq) = with_slash.parse() {
+        uri.path_and_query = Some(pq);
+        if let Ok(u) = http::Uri::from_parts(uri) {
+            parts.uri = u;
+        }
+    }
 }
 
 /// Whether the request's query has `key` (with or without a value).
