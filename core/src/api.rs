@@ -464,11 +464,14 @@ pub struct S3BucketProps {
     /// PutBucketOwnershipControls's `ObjectOwnership` (empty: none set).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub object_ownership: String,
+    /// PutBucketTagging's tags (key, value), in the order given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<(String, String)>,
 }
 
 impl S3BucketProps {
     pub fn is_empty(&self) -> bool {
-        self.cors.is_empty() && self.object_ownership.is_empty()
+        self.cors.is_empty() && self.object_ownership.is_empty() && self.tags.is_empty()
     }
 }
 

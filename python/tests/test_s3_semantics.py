@@ -1333,3 +1333,23 @@ def test_sigv2_clients(auth_s3_endpoint, admin_creds):
         assert requests.get(bad).status_code == 403
     finally:
         empty_and_delete(s3, name)
+
+
+def test_bucket_tagging(s3, bkt):
+    """Put/Get/DeleteBucketTagging: NoSuchTagSet until tags are put, the tags as put, 204 on
+    delete, InvalidTag for a reserved key."""
+    with pytest.raises(ClientError) as ei:
+        s3.get_bucket_tagging(Bucket=bkt)
+    assert err(ei) == ("NoSuchTagSet", 404)
+    tags = [{"Key": "team", "Value": "vision"}, {"Key": "cost-center", "Value": ""}]
+    s3.put_bucket_tagging(Bucket=bkt, Tagging={"TagSet": tags})
+    got = s3.get_bucket_tagging(Bucket=bkt)["TagSet"]
+    # An empty value may come back as no Value element (moto and Gristmill alike).
+    assert sorted((t["Key"], t.get("Value", "")) for t in got) == [("cost-center", ""), ("team", "vision")]
+    with pytest.raises(ClientError) as ei:
+        s3.put_bucket_tagging(Bucket=bkt, Tagging={"TagSet": [{"Key": "aws:x", "Value": "v"}]})
+    assert err(ei)[0] == "InvalidTag"
+    assert s3.delete_bucket_tagging(Bucket=bkt)["ResponseMetadata"]["HTTPStatusCode"] == 204
+    with pytest.raises(ClientError) as ei:
+        s3.get_bucket_tagging(Bucket=bkt)
+    assert err(ei) == ("NoSuchTagSet", 404)

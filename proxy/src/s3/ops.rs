@@ -230,6 +230,27 @@ impl S3 for GristS3 {
         Err(no_object_lock())
     }
 
+    async fn put_bucket_tagging(
+        &self,
+        req: S3Request<PutBucketTaggingInput>,
+    ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+        tagging::put_bucket_tagging(self, req).await
+    }
+
+    async fn get_bucket_tagging(
+        &self,
+        req: S3Request<GetBucketTaggingInput>,
+    ) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+        tagging::get_bucket_tagging(self, req).await
+    }
+
+    async fn delete_bucket_tagging(
+        &self,
+        req: S3Request<DeleteBucketTaggingInput>,
+    ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+        tagging::delete_bucket_tagging(self, req).await
+    }
+
     async fn put_object_tagging(
         &self,
         req: S3Request<PutObjectTaggingInput>,

@@ -26,7 +26,10 @@ const KEEP: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'.')
     .remove(b'~');
 
-/// Checks a tag set against S3's rules.
+/// Most tags a bucket may have (S3's limit).
+const MAX_BUCKET_TAGS: usize = 50;
+
+/// Checks an object's tag set against S3's rules.
 fn validate(tags: &[(String, String)]) -> S3Result<()> {
     if tags.len() > MAX_TAGS {
         // S3's code for this has no constant in s3s.
@@ -40,6 +43,11 @@ fn validate(tags: &[(String, String)]) -> S3Result<()> {
         e.set_status_code(http::StatusCode::BAD_REQUEST);
         return Err(e);
     }
+    validate_each(tags)
+}
+
+/// The rules every tag of a set follows (objects' and buckets').
+fn validate_each(tags: &[(String, String)]) -> S3Result<()> {
     for (i, (k, v)) in tags.iter().enumerate() {
         if k.is_empty() || k.chars().count() > MAX_KEY {
             return Err(s3_error!(
@@ -115,6 +123,72 @@ pub(super) fn count(attrs: &Attrs) -> Option<i32> {
     let stored = attrs.get(TAGGING)?;
     let n = stored.split('&').filter(|p| !p.is_empty()).count();
     (n > 0).then_some(n as i32)
+}
+
+pub(super) async fn put_bucket_tagging(
+    s: &GristS3,
+    req: S3Request<PutBucketTaggingInput>,
+) -> S3Result<S3Response<PutBucketTaggingOutput>> {
+    let (bck, _) =
+        super::public::administered(s, &req.input.bucket, req.credentials.as_ref()).await?;
+    let tags: Vec<(String, String)> = req
+        .input
+        .tagging
+        .tag_set
+        .iter()
+        .map(|t| {
+            (
+                t.key.clone().unwrap_or_default(),
+                t.value.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    if tags.len() > MAX_BUCKET_TAGS {
+        return Err(s3_error!(
+            InvalidTag,
+            "a bucket can have at most {MAX_BUCKET_TAGS} tags, not {}",
+            tags.len()
+        ));
+    }
+    validate_each(&tags)?;
+    s.set_props(&bck, serde_json::json!({ "s3": { "tags": tags } }))
+        .await?;
+    Ok(S3Response::new(PutBucketTaggingOutput::default()))
+}
+
+pub(super) async fn get_bucket_tagging(
+    s: &GristS3,
+    req: S3Request<GetBucketTaggingInput>,
+) -> S3Result<S3Response<GetBucketTaggingOutput>> {
+    let props = super::public::props_of(s, &req.input.bucket).await?;
+    if props.s3.tags.is_empty() {
+        return Err(s3_error!(
+            NoSuchTagSet,
+            "There is no tag set associated with the bucket"
+        ));
+    }
+    Ok(S3Response::new(GetBucketTaggingOutput {
+        tag_set: props
+            .s3
+            .tags
+            .into_iter()
+            .map(|(k, v)| Tag {
+                key: Some(k),
+                value: Some(v),
+            })
+            .collect(),
+    }))
+}
+
+pub(super) async fn delete_bucket_tagging(
+    s: &GristS3,
+    req: S3Request<DeleteBucketTaggingInput>,
+) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
+    let (bck, _) =
+        super::public::administered(s, &req.input.bucket, req.credentials.as_ref()).await?;
+    s.set_props(&bck, serde_json::json!({ "s3": { "tags": [] } }))
+        .await?;
+    Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
 }
 
 /// Changes an object's custom metadata in place on its owner.
