@@ -108,12 +108,48 @@ pub enum UserCmd {
     Ls,
 }
 
+/// Reads a password from stdin; on a terminal with echo off (turned off before the prompt
+/// is shown, back on when this returns).
 fn read_password() -> anyhow::Result<String> {
+    let hidden = EchoOff::on_terminal();
     eprint!("password: ");
     std::io::stderr().flush().ok();
     let mut line = String::new();
-    std::io::stdin().read_line(&mut line)?;
+    let read = std::io::stdin().read_line(&mut line);
+    if hidden.is_some() {
+        eprintln!(); // the newline the terminal did not echo
+    }
+    drop(hidden);
+    read?;
     Ok(line.trim_end_matches(['\r', '\n']).to_owned())
+}
+
+/// A terminal's echo, turned off while this lives (stdin only, when it is a terminal).
+struct EchoOff {
+    saved: nix::sys::termios::Termios,
+}
+
+impl EchoOff {
+    fn on_terminal() -> Option<Self> {
+        use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
+        use std::io::IsTerminal;
+        let stdin = std::io::stdin();
+        if !stdin.is_terminal() {
+            return None;
+        }
+        let saved = tcgetattr(&stdin).ok()?;
+        let mut quiet = saved.clone();
+        quiet.local_flags.remove(LocalFlags::ECHO);
+        tcsetattr(&stdin, SetArg::TCSANOW, &quiet).ok()?;
+        Some(Self { saved })
+    }
+}
+
+impl Drop for EchoOff {
+    fn drop(&mut self) {
+        use nix::sys::termios::{SetArg, tcsetattr};
+        let _ = tcsetattr(&std::io::stdin(), SetArg::TCSANOW, &self.saved);
+    }
 }
 
 fn expiry(secs: u64) -> String {

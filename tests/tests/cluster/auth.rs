@@ -1069,6 +1069,48 @@ async fn tokens_die_with_their_user_and_the_cli_logs_in() {
     };
     let out = grist(&["auth", "login", "admin"], Some(&c.admin_password));
     assert!(ok(out).contains("logged in as admin"));
+    // On a terminal (a pty from `script`) the password prompt does not echo what is typed.
+    // Echo goes off before the prompt shows, so writing after the prompt cannot race it.
+    {
+        use std::io::{Read, Write};
+        let bin = gristmill_tests::gristd_bin().with_file_name("grist");
+        let mut child = std::process::Command::new("script")
+            .args([
+                "-qfe",
+                "-E",
+                "always",
+                "-c",
+                &format!("{} auth login admin", bin.display()),
+                "/dev/null",
+            ])
+            .env("GRIST_ENDPOINT", &c.endpoint)
+            .env("GRIST_TOKEN_FILE", &token_file)
+            .env_remove("GRIST_TOKEN")
+            .env_remove("GRIST_PASSWORD")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("script (util-linux) runs");
+        let mut stdout = child.stdout.take().unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 256];
+        while !String::from_utf8_lossy(&seen).contains("password: ") {
+            let n = stdout.read(&mut buf).unwrap();
+            assert!(n > 0, "no prompt: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "{}", c.admin_password).unwrap();
+        stdout.read_to_end(&mut seen).unwrap();
+        drop(stdin);
+        assert!(child.wait().unwrap().success());
+        let shown = String::from_utf8_lossy(&seen);
+        assert!(shown.contains("logged in as admin"), "{shown}");
+        assert!(
+            !shown.contains(&c.admin_password),
+            "the password was echoed: {shown}"
+        );
+    }
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
