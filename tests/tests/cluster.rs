@@ -1063,6 +1063,49 @@ async fn grist_many_objects_endpoints_and_completions() {
             "{out}"
         );
 
+        // ls --nr: one level, deeper names folded into their directory; --summary: counts.
+        let names = |args: &[&str]| -> Vec<String> {
+            let out = ok(run(args, &env, ""));
+            serde_json::from_str::<Vec<serde_json::Value>>(&out)
+                .unwrap()
+                .iter()
+                .map(|e| e["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let top = names(&["--json", "ls", "ais://many", "--nr"]);
+        assert_eq!(
+            top.iter()
+                .filter(|n| n.ends_with('/'))
+                .cloned()
+                .collect::<Vec<_>>(),
+            ["other/", "p/"]
+        );
+        assert!(
+            top.iter().all(|n| n.ends_with('/') || !n.contains('/')),
+            "{top:?}"
+        );
+        let level = names(&["--json", "ls", "ais://many", "--prefix", "p/", "--nr"]);
+        assert_eq!(level.len(), 890);
+        assert!(
+            level
+                .iter()
+                .all(|n| n.starts_with("p/") && !n.ends_with('/'))
+        );
+        let out = ok(run(
+            &["--json", "ls", "ais://many", "--prefix", "p/", "--summary"],
+            &env,
+            "",
+        ));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let p_bytes: usize = (110..1000).map(|i| 100 + i).sum();
+        assert_eq!(
+            (v["objects"].as_u64(), v["bytes"].as_u64()),
+            (Some(890), Some(p_bytes as u64)),
+            "{out}"
+        );
+        let out = ok(run(&["ls", "ais://many", "--nr"], &env, ""));
+        assert!(out.contains("p/") && out.contains("other/"), "{out}");
+
         // The endpoint from $AIS_ENDPOINT, then from the config file.
         let out = ok(run(
             &["--json", "ls"],

@@ -8,7 +8,7 @@ use comfy_table::{Table, presets::NOTHING};
 use gristmill_cli::jobs::{self, FollowArgs, SelectionArgs};
 use gristmill_client::{Client, Method};
 use gristmill_core::Bck;
-use gristmill_core::api::{ListObjectsMsg, action};
+use gristmill_core::api::{ListEntry, ListObjectsMsg, action};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Parser)]
@@ -61,6 +61,13 @@ enum Command {
         /// Versioned buckets: every version and delete marker, newest first per object.
         #[arg(long)]
         versions: bool,
+        /// No recursion: one level under the prefix, deeper names folded into their
+        /// `dir/` (listed first).
+        #[arg(long)]
+        nr: bool,
+        /// Only the count and total size of what the listing selects.
+        #[arg(long, conflicts_with = "nr")]
+        summary: bool,
     },
     /// Upload a file, a directory (with -r) or stdin (`-`).
     Put {
@@ -387,6 +394,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             cached,
             not_cached,
             versions,
+            nr,
+            summary,
         } => {
             // AIStore's list flags: LsCached (bit 0), LsNotCached (bit 9).
             let flags = if cached { 1 } else { 0 }
@@ -403,7 +412,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 flags,
                 ..Default::default()
             };
-            list(&client, &b, lso, limit, cli.json).await?
+            let shape = if summary {
+                ListShape::Summary
+            } else if nr {
+                ListShape::OneLevel
+            } else {
+                ListShape::All
+            };
+            list(&client, &b, lso, limit, shape, cli.json).await?
         }
         Command::Bucket(BucketCmd::Props(PropsCmd::Show { bucket: b })) => {
             let props = client.bucket_props(&bucket(&b)?).await?;
@@ -973,14 +989,50 @@ async fn list_versions(
     Ok(())
 }
 
+/// What `grist ls` prints of a bucket's listing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ListShape {
+    /// Every object.
+    All,
+    /// One level under the prefix: deeper names folded into `dir/` entries.
+    OneLevel,
+    /// Only the count and total size.
+    Summary,
+}
+
+/// Folds the names deeper than one level under `prefix` into their `dir/` (size 0), listed
+/// first in name order; objects at that level follow in listing order.
+fn one_level(prefix: &str, entries: Vec<ListEntry>) -> Vec<ListEntry> {
+    let mut dirs = std::collections::BTreeSet::new();
+    let mut here = Vec::new();
+    for e in entries {
+        let rest = e.name.strip_prefix(prefix).unwrap_or(&e.name);
+        match rest.find('/') {
+            Some(i) => {
+                dirs.insert(format!("{prefix}{}", &rest[..=i]));
+            }
+            None => here.push(e),
+        }
+    }
+    dirs.into_iter()
+        .map(|name| ListEntry {
+            name,
+            ..Default::default()
+        })
+        .chain(here)
+        .collect()
+}
+
 async fn list(
     client: &Client,
     uri: &str,
     lso: ListObjectsMsg,
     limit: usize,
+    shape: ListShape,
     json: bool,
 ) -> anyhow::Result<()> {
     let bck = bucket(uri)?;
+    let prefix = lso.prefix.clone();
     let props = lso.props.clone();
     let cols: Vec<String> = if props == "all" {
         [
@@ -999,15 +1051,43 @@ async fn list(
         return list_versions(client, &bck, lso, limit, json).await;
     }
     let all = client.list_entries(&bck, lso, limit).await?;
+    let total: u64 = all.iter().map(|e| e.size).sum();
+    let count = all.len();
+    if shape == ListShape::Summary {
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"bucket": bck.to_string(), "prefix": prefix,
+                    "objects": count, "bytes": total})
+            );
+        } else {
+            println!(
+                "{bck}{}: {count} object{}, {}",
+                if prefix.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (prefix {prefix})")
+                },
+                if count == 1 { "" } else { "s" },
+                human(total)
+            );
+        }
+        return Ok(());
+    }
+    let all = if shape == ListShape::OneLevel {
+        one_level(&prefix, all)
+    } else {
+        all
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&all)?);
         return Ok(());
     }
-    let total: u64 = all.iter().map(|e| e.size).sum();
-    let count = all.len();
     for e in all {
+        let dir = e.name.ends_with('/');
         table.add_row(cols.iter().map(|c| match c.as_str() {
             "name" => e.name.clone(),
+            "size" if dir => "-".to_owned(),
             "size" => human(e.size),
             "checksum" => e.checksum.clone(),
             "atime" => e.atime.clone(),
