@@ -148,7 +148,7 @@ impl EchoOff {
 impl Drop for EchoOff {
     fn drop(&mut self) {
         use nix::sys::termios::{SetArg, tcsetattr};
-        let _ = tcsetattr(&std::io::stdin(), SetArg::TCSANOW, &self.saved);
+        let _ = tcsetattr(std::io::stdin(), SetArg::TCSANOW, &self.saved);
     }
 }
 

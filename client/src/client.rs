@@ -183,13 +183,15 @@ impl Client {
     /// The cluster map as the proxy has it now (`GET /v1/cluster?what=smap`).
     pub async fn cluster_map(&self) -> anyhow::Result<ClusterMap> {
         let resp = self
-            .http
-            .get(self.url("/v1/cluster"))
-            .query(&[("what", "smap")])
-            .send()
+            .retrying(|| {
+                self.http
+                    .get(self.url("/v1/cluster"))
+                    .query(&[("what", "smap")])
+                    .send()
+            })
             .await
             .with_context(|| format!("cannot reach {}", self.endpoint))?;
-        Ok(check(resp).await?.json().await?)
+        Ok(resp.json().await?)
     }
 
     async fn cached_map(&self) -> anyhow::Result<&ClusterMap> {
@@ -229,10 +231,12 @@ impl Client {
     /// Every bucket the cluster knows.
     pub async fn list_buckets(&self) -> anyhow::Result<Vec<BucketInfo>> {
         let resp = self
-            .action(Method::GET, "/v1/buckets", &ActionMsg::new(action::LIST))
-            .send()
+            .retrying(|| {
+                self.action(Method::GET, "/v1/buckets", &ActionMsg::new(action::LIST))
+                    .send()
+            })
             .await?;
-        Ok(check(resp).await?.json().await?)
+        Ok(resp.json().await?)
     }
 
     /// One page of a bucket listing; pass the page's continuation token back for the next.
@@ -247,11 +251,13 @@ impl Client {
             value: serde_json::to_value(lso)?,
         };
         let resp = self
-            .action(Method::GET, &format!("/v1/buckets/{}", bck.name), &msg)
-            .query(&query(bck))
-            .send()
+            .retrying(|| {
+                self.action(Method::GET, &format!("/v1/buckets/{}", bck.name), &msg)
+                    .query(&query(bck))
+                    .send()
+            })
             .await?;
-        Ok(check(resp).await?.json().await?)
+        Ok(resp.json().await?)
     }
 
     /// A bucket listing's entries, page after page: all of them, or the first `limit` when it
@@ -288,14 +294,36 @@ impl Client {
             Some(url) => url,
             None => object_url(&self.endpoint, bck, name)?,
         };
-        for _ in 0..3 {
-            let resp = self
+        let started = std::time::Instant::now();
+        let mut delay = std::time::Duration::from_millis(100);
+        let mut redirects = 0;
+        while redirects < 3 {
+            // A whole-object PUT is idempotent: a connection that fails or breaks, or a
+            // 502/503/504, is retried with backoff (the body made again) for up to RETRY_FOR,
+            // through the proxy (a target sent to directly may be the one that is gone).
+            let sent = self
                 .no_redirect
                 .put(url.clone())
                 .body(body().await?)
                 .send()
-                .await?;
+                .await;
+            let retry = match &sent {
+                Err(e) if e.is_connect() || e.is_request() => Some(e.to_string()),
+                Ok(r) if matches!(r.status().as_u16(), 502..=504) => Some(r.status().to_string()),
+                _ => None,
+            };
+            if let Some(why) = retry
+                && started.elapsed() + delay <= RETRY_FOR
+            {
+                tracing::warn!(%why, retry_in = ?delay, "PUT {bck}/{name} failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(5));
+                url = object_url(&self.endpoint, bck, name)?;
+                continue;
+            }
+            let resp = sent?;
             if resp.status() == StatusCode::TEMPORARY_REDIRECT {
+                redirects += 1;
                 // The location carries the query.
                 let location = resp
                     .headers()
@@ -403,12 +431,13 @@ impl Client {
     /// A bucket's properties (`HEAD`, the `Ais-Bucket-Props` header).
     pub async fn bucket_props(&self, bck: &Bck) -> anyhow::Result<serde_json::Value> {
         let resp = self
-            .http
-            .head(self.url(&format!("/v1/buckets/{}", bck.name)))
-            .query(&query(bck))
-            .send()
+            .retrying(|| {
+                self.http
+                    .head(self.url(&format!("/v1/buckets/{}", bck.name)))
+                    .query(&query(bck))
+                    .send()
+            })
             .await?;
-        let resp = check(resp).await?;
         let props = resp
             .headers()
             .get(gristmill_core::api::header::BUCKET_PROPS)
@@ -420,11 +449,9 @@ impl Client {
     /// One job across the cluster.
     pub async fn job(&self, id: &str) -> anyhow::Result<JobStatus> {
         let resp = self
-            .http
-            .get(self.url(&format!("/v1/jobs/{id}")))
-            .send()
+            .retrying(|| self.http.get(self.url(&format!("/v1/jobs/{id}"))).send())
             .await?;
-        Ok(check(resp).await?.json().await?)
+        Ok(resp.json().await?)
     }
 
     /// Jobs across the cluster, newest first.
@@ -433,8 +460,10 @@ impl Client {
         if let Some(k) = kind {
             q.push(("kind", k.to_owned()));
         }
-        let resp = self.http.get(self.url("/v1/jobs")).query(&q).send().await?;
-        Ok(check(resp).await?.json().await?)
+        let resp = self
+            .retrying(|| self.http.get(self.url("/v1/jobs")).query(&q).send())
+            .await?;
+        Ok(resp.json().await?)
     }
 
     /// Stops (aborts) a running job.

@@ -902,7 +902,7 @@ async fn grist_cli_end_to_end() {
 /// `grist get --prefix/--template` into a directory (1,000 objects, byte-identical, in
 /// parallel), `grist rmo --prefix/--template` (refused without a yes, done with -y), the endpoint
 /// from `$AIS_ENDPOINT` and from the CLI config file, completion scripts for three shells, and a
-/// GET retried across a proxy restart.
+/// GET, a PUT and a listing retried across a proxy restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grist_many_objects_endpoints_and_completions() {
     let c = Cluster::start(3, 1).await.unwrap();
@@ -1158,22 +1158,69 @@ async fn grist_many_objects_endpoints_and_completions() {
         c.endpoint.clone(),
         file.clone(),
     );
-    let get = std::thread::spawn(move || {
-        std::process::Command::new(bin)
-            .args(["get", "ais://many/p/0500.bin", f.to_str().unwrap()])
-            .env("GRIST_ENDPOINT", ep)
-            .output()
-            .unwrap()
-    });
+    let grist_in_thread = |args: Vec<String>| {
+        let (bin, ep) = (bin.clone(), ep.clone());
+        std::thread::spawn(move || {
+            std::process::Command::new(bin)
+                .args(&args)
+                .env("GRIST_ENDPOINT", ep)
+                .output()
+                .unwrap()
+        })
+    };
+    let get = grist_in_thread(vec![
+        "get".into(),
+        "ais://many/p/0500.bin".into(),
+        f.to_str().unwrap().into(),
+    ]);
+    // Listing and PUT retry too (the PUT first needs the map from the proxy).
+    let upload = out.path().join("up.bin");
+    std::fs::write(&upload, b"put while the proxy was down").unwrap();
+    let put = grist_in_thread(vec![
+        "put".into(),
+        upload.to_str().unwrap().into(),
+        "ais://many/retried.bin".into(),
+    ]);
+    let summary = grist_in_thread(vec![
+        "--json".into(),
+        "ls".into(),
+        "ais://many".into(),
+        "--prefix".into(),
+        "p/".into(),
+        "--summary".into(),
+    ]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     c.proxy.start().unwrap();
-    let got = tokio::task::spawn_blocking(move || get.join().unwrap())
-        .await
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&got.stderr);
-    assert!(got.status.success(), "{stderr}");
-    assert!(stderr.contains("retrying"), "{stderr}");
+    for (what, handle) in [("get", get), ("put", put), ("ls --summary", summary)] {
+        let got = tokio::task::spawn_blocking(move || handle.join().unwrap())
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&got.stderr);
+        assert!(got.status.success(), "{what}: {stderr}");
+        assert!(stderr.contains("retrying"), "{what}: {stderr}");
+        if what == "ls --summary" {
+            let v: serde_json::Value = serde_json::from_slice(&got.stdout).unwrap();
+            assert_eq!(v["objects"], 890, "{v}");
+        }
+    }
     assert!(std::fs::read(&file).unwrap() == content(500, 600));
+    let back = out.path().join("back.bin");
+    let got = grist_in_thread(vec![
+        "get".into(),
+        "ais://many/retried.bin".into(),
+        back.to_str().unwrap().into(),
+    ])
+    .join()
+    .unwrap();
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert_eq!(
+        std::fs::read(&back).unwrap(),
+        b"put while the proxy was down"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

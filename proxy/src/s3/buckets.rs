@@ -69,7 +69,6 @@ pub(super) async fn list_buckets(
         owner: Some(owner()),
         continuation_token,
         prefix: input.prefix.clone(),
-        ..Default::default()
     }))
 }
 
