@@ -301,23 +301,21 @@ async fn bare_attributes_etag(resp: Response) -> Response {
         );
     };
     let text = String::from_utf8_lossy(&bytes);
-    let bare = match (text.find("<ETag>&quot;"), text.find("&quot;</ETag>")) {
-        (Some(a), Some(b)) if a < b => format!(
-            "{}<ETag>{}</ETag>{}",
-            &text[..a],
-            &text[a + "<ETag>&quot;".len()..b],
-            &text[b + "&quot;</ETag>".len()..]
-        ),
-        _ => match (text.find("<ETag>\""), text.find("\"</ETag>")) {
-            (Some(a), Some(b)) if a < b => format!(
+    // The quote as s3s writes it (escaped or not) around the one <ETag> of the document.
+    let bare = ["&quot;", "\""]
+        .iter()
+        .find_map(|q| {
+            let (open, close) = (format!("<ETag>{q}"), format!("{q}</ETag>"));
+            let a = text.find(&open)?;
+            let b = text.find(&close).filter(|b| a < *b)?;
+            Some(format!(
                 "{}<ETag>{}</ETag>{}",
                 &text[..a],
-                &text[a + "<ETag>\"".len()..b],
-                &text[b + "\"</ETag>".len()..]
-            ),
-            _ => text.into_owned(),
-        },
-    };
+                &text[a + open.len()..b],
+                &text[b + close.len()..]
+            ))
+        })
+        .unwrap_or_else(|| text.into_owned());
     parts.headers.remove(http::header::CONTENT_LENGTH);
     Response::from_parts(parts, axum::body::Body::from(bare))
 }
