@@ -194,8 +194,16 @@ pub async fn run(client: &Client, cmd: AuthCmd, json: bool) -> anyhow::Result<()
         AuthCmd::Logout => {
             let path = token_path();
             match std::fs::remove_file(&path) {
-                Ok(()) => println!("token {} removed", path.display()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => println!("not logged in"),
+                Ok(()) => crate::report(
+                    json,
+                    format!("token {} removed", path.display()),
+                    serde_json::json!({"token_file": path, "removed": true}),
+                ),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => crate::report(
+                    json,
+                    "not logged in",
+                    serde_json::json!({"token_file": path, "removed": false}),
+                ),
                 Err(e) => return Err(e.into()),
             }
         }
@@ -273,7 +281,11 @@ pub async fn run(client: &Client, cmd: AuthCmd, json: bool) -> anyhow::Result<()
                 gristmill_core::name::encode_path(&name)
             );
             Client::send(client.request(Method::DELETE, &path)).await?;
-            println!("user {name} removed");
+            crate::report(
+                json,
+                format!("user {name} removed"),
+                serde_json::json!({"user": name, "removed": true}),
+            );
         }
         AuthCmd::User(UserCmd::Ls) => {
             let resp = Client::send(client.request(Method::GET, "/v1/auth/users")).await?;

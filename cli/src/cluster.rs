@@ -60,7 +60,11 @@ pub async fn run(client: &Client, cmd: ClusterCmd, json_out: bool) -> anyhow::Re
             return Ok(true);
         }
     };
-    client.cluster_action(action, value).await?;
-    println!("{action}: done");
+    client.cluster_action(action, value.clone()).await?;
+    crate::report(
+        json_out,
+        format!("{action}: done"),
+        json!({"action": action, "value": value, "done": true}),
+    );
     Ok(true)
 }

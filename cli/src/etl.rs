@@ -226,7 +226,11 @@ pub async fn run(client: &Client, cmd: EtlCmd, json_out: bool) -> anyhow::Result
                     .filter(|d| !d.is_empty()),
             );
             let name = client.etl_init(&s).await?;
-            println!("ETL {name:?} defined");
+            crate::report(
+                json_out,
+                format!("ETL {name:?} defined"),
+                serde_json::json!({"etl": name, "defined": true}),
+            );
         }
         EtlCmd::Show { args } if args.len() == 3 && args[0] == "errors" => {
             show_errors(client, &args[1], &args[2], json_out).await?;
@@ -257,15 +261,27 @@ pub async fn run(client: &Client, cmd: EtlCmd, json_out: bool) -> anyhow::Result
         }
         EtlCmd::Stop { name } => {
             client.etl_control(&name, "stop").await?;
-            println!("ETL {name:?} stopped");
+            crate::report(
+                json_out,
+                format!("ETL {name:?} stopped"),
+                serde_json::json!({"etl": name, "stopped": true}),
+            );
         }
         EtlCmd::Start { name } => {
             client.etl_control(&name, "start").await?;
-            println!("ETL {name:?} started");
+            crate::report(
+                json_out,
+                format!("ETL {name:?} started"),
+                serde_json::json!({"etl": name, "started": true}),
+            );
         }
         EtlCmd::Rm { name } => {
             client.etl_remove(&name).await?;
-            println!("ETL {name:?} removed");
+            crate::report(
+                json_out,
+                format!("ETL {name:?} removed"),
+                serde_json::json!({"etl": name, "removed": true}),
+            );
         }
         EtlCmd::Logs { name } => {
             let v = client.etl_logs(&name).await?;

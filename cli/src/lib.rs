@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod config;
 pub mod etl;
 pub mod jobs;
+pub mod node_config;
 pub mod performance;
 pub mod shards;
 pub mod storage;
@@ -23,4 +24,13 @@ pub fn init_tracing(default: &str) {
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();
+}
+
+/// Reports what a command did: `value` as one JSON line with `--json`, else `text`.
+pub fn report(json_out: bool, text: impl std::fmt::Display, value: serde_json::Value) {
+    if json_out {
+        println!("{value}");
+    } else {
+        println!("{text}");
+    }
 }

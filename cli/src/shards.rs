@@ -337,7 +337,14 @@ pub async fn archive(client: &Client, cmd: ArchiveCmd, json_out: bool) -> anyhow
             .await?;
             let n = save(resp, &out).await?;
             if out != "-" {
-                eprintln!("GET {shard} => {out} ({})", human(n));
+                if json_out {
+                    println!(
+                        "{}",
+                        serde_json::json!({"shard": shard, "file": out, "bytes": n})
+                    );
+                } else {
+                    eprintln!("GET {shard} => {out} ({})", human(n));
+                }
             }
         }
         ArchiveCmd::Append {
@@ -358,7 +365,11 @@ pub async fn archive(client: &Client, cmd: ArchiveCmd, json_out: bool) -> anyhow
                     .body(data),
             )
             .await?;
-            println!("appended {} => {shard}/{member}", file.display());
+            crate::report(
+                json_out,
+                format!("appended {} => {shard}/{member}", file.display()),
+                serde_json::json!({"file": file, "shard": shard, "member": member}),
+            );
         }
         ArchiveCmd::Bucket {
             source,

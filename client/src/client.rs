@@ -489,6 +489,59 @@ impl Client {
         Ok(())
     }
 
+    /// Every node's configuration (`node` = None) or one node's, by node id: `{id: {"config",
+    /// "runtime", "local"} | {"error"}}` (`GET /v1/cluster?what=config`).
+    pub async fn node_configs(&self, node: Option<&str>) -> anyhow::Result<serde_json::Value> {
+        let mut q = vec![("what", "config")];
+        if let Some(n) = node {
+            q.push(("node", n));
+        }
+        let resp = self
+            .retrying(|| self.http.get(self.url("/v1/cluster")).query(&q).send())
+            .await?;
+        Ok(resp.json().await?)
+    }
+
+    /// Changes run-time settings on every node that has them, or on one node; kept across
+    /// restarts unless `transient` (`PUT /v1/cluster/set-config`). Answers which nodes changed.
+    pub async fn set_config(
+        &self,
+        node: Option<&str>,
+        changes: &[(String, String)],
+        transient: bool,
+    ) -> anyhow::Result<serde_json::Value> {
+        let mut q: Vec<(&str, &str)> = changes
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        if let Some(n) = node {
+            q.push(("node", n));
+        }
+        if transient {
+            q.push(("transient", "true"));
+        }
+        // Setting the same values again is harmless: retried like a read.
+        let resp = self
+            .retrying(|| {
+                self.http
+                    .put(self.url("/v1/cluster/set-config"))
+                    .query(&q)
+                    .send()
+            })
+            .await?;
+        Ok(resp.json().await?)
+    }
+
+    /// The last `lines` lines of a node's log (`GET /v1/cluster?what=log&node=`).
+    pub async fn node_log(&self, node: &str, lines: usize) -> anyhow::Result<String> {
+        let lines = lines.to_string();
+        let q = [("what", "log"), ("node", node), ("lines", &lines)];
+        let resp = self
+            .retrying(|| self.http.get(self.url("/v1/cluster")).query(&q).send())
+            .await?;
+        Ok(resp.text().await?)
+    }
+
     /// Starts a node-wide job by kind (`lru`); returns its id.
     pub async fn start_job(&self, kind: &str, value: serde_json::Value) -> anyhow::Result<String> {
         let mut value = value;

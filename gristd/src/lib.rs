@@ -8,29 +8,15 @@
 //!  --config TOML ────────────────┴─▶ FileConfig::for_proxy|for_target (layered)
 //!        ─▶ config::resolve (checked) + security::serve_options (auth, TLS, limits)
 //!        ─▶ ProxyConfig / TargetConfig ─▶ run(listener)
+//!  config.local.json (state dir) ─▶ runtime: kept run-time changes, applied over the layers;
+//!                                   `grist config set` changes space and log settings live
 //!  gristd playground ─▶ playground::run: spawns `gristd proxy|target` children, restarts
 //!                       the ones that die, stops all on SIGINT / SIGTERM
 //! ```
 
 pub mod cli;
 pub mod config;
+pub mod logging;
 pub mod playground;
+pub mod runtime;
 pub mod security;
-
-/// Sets up `tracing` from `RUST_LOG` (else the `default` filter), logging to stderr as text
-/// or (`json`) one JSON object per line with the current spans (the request id).
-pub fn init_tracing(default: &str, format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let fmt = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if format == "json" {
-        fmt.json()
-            .with_current_span(false)
-            .with_span_list(true)
-            .try_init()
-    } else {
-        fmt.with_target(false).try_init()
-    };
-}

@@ -5,6 +5,7 @@ use clap::Parser;
 use gristmill_daemon::cli::{Cli, Command};
 use gristmill_daemon::config::FileConfig;
 use gristmill_daemon::playground::{self, PlaygroundOptions};
+use gristmill_daemon::runtime;
 use tokio_util::sync::CancellationToken;
 
 /// A token cancelled on SIGINT or SIGTERM.
@@ -51,7 +52,7 @@ fn main() -> anyhow::Result<()> {
 
 async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    gristmill_daemon::init_tracing("info", &cli.log_format);
+    let log_level = gristmill_daemon::logging::init("info", &cli.log_format);
     gristmill_node::metrics::set_access_log(cli.access_log);
     // Playground children log the same way.
     playground::child_env(vec![
@@ -63,6 +64,8 @@ async fn run() -> anyhow::Result<()> {
         Command::Proxy(args) => {
             let c = file.for_proxy(&args)?;
             let state_dir = c.node.state_dir();
+            runtime::publish(&c, None, &state_dir, &cli.log_format);
+            runtime::register_log(log_level, &state_dir);
             let join = c.node.join();
             let serve = gristmill_daemon::security::serve_options(&c, &state_dir, join.is_empty())?;
             let listener = bind(&c.node.listen()).await?;
@@ -89,8 +92,13 @@ async fn run() -> anyhow::Result<()> {
             gristmill_proxy::run(config, listener, shutdown_on_signals()).await
         }
         Command::Target(args) => {
-            let c = file.for_target(&args)?;
+            let mut c = file.for_target(&args)?;
             let state_dir = c.node.state_dir();
+            runtime::apply_local(&mut c, &state_dir)?;
+            let space = gristmill_target::SharedSpaceConfig::new(c.space.resolve()?);
+            runtime::publish(&c, Some(&space.get()), &state_dir, &cli.log_format);
+            runtime::register_log(log_level, &state_dir);
+            runtime::register_space(c.space.clone(), space.clone());
             let join = c.node.join();
             if join.is_empty() {
                 anyhow::bail!("a target needs --join <proxy-url> (or node.join in the config)");
@@ -100,7 +108,7 @@ async fn run() -> anyhow::Result<()> {
                 public_url: c.node.public_url(),
                 keepalive_interval: c.node.keepalive_interval(),
                 backend: c.backend.resolve()?,
-                space: c.space.resolve()?,
+                space,
                 store: c.target.store()?,
                 quarantine_keep: c.target.quarantine_keep(),
                 etl: c.etl.resolve()?,

@@ -607,6 +607,11 @@ pub fn set_access_log(on: bool) {
     ACCESS_LOG.store(on, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Whether the access log is on.
+pub fn access_log() -> bool {
+    ACCESS_LOG.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A client's request id if it is a sane one (visible ASCII, at most 128 bytes), else a new one.
 fn request_id(headers: &axum::http::HeaderMap) -> Arc<str> {
     headers

@@ -70,6 +70,11 @@ pub(crate) fn router(proxy: Arc<Proxy>, s3: Arc<crate::s3::Front>) -> Router {
             get(crate::job_api::show_job).delete(crate::job_api::stop_job),
         )
         .route("/v1/daemon", get(query))
+        .route(
+            "/v1/daemon/set-config",
+            put(gristmill_node::settings::set_endpoint),
+        )
+        .route("/v1/cluster/set-config", put(crate::config_api::set))
         .route("/v1/cluster/join", post(join))
         .route("/v1/cluster/keepalive", post(keepalive))
         .route("/v1/metasync", put(metasync))
@@ -426,7 +431,8 @@ async fn query(
     let what = params.get(q::WHAT).map(String::as_str);
     // The cluster's metadata (`/v1/cluster`) reflects every acknowledged change; a node's own
     // view (`/v1/daemon`) is what it has applied, and answers without a quorum.
-    if uri.path().starts_with("/v1/cluster") && matches!(what, Some("smap" | "bmd")) {
+    let cluster = uri.path().starts_with("/v1/cluster");
+    if cluster && matches!(what, Some("smap" | "bmd")) {
         p.linearize().await?;
     }
     match what {
@@ -439,9 +445,14 @@ async fn query(
             Ok(axum::Json(Node::new(&p.id, gristmill_core::smap::PROXY, &p.url)).into_response())
         }
         Some("overview") => crate::ui::overview(&p).await,
-        Some(other) => Err(ApiError::bad_request(format!(
-            "unknown ?what={other} (expected smap, bmd, snode, status, qryxstats, overview)"
-        ))),
+        Some("config") if cluster => crate::config_api::show(&p, &params).await,
+        Some("log") if cluster => crate::config_api::log(&p, &params).await,
+        Some(other) => gristmill_node::settings::daemon_query(other, &params).unwrap_or_else(|| {
+            Err(ApiError::bad_request(format!(
+                "unknown ?what={other} (expected smap, bmd, snode, status, qryxstats, overview, \
+                 config, log)"
+            )))
+        }),
         None => Err(ApiError::bad_request("missing ?what= (smap, bmd, snode)")),
     }
 }

@@ -9,6 +9,7 @@
 //! with it and send keepalives ([`membership`]).
 
 mod auth_api;
+mod config_api;
 mod etl_api;
 mod forward;
 mod http;

@@ -48,7 +48,7 @@ pub use gristmill_etl::EtlConfig;
 pub use store::Store;
 pub use store::StoreTuning;
 pub use store::meta::ObjectMeta;
-pub use store::space::SpaceConfig;
+pub use store::space::{SharedSpaceConfig, SpaceConfig};
 
 /// Runtime configuration of a target.
 #[derive(Debug, Clone)]
@@ -66,8 +66,8 @@ pub struct TargetConfig {
     pub keepalive_interval: Duration,
     /// Remote backends (S3 endpoint and credentials, `ht://` policy, timeouts).
     pub backend: BackendConfig,
-    /// Watermarks, quotas and out-of-space limits.
-    pub space: SpaceConfig,
+    /// Watermarks, quotas and out-of-space limits (changeable while the target runs).
+    pub space: SharedSpaceConfig,
     /// Cache sizes of the store.
     pub store: StoreTuning,
     /// How long scrub keeps quarantined copies for inspection.

@@ -1223,6 +1223,161 @@ async fn grist_many_objects_endpoints_and_completions() {
     );
 }
 
+/// `grist config show|set` and `grist log show`: settings in force per node, a run-time change
+/// that takes effect at once (out-of-space marks at 0 refuse PUTs with 507), kept across a
+/// restart unless `--transient`, refused with the reason when inconsistent or fixed at start;
+/// a node's log read through the proxy, with a line the change itself logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grist_config_and_log_commands() {
+    let mut c = Cluster::start(2, 1).await.unwrap();
+    let bck = c.create_bucket("cfg").await.unwrap();
+    let put = |c: &Cluster, name: &str| {
+        let (http, url) = (
+            c.http.clone(),
+            c.url(&format!("/v1/objects/{}/{name}", bck.name)),
+        );
+        async move {
+            http.put(url)
+                .body("x".repeat(1000))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    assert!(put(&c, "before").await.is_success());
+    let t0 = c.target_id(0).await.unwrap();
+    let t1 = c.target_id(1).await.unwrap();
+
+    let shown: serde_json::Value =
+        serde_json::from_str(&c.grist_ok(&["--json", "config", "show"])).unwrap();
+    assert_eq!(shown.as_object().unwrap().len(), 3, "{shown}");
+    assert_eq!(shown[&t0]["config"]["space.high_wm"], 90, "{shown}");
+    let runtime = shown[&t0]["runtime"].as_array().unwrap();
+    assert!(runtime.contains(&"space.out_of_space_wm".into()), "{shown}");
+    // Proxies have no space settings.
+    let proxy = shown
+        .as_object()
+        .unwrap()
+        .keys()
+        .find(|k| k.starts_with('p'))
+        .unwrap();
+    assert!(
+        shown[proxy]["config"].get("space.high_wm").is_none(),
+        "{shown}"
+    );
+    let table = c.grist_ok(&["config", "show"]);
+    assert!(
+        table.contains("space.high_wm") && table.contains("90"),
+        "{table}"
+    );
+
+    // Inconsistent marks and settings fixed at start change nothing.
+    // (Test targets refuse writes at 99 % full: GRISTD_OUT_OF_SPACE_WM.)
+    let refused = c.grist(&["config", "set", "space.high_wm=100"]);
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && why.contains("high (100) <= out-of-space (99)"),
+        "{why}"
+    );
+    let refused = c.grist(&["config", "set", "node.listen=127.0.0.1:1"]);
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && why.contains("at run time"),
+        "{why}"
+    );
+    assert!(put(&c, "still-fine").await.is_success());
+
+    // Every target refuses writes at once; the change is kept (and a transient one is not).
+    let out = c.grist_ok(&[
+        "config",
+        "set",
+        "space.low_wm=0",
+        "space.high_wm=0",
+        "space.out_of_space_wm=0",
+    ]);
+    assert!(out.contains(&t0) && out.contains(&t1), "{out}");
+    for name in ["a", "b", "c", "d"] {
+        assert_eq!(put(&c, name).await.as_u16(), 507, "{name}");
+    }
+    c.grist_ok(&["config", "set", &t1, "log.level=debug", "--transient"]);
+    let one: serde_json::Value =
+        serde_json::from_str(&c.grist_ok(&["--json", "config", "show", &t1])).unwrap();
+    assert_eq!(one[&t1]["config"]["log.level"], "debug", "{one}");
+    assert_eq!(one[&t1]["local"]["space.out_of_space_wm"], "0", "{one}");
+    assert!(one[&t1]["local"].get("log.level").is_none(), "{one}");
+
+    // The log: the change is in it, read through the proxy.
+    let log = c.grist_ok(&["log", "show", &t1, "--lines", "50"]);
+    assert!(log.contains("configuration changed"), "{log}");
+    assert!(log.lines().count() <= 50, "{log}");
+    let missing = c.grist(&["log", "show", "t-nobody"]);
+    assert!(!missing.status.success());
+
+    // Kept across a restart; the transient one is gone.
+    c.targets[1].stop();
+    c.restart_target(1).await.unwrap();
+    let one: serde_json::Value =
+        serde_json::from_str(&c.grist_ok(&["--json", "config", "show", &t1])).unwrap();
+    assert_eq!(one[&t1]["config"]["space.out_of_space_wm"], 0, "{one}");
+    assert_eq!(one[&t1]["config"]["log.level"], "info", "{one}");
+    for name in ["e", "f", "g", "h"] {
+        assert_eq!(put(&c, name).await.as_u16(), 507, "{name}");
+    }
+    c.grist_ok(&[
+        "config",
+        "set",
+        "space.out_of_space_wm=99",
+        "space.high_wm=90",
+        "space.low_wm=75",
+    ]);
+    for name in ["a", "b", "c", "d"] {
+        assert!(put(&c, name).await.is_success(), "{name}");
+    }
+
+    // `--json`: every command answers one JSON document (here: those that used to print
+    // only text).
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("one.bin");
+    std::fs::write(&file, b"json please").unwrap();
+    let (file, back) = (
+        file.to_str().unwrap().to_owned(),
+        work.path().join("back.bin").to_str().unwrap().to_owned(),
+    );
+    let tmp_home = work.path().to_str().unwrap().to_owned();
+    for args in [
+        vec!["config", "set", "log.access=false"],
+        vec!["log", "show", t0.as_str(), "--lines", "3"],
+        vec!["bucket", "create", "ais://jsonb"],
+        vec![
+            "bucket",
+            "props",
+            "set",
+            "ais://jsonb",
+            "versioning.enabled=false",
+        ],
+        vec!["put", file.as_str(), "ais://jsonb/one.bin"],
+        vec!["get", "ais://jsonb/one.bin", back.as_str()],
+        vec!["rmo", "ais://jsonb/one.bin"],
+        vec!["rmo", "ais://jsonb", "--prefix", "none/", "-y"],
+        vec!["bucket", "rm", "ais://jsonb"],
+    ] {
+        let mut all = vec!["--json"];
+        all.extend(&args);
+        let out = c.grist_ok(&all);
+        serde_json::from_str::<serde_json::Value>(&out)
+            .unwrap_or_else(|e| panic!("grist {args:?}: not JSON ({e}): {out}"));
+    }
+    let out = std::process::Command::new(gristmill_tests::gristd_bin().with_file_name("grist"))
+        .args(["--json", "auth", "logout"])
+        .env("HOME", &tmp_home)
+        .env("GRIST_ENDPOINT", &c.endpoint)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["removed"], false, "{v}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_layer_and_a_wrong_value_stops_the_node_at_start() {
     let scratch = tempfile::tempdir().unwrap();

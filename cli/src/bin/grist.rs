@@ -6,10 +6,12 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 use comfy_table::{Table, presets::NOTHING};
 use gristmill_cli::jobs::{self, FollowArgs, SelectionArgs};
+use gristmill_cli::report;
 use gristmill_client::{Client, Method};
 use gristmill_core::Bck;
 use gristmill_core::api::{ListEntry, ListObjectsMsg, action};
 use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
 
 #[derive(Parser)]
 #[command(name = "grist", version, about = "Gristmill command line")]
@@ -209,6 +211,12 @@ enum Command {
     /// Cluster membership: add, remove, maintenance, decommission, rebalance.
     #[command(subcommand)]
     Cluster(gristmill_cli::cluster::ClusterCmd),
+    /// Settings in force on the nodes, and changes while they run (space, log).
+    #[command(subcommand)]
+    Config(gristmill_cli::node_config::ConfigCmd),
+    /// A node's recent log.
+    #[command(subcommand)]
+    Log(gristmill_cli::node_config::LogCmd),
     /// Storage: a target's mountpaths at runtime (show, attach, detach, enable, disable).
     #[command(subcommand)]
     Storage(gristmill_cli::storage::StorageCmd),
@@ -357,14 +365,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             for b in buckets {
                 let bck = bucket(&b)?;
                 client.create_bucket(&bck).await?;
-                println!("\"{bck}\" created");
+                report(
+                    cli.json,
+                    format!("\"{bck}\" created"),
+                    json!({"bucket": bck.to_string(), "created": true}),
+                );
             }
         }
         Command::Bucket(BucketCmd::Rm { buckets }) => {
             for b in buckets {
                 let bck = bucket(&b)?;
                 client.destroy_bucket(&bck).await?;
-                println!("\"{bck}\" destroyed");
+                report(
+                    cli.json,
+                    format!("\"{bck}\" destroyed"),
+                    json!({"bucket": bck.to_string(), "destroyed": true}),
+                );
             }
         }
         Command::Ls { bucket: None, .. } => {
@@ -435,7 +451,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let job = client
                 .bucket_action(Method::PATCH, &bck, action::SET_BPROPS, patch, &[])
                 .await?;
-            println!("\"{bck}\" properties updated");
+            report(
+                cli.json && job.trim().is_empty(),
+                format!("\"{bck}\" properties updated"),
+                json!({"bucket": bck.to_string(), "updated": true}),
+            );
             if !job.trim().is_empty() {
                 let what = format!("make-n-copies {bck}");
                 jobs::started(&client, job.trim(), &what, &follow, cli.json).await?;
@@ -474,7 +494,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                         &[("keep_md", keep_md.to_string())],
                     )
                     .await?;
-                println!("\"{bck}\" evicted");
+                report(
+                    cli.json,
+                    format!("\"{bck}\" evicted"),
+                    json!({"bucket": bck.to_string(), "evicted": true}),
+                );
             } else {
                 let id = client
                     .bucket_action(
@@ -538,10 +562,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Job(JobCmd::Stop { id }) => {
             client.stop_job(&id).await?;
-            println!("job {id} stopped");
+            report(
+                cli.json,
+                format!("job {id} stopped"),
+                json!({"id": id, "stopped": true}),
+            );
         }
         Command::Etl(cmd) => gristmill_cli::etl::run(&client, cmd, cli.json).await?,
         Command::Storage(cmd) => gristmill_cli::storage::run(&client, cmd, cli.json).await?,
+        Command::Config(cmd) => gristmill_cli::node_config::config(&client, cmd, cli.json).await?,
+        Command::Log(cmd) => gristmill_cli::node_config::log(&client, cmd, cli.json).await?,
         Command::Auth(cmd) => gristmill_cli::auth::run(&client, cmd, cli.json).await?,
         Command::Archive(cmd) => gristmill_cli::shards::archive(&client, cmd, cli.json).await?,
         Command::Batch(args) => gristmill_cli::shards::batch(&client, args).await?,
@@ -583,7 +613,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             destination,
             recursive,
             progress,
-        } => put(&client, &source, &destination, recursive, progress).await?,
+        } => {
+            put(
+                &client,
+                &source,
+                &destination,
+                recursive,
+                progress,
+                cli.json,
+            )
+            .await?
+        }
         Command::Get {
             object: uri,
             destination,
@@ -656,7 +696,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     }
                 };
                 tokio::fs::rename(&tmp, &dest).await?;
-                eprintln!("GET {uri} => {dest} ({})", human(n));
+                if cli.json {
+                    println!("{}", json!({"object": uri, "file": dest, "bytes": n}));
+                } else {
+                    eprintln!("GET {uri} => {dest} ({})", human(n));
+                }
             }
         }
         Command::Object(ObjectCmd::Show { object: uri }) => {
@@ -763,7 +807,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 transfer::selected_names(&client, &bck, prefix.as_deref(), template.as_deref())
                     .await?;
             if names.is_empty() {
-                println!("nothing to delete");
+                report(
+                    cli.json,
+                    "nothing to delete",
+                    json!({"deleted": 0, "missing": 0}),
+                );
                 return Ok(());
             }
             if !yes
@@ -801,10 +849,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 client
                     .delete_version(&bck, &name, version_id.as_deref())
                     .await?;
-                match &version_id {
-                    Some(id) => println!("deleted {uri} version {id}"),
-                    None => println!("deleted {uri}"),
-                }
+                let text = match &version_id {
+                    Some(id) => format!("deleted {uri} version {id}"),
+                    None => format!("deleted {uri}"),
+                };
+                report(
+                    cli.json,
+                    text,
+                    json!({"object": uri, "version_id": version_id, "deleted": true}),
+                );
             }
         }
         Command::Completion { .. } => {} // printed by `main` before any connection
@@ -1112,6 +1165,7 @@ async fn put(
     destination: &str,
     recursive: bool,
     progress: bool,
+    json_out: bool,
 ) -> anyhow::Result<()> {
     let (bck, dest) = Bck::parse_uri(destination)?;
     if source == "-" {
@@ -1126,7 +1180,11 @@ async fn put(
         let r = client.put_file(&bck, &dest, &tmp).await;
         let _ = std::fs::remove_file(&tmp);
         r?;
-        println!("PUT - => {bck}/{dest}");
+        report(
+            json_out,
+            format!("PUT - => {bck}/{dest}"),
+            json!({"source": "-", "object": format!("{bck}/{dest}")}),
+        );
         return Ok(());
     }
     let src = PathBuf::from(source);
@@ -1143,7 +1201,11 @@ async fn put(
             dest
         };
         client.put_file(&bck, &name, &src).await?;
-        println!("PUT {source} => {bck}/{name}");
+        report(
+            json_out,
+            format!("PUT {source} => {bck}/{name}"),
+            json!({"source": source, "object": format!("{bck}/{name}"), "bytes": meta.len()}),
+        );
         return Ok(());
     }
     if !recursive {
@@ -1199,10 +1261,14 @@ async fn put(
             files.len()
         );
     }
-    println!(
-        "PUT {} files ({}) => {bck}/{prefix}",
-        files.len(),
-        human(total)
+    report(
+        json_out,
+        format!(
+            "PUT {} files ({}) => {bck}/{prefix}",
+            files.len(),
+            human(total)
+        ),
+        json!({"files": files.len(), "bytes": total, "destination": format!("{bck}/{prefix}")}),
     );
     Ok(())
 }

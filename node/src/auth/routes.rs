@@ -114,6 +114,8 @@ pub const PROXY_ROUTES: &[Route] = &[
     r(GET, "/v1/sort", Access::Authenticated),
     r(DELETE, "/v1/sort/abort", Access::Admin),
     r(GET, "/v1/daemon", Access::ClusterQuery),
+    r(PUT, "/v1/daemon/set-config", Access::Admin),
+    r(PUT, "/v1/cluster/set-config", Access::Admin),
     r(POST, "/v1/cluster/join", Access::Internal),
     r(POST, "/v1/cluster/keepalive", Access::Internal),
     r(PUT, "/v1/metasync", Access::Internal),
@@ -168,6 +170,7 @@ pub const TARGET_ROUTES: &[Route] = &[
     r(POST, "/v1/shards/reshard/{job}/plan", Access::Internal),
     r(GET, "/v1/daemon", Access::ClusterQuery),
     r(PUT, "/v1/daemon/mountpaths", Access::Admin),
+    r(PUT, "/v1/daemon/set-config", Access::Admin),
     r(GET, "/v1/health", Access::Public),
     r(GET, "/metrics", Access::ClusterRead),
 ];

@@ -55,6 +55,10 @@ pub(crate) fn router(target: Arc<Target>) -> Router {
         .route("/v1/metasync", put(metasync))
         .route("/v1/daemon", get(daemon))
         .route(
+            "/v1/daemon/set-config",
+            put(gristmill_node::settings::set_endpoint),
+        )
+        .route(
             "/v1/daemon/mountpaths",
             put(crate::cluster::resilver::change),
         )

@@ -72,9 +72,11 @@ pub(crate) async fn daemon(State(t): State<Arc<Target>>, Query(params): Params) 
         Some("snode") | None => Ok(axum::Json(t.node()).into_response()),
         Some("mountpaths") => Ok(axum::Json(crate::cluster::resilver::list(&t)).into_response()),
         Some("space") => Ok(axum::Json(t.space.report(&t.bmd())).into_response()),
-        Some(other) => Err(ApiError::bad_request(format!(
-            "unknown ?what={other} (expected smap, bmd, snode, mountpaths, space)"
-        ))),
+        Some(other) => gristmill_node::settings::daemon_query(other, &params).unwrap_or_else(|| {
+            Err(ApiError::bad_request(format!(
+                "unknown ?what={other} (expected smap, bmd, snode, mountpaths, space, config, log)"
+            )))
+        }),
     }
 }
 

@@ -79,6 +79,29 @@ impl SpaceConfig {
     }
 }
 
+/// Space settings shared between a running target and what changes them at run time
+/// (`grist config set space.high_wm=85`): every check and pass reads the current ones.
+#[derive(Debug, Clone, Default)]
+pub struct SharedSpaceConfig(Arc<std::sync::RwLock<SpaceConfig>>);
+
+impl SharedSpaceConfig {
+    pub fn new(config: SpaceConfig) -> Self {
+        Self(Arc::new(std::sync::RwLock::new(config)))
+    }
+
+    /// The current settings.
+    pub fn get(&self) -> SpaceConfig {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the settings if they are consistent; otherwise changes nothing.
+    pub fn set(&self, config: SpaceConfig) -> Result<(), String> {
+        config.validate()?;
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = config;
+        Ok(())
+    }
+}
+
 /// Filesystem capacity of a mountpath: (total, available) bytes.
 fn capacity(path: &std::path::Path) -> Option<(u64, u64)> {
     Some((
@@ -118,7 +141,7 @@ pub struct Evicted {
 
 /// Space checks and eviction of one target.
 pub struct Space {
-    pub config: SpaceConfig,
+    config: SharedSpaceConfig,
     store: Arc<Store>,
     /// One eviction at a time (the worker, a manual job, or a cold GET making room).
     evicting: tokio::sync::Mutex<()>,
@@ -127,13 +150,18 @@ pub struct Space {
 }
 
 impl Space {
-    pub fn new(config: SpaceConfig, store: Arc<Store>) -> Self {
+    pub fn new(config: SharedSpaceConfig, store: Arc<Store>) -> Self {
         Self {
             config,
             store,
             evicting: tokio::sync::Mutex::new(()),
             wake: tokio::sync::Notify::new(),
         }
+    }
+
+    /// The current settings (they change at run time).
+    pub fn config(&self) -> SpaceConfig {
+        self.config.get()
     }
 
     /// Refuses a write of `size` bytes to the mountpath that owns `bck/name` when that
@@ -144,7 +172,8 @@ impl Space {
             return Ok(());
         };
         let used = total.saturating_sub(avail);
-        let oos = self.config.mark(total, self.config.out_of_space);
+        let c = self.config();
+        let oos = c.mark(total, c.out_of_space);
         if used.saturating_add(size) > oos || size > avail {
             return Err(ApiError::new(
                 ErrorKind::InsufficientStorage,
@@ -154,7 +183,7 @@ impl Space {
                     used * 100 / total.max(1),
                     used,
                     total,
-                    self.config.out_of_space
+                    c.out_of_space
                 ),
             ));
         }
@@ -182,11 +211,11 @@ impl Space {
         if quota > 0 && size > quota {
             return Err(too_big(quota, "bucket's cache quota (lru.quota)"));
         }
-        let max_cache = self.config.max_cache_bytes;
+        let max_cache = self.config().max_cache_bytes;
         if max_cache > 0 && size > max_cache {
             return Err(too_big(max_cache, "node's cache limit"));
         }
-        let c = &self.config;
+        let c = &self.config();
         let mp = self.store.mountpath_index(&uname, name);
         let over_quota =
             quota > 0 && self.store.bucket_usage(&uname) + size > c.mark(quota, c.high_wm);
@@ -222,7 +251,7 @@ impl Space {
     }
 
     fn over_high_mark(&self, bmd: &BucketMetadata) -> bool {
-        let c = &self.config;
+        let c = &self.config();
         let fs = self.store.mountpaths().iter().any(|mp| {
             capacity(&mp.path).is_some_and(|(total, avail)| {
                 total.saturating_sub(avail) > c.mark(total, c.high_wm)
@@ -249,7 +278,7 @@ impl Space {
         if let Err(e) = self.store.flush_atimes().await {
             tracing::warn!(error = %e, "could not flush access times before eviction");
         }
-        let c = self.config.clone();
+        let c = self.config();
         let (in_bucket, in_mp, in_size) =
             incoming.map_or(("", usize::MAX, 0), |i| (i.bucket, i.mountpath, i.size));
         let needed = |used: u64, limit: u64| -> i128 {
@@ -404,7 +433,7 @@ impl Space {
                     "used": total.saturating_sub(avail), "fs": fs})
             })
             .collect();
-        let c = &self.config;
+        let c = &self.config();
         serde_json::json!({
             "mountpaths": mountpaths,
             "buckets": self.store.usage(),
@@ -440,7 +469,7 @@ where
     }
 
     fn period(&self) -> std::time::Duration {
-        self.space.config.check_interval
+        self.space.config().check_interval
     }
 
     fn wake(&self) -> Option<&tokio::sync::Notify> {
