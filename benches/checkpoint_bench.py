@@ -11,6 +11,9 @@ with auth off accepts. Rows:
 
   grist   gristmill.torch.checkpoint.save / load              (native API, direct to targets)
   s3tc    s3torchconnector.S3Checkpoint writer / reader        (S3 API, through the proxy)
+  dcp     torch.distributed.checkpoint with gristmill.dcp's GristmillStorageWriter/Reader
+  s3dcp   torch.distributed.checkpoint with s3torchconnector.dcp's S3StorageWriter/Reader
+          (S3 API; both writers with thread_count=4, one process, no process group)
 
 Usage: .venv/bin/python benches/checkpoint_bench.py [--gristd PATH] [--mib 1024] [--rounds 3] [--json FILE]
 Needs the torch extra and s3torchconnector (`pip install s3torchconnector`).
@@ -52,7 +55,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json")
     args = ap.parse_args()
+    import torch.distributed.checkpoint as dcp
     from s3torchconnector import S3Checkpoint, S3ClientConfig
+    from s3torchconnector._s3client import S3Client
+    from s3torchconnector.dcp import S3FileSystem, S3StorageReader, S3StorageWriter
+
+    from gristmill.dcp import GristmillStorageReader, GristmillStorageWriter
 
     tmp = tempfile.mkdtemp(prefix="grist-ckpt-bench-")
     proc, endpoint = start_playground(args.gristd, tmp)
@@ -90,10 +98,47 @@ def main() -> None:
             assert torch.equal(back["layer0.weight"], state["layer0.weight"])
             return saved, loaded
 
-        rows = {"grist": grist, "s3tc": s3tc}
+        def s3_fs(**kw):
+            # S3StorageWriter/Reader take no endpoint: their file system gets a client that has one.
+            s3_client = S3Client("us-east-1", endpoint=endpoint,
+                                 s3client_config=S3ClientConfig(force_path_style=True))
+            return S3FileSystem("us-east-1", s3_client=s3_client, **kw)
+
+        def fresh_copy():
+            return {k: torch.empty_like(v) for k, v in state.items()}
+
+        def grist_dcp(i):
+            uri = f"ais://ckpt/dcp-{i}"
+            t = time.perf_counter()
+            dcp.save(state, storage_writer=GristmillStorageWriter(uri, client=client, thread_count=4))
+            saved = time.perf_counter() - t
+            back = fresh_copy()
+            t = time.perf_counter()
+            dcp.load(back, storage_reader=GristmillStorageReader(uri, client=client))
+            loaded = time.perf_counter() - t
+            assert torch.equal(back["layer0.weight"], state["layer0.weight"])
+            return saved, loaded
+
+        def s3_dcp(i):
+            uri = f"s3://ckpt/s3dcp-{i}"
+            writer = S3StorageWriter("us-east-1", uri, thread_count=4)
+            writer.fs = s3_fs()
+            t = time.perf_counter()
+            dcp.save(state, storage_writer=writer)
+            saved = time.perf_counter() - t
+            reader = S3StorageReader("us-east-1", uri)
+            reader.fs = s3_fs(reader_constructor=reader._reader_constructor)
+            back = fresh_copy()
+            t = time.perf_counter()
+            dcp.load(back, storage_reader=reader)
+            loaded = time.perf_counter() - t
+            assert torch.equal(back["layer0.weight"], state["layer0.weight"])
+            return saved, loaded
+
+        rows = {"grist": grist, "s3tc": s3tc, "dcp": grist_dcp, "s3dcp": s3_dcp}
         times = {k: ([], []) for k in rows}
         for r in range(args.rounds):
-            order = list(rows) if r % 2 == 0 else list(reversed(rows))
+            order = list(rows) if r % 2 == 0 else list(reversed(rows))  # who goes first alternates
             for name in order:
                 s, l = rows[name](r)
                 times[name][0].append(s)
@@ -105,8 +150,10 @@ def main() -> None:
             sv, ld = size / statistics.median(saves) / 1e6, size / statistics.median(loads) / 1e6
             result[name] = {"save_mb_s": round(sv, 1), "load_mb_s": round(ld, 1)}
             print(f"{name:6} {sv:10.1f} {ld:10.1f}")
-        g, b = result["grist"], result["s3tc"]
-        print(f"grist / s3tc: save {g['save_mb_s'] / b['save_mb_s']:.2f}x, load {g['load_mb_s'] / b['load_mb_s']:.2f}x")
+        for ours, theirs in [("grist", "s3tc"), ("dcp", "s3dcp")]:
+            g, b = result[ours], result[theirs]
+            print(f"{ours} / {theirs}: save {g['save_mb_s'] / b['save_mb_s']:.2f}x, "
+                  f"load {g['load_mb_s'] / b['load_mb_s']:.2f}x")
         if args.json:
             Path(args.json).write_text(json.dumps({"mib": size >> 20, **result}, indent=2))
     finally:

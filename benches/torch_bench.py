@@ -15,6 +15,12 @@ alternate between the rows, so a machine's load drift hits every row alike. Rows
   grist-direct   gristmill.torch.ShardDataset, Client(direct=True): GETs straight to targets
   grist-proxy    gristmill.torch.ShardDataset through the proxy (one 307 per shard)
   wds-http       webdataset.WebDataset(<target URLs>) (curl, direct)
+  grist-shuffled   ShardDataset(shuffle=True): the shard order shuffled per epoch (the default)
+  grist-interleave ShardDataset(shuffle=True, interleave=8): block shuffle across 8 open shards
+  grist-buffer     ShardDataset(shuffle=True, shuffle_buffer=1000): a webdataset-style buffer
+  batch-split      BatchDataset over the shards' .bin members, 64 per get-batch request, each
+                   rank/worker its slice of the order (global_order=False)
+  batch-global     the same with global_order=True (the order of world-size-independent resume)
 
 Prints a table with samples/s, MiB/s and the ratio to local-wds (medians of --rounds epochs).
 
@@ -51,7 +57,7 @@ import webdataset  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from gristmill import Client  # noqa: E402
-from gristmill.torch import ShardDataset, samples_from_tar  # noqa: E402
+from gristmill.torch import BatchDataset, ShardDataset, samples_from_tar  # noqa: E402
 
 BATCH = 64
 warnings.filterwarnings("ignore", message="This DataLoader will create")  # 4 workers on 2 CPUs
@@ -141,7 +147,9 @@ class LocalTars(torch.utils.data.IterableDataset):
 
 
 def make_loader(dataset, workers: int) -> DataLoader:
-    return DataLoader(dataset, batch_size=BATCH, num_workers=workers, persistent_workers=True,
+    # BatchDataset yields whole batches (one get-batch request each).
+    batch_size = None if isinstance(dataset, BatchDataset) else BATCH
+    return DataLoader(dataset, batch_size=batch_size, num_workers=workers, persistent_workers=True,
                       collate_fn=as_list, prefetch_factor=4)
 
 
@@ -188,6 +196,7 @@ def main() -> None:
                 names.append(p.name)
             direct = Client(endpoint, direct=True)
             urls = [direct.bucket(bucket.name).object(n).get_url(direct=True) for n in names]
+            members = [(n, f"s{s:04d}-{i:06d}.bin") for s, n in enumerate(names) for i in range(per_shard)]
             rows = {
                 "local-wds": webdataset.WebDataset([str(p) for p in paths], shardshuffle=False,
                                                    workersplitter=webdataset.split_by_worker),
@@ -196,6 +205,14 @@ def main() -> None:
                 "grist-proxy": ShardDataset(Client(endpoint).bucket(bucket.name), names=names, shuffle=False),
                 "wds-http": webdataset.WebDataset(urls, shardshuffle=False,
                                                   workersplitter=webdataset.split_by_worker),
+                "grist-shuffled": ShardDataset(direct.bucket(bucket.name), names=names, shuffle=True),
+                "grist-interleave": ShardDataset(direct.bucket(bucket.name), names=names, shuffle=True,
+                                                 interleave=8),
+                "grist-buffer": ShardDataset(direct.bucket(bucket.name), names=names, shuffle=True,
+                                             shuffle_buffer=1000),
+                "batch-split": BatchDataset(direct.bucket(bucket.name), names=members, batch_size=BATCH),
+                "batch-global": BatchDataset(direct.bucket(bucket.name), names=members, batch_size=BATCH,
+                                             global_order=True),
             }
             loaders = {name: make_loader(ds, args.workers) for name, ds in rows.items()}
             for name, ds in rows.items():  # warm-up epoch: workers start, caches fill

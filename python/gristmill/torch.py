@@ -253,6 +253,9 @@ class _Progress:
         self.complete: Set[str] = set()
         self.partial: Dict[str, Set[int]] = {}
         self.sizes: Dict[str, int] = {}
+        # Sizes of complete shards: an interleaved reader replays its consumed prefix from
+        # them on resume without reading the shards again.
+        self.complete_sizes: Dict[str, int] = {}
 
     def add(self, shard: str, index: int, size: int = 0) -> None:
         if shard in self.complete:
@@ -267,6 +270,7 @@ class _Progress:
             self.complete.add(shard)
             self.partial.pop(shard, None)
             self.sizes.pop(shard, None)
+        self.complete_sizes.update(other.complete_sizes)
         for shard, seen in other.partial.items():
             if shard in self.complete:
                 continue
@@ -280,6 +284,7 @@ class _Progress:
         seen = self.partial.get(shard, ())
         if n is not None and len(seen) >= n and all(i in seen for i in range(n)):
             self.complete.add(shard)
+            self.complete_sizes[shard] = n
             del self.partial[shard]
             del self.sizes[shard]
 
@@ -291,6 +296,7 @@ class _Progress:
             "complete": sorted(self.complete),
             "partial": {s: _to_ranges(v) for s, v in sorted(self.partial.items()) if v},
             "sizes": dict(sorted(self.sizes.items())),
+            "complete_sizes": dict(sorted(self.complete_sizes.items())),
         }
 
     @classmethod
@@ -300,6 +306,7 @@ class _Progress:
         for shard, ranges in (state.get("partial") or {}).items():
             p.partial[shard] = {i for a, b in ranges for i in range(a, b)}
         p.sizes = {s: int(n) for s, n in (state.get("sizes") or {}).items()}
+        p.complete_sizes = {s: int(n) for s, n in (state.get("complete_sizes") or {}).items()}
         return p
 
 
@@ -398,6 +405,22 @@ class ShardDataset(IterableDataset):
             the shuffle buffer. If it returns a dict, the metadata keys are put back when
             missing; return a dict to keep ``mark_consumed`` (resume) working.
         client: the client for a bucket given as a URI.
+        streams: if set, the sample order is fixed by ``streams`` *canonical streams* instead of
+            by the ranks and workers (MosaicML Streaming's "canonical nodes"): see below.
+
+    **Canonical streams** (``streams=S``). The epoch's shard order is dealt to ``S`` streams
+    (stream ``k`` reads ``order[k::S]`` in turn, its interleave and shuffle buffer seeded by
+    the seed, the epoch and ``k`` only), so every stream's sample sequence depends on the seed
+    and the epoch alone. The global order is the streams' round-robin: position ``(i, k)`` is
+    the ``i``-th sample of stream ``k``. Reader ``g = rank × num_workers + worker`` of
+    ``G = world_size × num_workers`` serves the streams ``k ≡ g (mod G)`` in that round-robin
+    (``G`` must divide ``S``; pick ``S`` with many divisors, e.g. 48 or 96). A state taken on
+    one topology (``state_dict``, merged over ranks) resumes on any other: every stream
+    continues exactly where it stopped, in its own order, so the job sees exactly the remaining
+    samples in the same per-stream order — with ``interleave`` and ``shuffle_buffer`` too, as
+    long as nothing was consumed out of a stream's order (a shuffle buffer reorders within a
+    stream, so after a resume its remaining samples come out in another order; the set stays
+    exact).
 
     **Splitting.** For epoch ``e`` the shard list is (optionally) shuffled, rank ``r`` takes
     ``order[r::world_size]`` and DataLoader worker ``w`` of ``W`` takes ``mine[w::W]`` of those.
@@ -431,7 +454,8 @@ class ShardDataset(IterableDataset):
                  shuffle: bool = True, seed: int = 0, shuffle_buffer: int = 0,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  decode: Optional[Callable[[Dict[str, Any]], Any]] = None,
-                 client: Optional[Client] = None, interleave: int = 1):
+                 client: Optional[Client] = None, interleave: int = 1,
+                 streams: Optional[int] = None):
         if interleave < 1:
             raise ValueError("interleave must be >= 1")
         self.interleave = int(interleave)
@@ -440,6 +464,10 @@ class ShardDataset(IterableDataset):
         if len(set(self.shards)) != len(self.shards):
             raise ValueError("the shard list names a shard twice")
         self.rank, self.world_size = _rank_and_world(rank, world_size)
+        if streams is not None and (streams < 1 or streams % self.world_size):
+            raise ValueError(f"streams={streams} must be a positive multiple of world_size "
+                             f"({self.world_size})")
+        self.streams = streams
         if shuffle_buffer < 0:
             raise ValueError("shuffle_buffer must be >= 0")
         self.shuffle = shuffle
@@ -479,7 +507,24 @@ class ShardDataset(IterableDataset):
     def assigned_shards(self, worker: int = 0, num_workers: int = 1, epoch: Optional[int] = None) -> List[str]:
         """The shards that DataLoader worker ``worker`` of ``num_workers`` on this rank reads in
         ``epoch``, in reading order."""
+        if self.streams is not None:
+            return [shard for k in self._my_streams(worker, num_workers)
+                    for shard in self.stream_shards(k, epoch)]
         return _share(self.epoch_order(epoch), self.rank, self.world_size, worker, num_workers)
+
+    def stream_shards(self, stream: int, epoch: Optional[int] = None) -> List[str]:
+        """The shards canonical stream ``stream`` reads in ``epoch``, in order (``streams=S``)."""
+        if self.streams is None:
+            raise ValueError("stream_shards() needs streams=S")
+        return self.epoch_order(epoch)[stream::self.streams]
+
+    def _my_streams(self, worker: int, num_workers: int) -> List[int]:
+        readers = self.world_size * num_workers
+        if self.streams is None or self.streams % readers:
+            raise ValueError(f"streams={self.streams} must be a multiple of world_size × num_workers "
+                             f"({self.world_size} × {num_workers})")
+        me = self.rank * num_workers + worker
+        return list(range(me, self.streams, readers))
 
     # ---- iteration (in the DataLoader worker) ----
 
@@ -490,13 +535,13 @@ class ShardDataset(IterableDataset):
         resume, self._resume = self._resume, None  # a loaded state applies to one iteration...
         skip = resume[1] if resume is not None and resume[0] == epoch else _Progress()  # ...of its epoch
         self._yielded = _Progress.from_state(skip.to_state())
-        samples = self._stream(shards, skip)
-        if self.interleave > 1:
-            rng = random.Random(f"{self.seed}/{epoch}/{self.rank}/{self.world_size}/{worker}/{num_workers}/mix")
-            samples = self._interleaved(shards, skip, rng)
-        if self.shuffle_buffer > 0:
-            rng = random.Random(f"{self.seed}/{epoch}/{self.rank}/{self.world_size}/{worker}/{num_workers}")
-            samples = _shuffled(samples, self.shuffle_buffer, rng)
+        if self.streams is not None:
+            # Each canonical stream seeded by itself alone; this reader's streams in turn.
+            samples = _round_robin([self._ordered(self.stream_shards(k, epoch), skip, f"{self.seed}/{epoch}/s{k}")
+                                    for k in self._my_streams(worker, num_workers)])
+        else:
+            samples = self._ordered(shards, skip,
+                                    f"{self.seed}/{epoch}/{self.rank}/{self.world_size}/{worker}/{num_workers}")
         for sample in samples:
             self._yielded.add(sample["__shard__"], sample["__index__"], sample["__shard_size__"])
             if self.decode is None:
@@ -508,6 +553,17 @@ class ShardDataset(IterableDataset):
                     out.setdefault(k, sample[k])
             yield out
 
+    def _ordered(self, shards: Sequence[str], skip: _Progress, seed: str) -> Iterator[Dict[str, Any]]:
+        """The samples of ``shards`` in reading order: interleaved and through the shuffle
+        buffer when asked, both seeded from ``seed``."""
+        if self.interleave > 1:
+            samples = self._interleaved(shards, skip, random.Random(f"{seed}/mix"))
+        else:
+            samples = self._stream(shards, skip)
+        if self.shuffle_buffer > 0:
+            samples = _shuffled(samples, self.shuffle_buffer, random.Random(seed))
+        return samples
+
     def _stream(self, shards: Sequence[str], skip: _Progress) -> Iterator[Dict[str, Any]]:
         for shard in shards:
             if shard in skip.complete:
@@ -517,9 +573,16 @@ class ShardDataset(IterableDataset):
     def _interleaved(self, shards: Sequence[str], skip: _Progress, rng: random.Random) -> Iterator[Dict[str, Any]]:
         """Samples of ``shards``, ``interleave`` shards open at a time, each next sample from a
         random one of them."""
-        todo = [s for s in shards if s not in skip.complete]
-        todo.reverse()  # pop() takes them in reading order
+        todo = list(reversed(shards))  # pop() takes them in reading order
         open_: List[Iterator[Dict[str, Any]]] = []
+        replayed = self._replay_interleave(shards, skip, rng, todo)
+        if replayed is None:  # a state without the sizes of its complete shards: skip them
+            todo = [s for s in todo if s not in skip.complete]
+        else:
+            # Where the consumed prefix left off: the same open shards and random state, so
+            # the rest comes in the order an uninterrupted epoch would have had.
+            open_ = [iter(()) if s in skip.complete else self._shard_samples(s, skip.consumed(s))
+                     for s in replayed]
         try:
             while todo or open_:
                 while todo and len(open_) < self.interleave:
@@ -535,6 +598,29 @@ class ShardDataset(IterableDataset):
                 close = getattr(it, "close", None)
                 if close is not None:
                     close()
+
+    def _replay_interleave(self, shards: Sequence[str], skip: _Progress, rng: random.Random,
+                           todo: List[str]) -> Optional[List[str]]:
+        """Replays the interleave's choices over what ``skip`` says was consumed (a prefix of
+        every shard; complete shards by their recorded sizes) without reading anything:
+        advances ``rng`` and ``todo`` as the original run did and returns the shards open at
+        that point. ``None`` when the size of a complete shard is unknown."""
+        if any(s in skip.complete and s not in skip.complete_sizes for s in shards):
+            return None
+        left = sum(skip.complete_sizes[s] if s in skip.complete else len(skip.consumed(s)) for s in shards)
+        passed: Dict[str, int] = {}
+        open_: List[str] = []
+        while left > 0 and (todo or open_):
+            while todo and len(open_) < self.interleave:
+                open_.append(todo.pop())
+            i = rng.randrange(len(open_))
+            shard = open_[i]
+            if passed.get(shard, 0) >= skip.complete_sizes.get(shard, 1 << 62):
+                open_.pop(i)  # the draw that found it ended
+                continue
+            passed[shard] = passed.get(shard, 0) + 1
+            left -= 1
+        return open_
 
     def _shard_samples(self, shard: str, skip: Set[int]) -> Iterator[Dict[str, Any]]:
         scheme = _SCHEMES.get(self.bucket.provider, self.bucket.provider)
@@ -634,6 +720,20 @@ class ShardDataset(IterableDataset):
 
 
 _META = ("__key__", "__shard__", "__url__", "__index__", "__shard_size__")
+
+
+def _round_robin(iterators: List[Iterator[Any]]) -> Iterator[Any]:
+    """One item of each iterator in turn, dropping those that end."""
+    live = list(iterators)
+    while live:
+        still = []
+        for it in live:
+            try:
+                yield next(it)
+            except StopIteration:
+                continue
+            still.append(it)
+        live = still
 
 
 def _shuffled(samples: Iterable[Any], size: int, rng: random.Random) -> Iterator[Any]:
