@@ -18,6 +18,8 @@ alternate between the rows, so a machine's load drift hits every row alike. Rows
   grist-shuffled   ShardDataset(shuffle=True): the shard order shuffled per epoch (the default)
   grist-interleave ShardDataset(shuffle=True, interleave=8): block shuffle across 8 open shards
   grist-buffer     ShardDataset(shuffle=True, shuffle_buffer=1000): a webdataset-style buffer
+  grist-streams    ShardDataset(shuffle=True, streams=8, interleave=2): canonical streams (the
+                   order that resumes on any topology) with a block shuffle in each stream
   batch-split      BatchDataset over the shards' .bin members, 64 per get-batch request, each
                    rank/worker its slice of the order (global_order=False)
   batch-global     the same with global_order=True (the order of world-size-independent resume)
@@ -210,6 +212,8 @@ def main() -> None:
                                                  interleave=8),
                 "grist-buffer": ShardDataset(direct.bucket(bucket.name), names=names, shuffle=True,
                                              shuffle_buffer=1000),
+                "grist-streams": ShardDataset(direct.bucket(bucket.name), names=names, shuffle=True,
+                                              streams=8, interleave=2),
                 "batch-split": BatchDataset(direct.bucket(bucket.name), names=members, batch_size=BATCH),
                 "batch-global": BatchDataset(direct.bucket(bucket.name), names=members, batch_size=BATCH,
                                              global_order=True),
@@ -224,7 +228,7 @@ def main() -> None:
             medians = {}
             for name in rows:
                 medians[name] = statistics.median(times[name])
-                print(f"  {kib:>4} KiB {name:<13} {expect / medians[name]:>10.0f} samples/s  "
+                print(f"  {kib:>4} KiB {name:<16} {expect / medians[name]:>10.0f} samples/s  "
                       f"(epochs: {', '.join(f'{t:.2f}s' for t in times[name])})", flush=True)
             del loaders
             base = medians["local-wds"]
@@ -241,9 +245,9 @@ def main() -> None:
     print()
     print(f"gristd: {args.gristd}; {args.workers} DataLoader workers, batch {BATCH}, "
           f"{os.cpu_count()} CPUs, median of {args.rounds} epochs")
-    print(f"{'sample':>7} {'loader':<13} {'samples/s':>10} {'MiB/s':>8} {'vs local-wds':>13}")
+    print(f"{'sample':>7} {'loader':<16} {'samples/s':>10} {'MiB/s':>8} {'vs local-wds':>13}")
     for r in results:
-        print(f"{r['sample_kib']:>5}Ki {r['loader']:<13} {r['samples_per_s']:>10.0f} "
+        print(f"{r['sample_kib']:>5}Ki {r['loader']:<16} {r['samples_per_s']:>10.0f} "
               f"{r['mib_per_s']:>8.0f} {r['ratio_vs_local']:>12.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -1,6 +1,7 @@
 //! `grist` commands that start and follow jobs: prefetch, evict, cp, space evict, and
 //! `job show|wait|stop`. Every job command prints the job id; `--wait` follows it to the end
-//! (`--progress` draws a bar) and fails when any object failed or the job was aborted.
+//! with a progress bar on a terminal (hidden otherwise; `--progress` implies `--wait`) and
+//! fails when any object failed or the job was aborted.
 
 use std::time::Duration;
 
@@ -52,7 +53,7 @@ pub struct FollowArgs {
     /// Wait for the job to finish.
     #[arg(long)]
     pub wait: bool,
-    /// Show a progress bar while waiting (implies --wait).
+    /// Wait, with a progress bar (as --wait draws on a terminal).
     #[arg(long)]
     pub progress: bool,
     /// Give up waiting after this long (e.g. 10m); the job keeps running.
@@ -77,7 +78,8 @@ pub async fn started(
         return Ok(());
     }
     let timeout = gristmill_core::time::parse_duration(&follow.timeout)?;
-    let status = wait(client, id, follow.progress, timeout).await?;
+    // The bar draws on stderr only when it is a terminal (indicatif hides it otherwise).
+    let status = wait(client, id, true, timeout).await?;
     finish(&status, json_out)
 }
 

@@ -132,7 +132,27 @@ impl Client {
     /// connection that cannot be made or breaks before the answer (a proxy restarting), or
     /// 502/503/504 (honouring `Retry-After`), are retried with exponential backoff for up to
     /// [`RETRY_FOR`]; any other answer is final. Every retry is logged at `warn`.
-    pub async fn retrying<F, Fut>(&self, mut send: F) -> anyhow::Result<Response>
+    pub async fn retrying<F, Fut>(&self, send: F) -> anyhow::Result<Response>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = reqwest::Result<Response>>,
+    {
+        self.retry(send, true).await
+    }
+
+    /// Sends a request that must not run twice (a bucket create, a job start) and retries it
+    /// only when it cannot have reached the server: the connection could not be made (a
+    /// proxy restarting). An answer, or a connection that broke after the request went out,
+    /// is final — the server may have acted on it.
+    pub async fn retrying_unsent<F, Fut>(&self, send: F) -> anyhow::Result<Response>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = reqwest::Result<Response>>,
+    {
+        self.retry(send, false).await
+    }
+
+    async fn retry<F, Fut>(&self, mut send: F, idempotent: bool) -> anyhow::Result<Response>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = reqwest::Result<Response>>,
@@ -141,7 +161,7 @@ impl Client {
         let mut delay = std::time::Duration::from_millis(100);
         loop {
             let why = match send().await {
-                Ok(resp) if !matches!(resp.status().as_u16(), 502..=504) => {
+                Ok(resp) if !idempotent || !matches!(resp.status().as_u16(), 502..=504) => {
                     return check(resp).await;
                 }
                 Ok(resp) => {
@@ -159,7 +179,7 @@ impl Client {
                     format!("{}", resp.status())
                 }
                 Err(e)
-                    if (e.is_connect() || e.is_request())
+                    if (e.is_connect() || (idempotent && e.is_request()))
                         && started.elapsed() + delay <= RETRY_FOR =>
                 {
                     e.to_string()
@@ -200,31 +220,26 @@ impl Client {
 
     /// Creates a bucket (one that exists already fails with an [`crate::HttpError`], 409).
     pub async fn create_bucket(&self, bck: &Bck) -> anyhow::Result<()> {
-        let resp = self
-            .action(
-                Method::POST,
-                &format!("/v1/buckets/{}", bck.name),
-                &ActionMsg::new(action::CREATE_BUCKET),
-            )
-            .query(&query(bck))
-            .send()
-            .await?;
-        check(resp).await?;
-        Ok(())
+        self.bucket_change(Method::POST, bck, action::CREATE_BUCKET)
+            .await
     }
 
     /// Destroys a bucket and its objects.
     pub async fn destroy_bucket(&self, bck: &Bck) -> anyhow::Result<()> {
-        let resp = self
-            .action(
-                Method::DELETE,
-                &format!("/v1/buckets/{}", bck.name),
-                &ActionMsg::new(action::DESTROY_BUCKET),
-            )
-            .query(&query(bck))
-            .send()
-            .await?;
-        check(resp).await?;
+        self.bucket_change(Method::DELETE, bck, action::DESTROY_BUCKET)
+            .await
+    }
+
+    /// A bucket-level action that must not run twice (see [`Client::retrying_unsent`]).
+    async fn bucket_change(&self, method: Method, bck: &Bck, act: &str) -> anyhow::Result<()> {
+        let path = format!("/v1/buckets/{}", bck.name);
+        let msg = ActionMsg::new(act);
+        self.retrying_unsent(|| {
+            self.action(method.clone(), &path, &msg)
+                .query(&query(bck))
+                .send()
+        })
+        .await?;
         Ok(())
     }
 
@@ -468,12 +483,9 @@ impl Client {
 
     /// Stops (aborts) a running job.
     pub async fn stop_job(&self, id: &str) -> anyhow::Result<()> {
-        let resp = self
-            .http
-            .delete(self.url(&format!("/v1/jobs/{id}")))
-            .send()
+        let url = self.url(&format!("/v1/jobs/{id}"));
+        self.retrying_unsent(|| self.http.delete(&url).send())
             .await?;
-        check(resp).await?;
         Ok(())
     }
 
@@ -484,8 +496,8 @@ impl Client {
             name: String::new(),
             value,
         };
-        let resp = self.action(Method::PUT, "/v1/cluster", &msg).send().await?;
-        check(resp).await?;
+        self.retrying_unsent(|| self.action(Method::PUT, "/v1/cluster", &msg).send())
+            .await?;
         Ok(())
     }
 
@@ -553,8 +565,10 @@ impl Client {
             name: String::new(),
             value,
         };
-        let resp = self.action(Method::PUT, "/v1/cluster", &msg).send().await?;
-        Ok(check(resp).await?.text().await?)
+        let resp = self
+            .retrying_unsent(|| self.action(Method::PUT, "/v1/cluster", &msg).send())
+            .await?;
+        Ok(resp.text().await?)
     }
 
     /// Defines an ETL; returns its name.
@@ -644,13 +658,11 @@ impl Client {
         if let Some(id) = version_id {
             q.push((gristmill_core::api::query::VERSION_ID, id.to_owned()));
         }
-        let resp = self
-            .http
-            .delete(self.url(&object_path(bck, name)))
-            .query(&q)
-            .send()
+        // Not retried after the request went out: in a versioned bucket a second delete would
+        // add a second delete marker.
+        let url = self.url(&object_path(bck, name));
+        self.retrying_unsent(|| self.http.delete(&url).query(&q).send())
             .await?;
-        check(resp).await?;
         Ok(())
     }
 }

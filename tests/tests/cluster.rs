@@ -1189,9 +1189,21 @@ async fn grist_many_objects_endpoints_and_completions() {
         "p/".into(),
         "--summary".into(),
     ]);
+    // A bucket create is not idempotent: retried only because its connection was refused
+    // (the request never reached a node).
+    let create = grist_in_thread(vec![
+        "bucket".into(),
+        "create".into(),
+        "ais://made-while-down".into(),
+    ]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     c.proxy.start().unwrap();
-    for (what, handle) in [("get", get), ("put", put), ("ls --summary", summary)] {
+    for (what, handle) in [
+        ("get", get),
+        ("put", put),
+        ("ls --summary", summary),
+        ("bucket create", create),
+    ] {
         let got = tokio::task::spawn_blocking(move || handle.join().unwrap())
             .await
             .unwrap();

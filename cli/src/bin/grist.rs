@@ -238,6 +238,7 @@ enum JobCmd {
     /// Wait for a job to end; fails if it was aborted or any object failed.
     Wait {
         id: String,
+        /// Kept for scripts: the bar is drawn whenever stderr is a terminal.
         #[arg(long)]
         progress: bool,
         #[arg(long, default_value = "24h")]
@@ -551,13 +552,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Job(JobCmd::Show { what, running }) => {
             jobs::show(&client, what.as_deref(), running, cli.json).await?
         }
-        Command::Job(JobCmd::Wait {
-            id,
-            progress,
-            timeout,
-        }) => {
+        Command::Job(JobCmd::Wait { id, timeout, .. }) => {
             let timeout = gristmill_core::time::parse_duration(&timeout)?;
-            let s = jobs::wait(&client, &id, progress, timeout).await?;
+            let s = jobs::wait(&client, &id, true, timeout).await?;
             jobs::finish(&s, cli.json)?;
         }
         Command::Job(JobCmd::Stop { id }) => {
