@@ -29,6 +29,19 @@ pub struct ConnArgs {
     /// Do not verify the cluster's TLS certificate (tests only).
     #[arg(long, global = true, env = "GRIST_INSECURE")]
     pub insecure: bool,
+    /// Give up on a connection not made within this long.
+    #[arg(
+        long,
+        global = true,
+        env = "GRIST_CONNECT_TIMEOUT",
+        default_value = "10s"
+    )]
+    pub connect_timeout: String,
+    /// Give up on a request when the cluster sends nothing for this long (an idle limit:
+    /// long transfers that keep moving are not cut). Reads, listings and other idempotent
+    /// requests are then retried with backoff.
+    #[arg(long, global = true, env = "GRIST_READ_TIMEOUT", default_value = "2m")]
+    pub read_timeout: String,
 }
 
 /// Where `grist auth login` saves the token: `$GRIST_TOKEN_FILE`, else
@@ -43,18 +56,26 @@ pub fn token_path() -> std::path::PathBuf {
 }
 
 impl ConnArgs {
-    /// Client options: the token from the flag, the environment or the saved file.
-    pub fn client_options(&self) -> ClientOptions {
+    /// Client options: the token from the flag, the environment or the saved file; the
+    /// timeouts (`0` turns one off).
+    pub fn client_options(&self) -> anyhow::Result<ClientOptions> {
         let token = self
             .token
             .clone()
             .filter(|t| !t.is_empty())
             .or_else(|| saved_token(&token_path()));
-        ClientOptions {
+        let timeout = |flag: &str, v: &str| -> anyhow::Result<Option<std::time::Duration>> {
+            let d = gristmill_core::time::parse_duration(v)
+                .map_err(|e| anyhow::anyhow!("--{flag} {v}: {}", e.message))?;
+            Ok((!d.is_zero()).then_some(d))
+        };
+        Ok(ClientOptions {
             token,
             ca_bundle: self.ca_bundle.clone(),
             insecure: self.insecure,
-        }
+            connect_timeout: timeout("connect-timeout", &self.connect_timeout)?,
+            read_timeout: timeout("read-timeout", &self.read_timeout)?,
+        })
     }
 }
 

@@ -54,6 +54,11 @@ pub struct ClientOptions {
     pub ca_bundle: Option<std::path::PathBuf>,
     /// Accept any certificate (tests and throwaway clusters only).
     pub insecure: bool,
+    /// Give up on a connection not made within this long (none: the system's).
+    pub connect_timeout: Option<std::time::Duration>,
+    /// Give up on a request when the cluster sends nothing for this long — an idle limit, so
+    /// large transfers that keep moving are never cut (none: wait forever).
+    pub read_timeout: Option<std::time::Duration>,
 }
 
 impl Client {
@@ -94,6 +99,12 @@ impl Client {
                 });
             for c in &certs {
                 b = b.add_root_certificate(c.clone());
+            }
+            if let Some(t) = opts.connect_timeout {
+                b = b.connect_timeout(t);
+            }
+            if let Some(t) = opts.read_timeout {
+                b = b.read_timeout(t);
             }
             b.build()
         };
@@ -179,7 +190,7 @@ impl Client {
                     format!("{}", resp.status())
                 }
                 Err(e)
-                    if (e.is_connect() || (idempotent && e.is_request()))
+                    if (e.is_connect() || (idempotent && (e.is_request() || e.is_timeout())))
                         && started.elapsed() + delay <= RETRY_FOR =>
                 {
                     e.to_string()

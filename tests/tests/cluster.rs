@@ -1390,6 +1390,46 @@ async fn grist_config_and_log_commands() {
     assert_eq!(v["removed"], false, "{v}");
 }
 
+/// `grist` against an endpoint that accepts connections and never answers: with
+/// `--read-timeout 1s` a bucket create (not retried: it may have been acted on) fails with a
+/// timeout instead of hanging; a malformed timeout is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grist_gives_up_on_an_endpoint_that_never_answers() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    // Accepts and holds every connection, answering nothing (the thread ends with the test).
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            held.push(conn);
+        }
+    });
+    let bin = gristmill_tests::gristd_bin().with_file_name("grist");
+    let run = move |args: &'static [&'static str]| {
+        let (bin, endpoint) = (bin.clone(), endpoint.clone());
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(bin)
+                .args(args)
+                .env("GRIST_ENDPOINT", endpoint)
+                .output()
+                .unwrap()
+        })
+    };
+    let out = run(&["--read-timeout", "1s", "bucket", "create", "ais://never"])
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("timed out"), "{err}");
+    assert!(!err.contains("retrying"), "{err}");
+    let out = run(&["--read-timeout", "soon", "ls"]).await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--read-timeout soon"),
+        "{err}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settings_layer_and_a_wrong_value_stops_the_node_at_start() {
     let scratch = tempfile::tempdir().unwrap();

@@ -356,7 +356,7 @@ async fn main() {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let config = gristmill_cli::config::load()?;
     let endpoint = gristmill_cli::config::endpoint(cli.endpoint.clone(), &config);
-    let mut options = cli.conn.client_options();
+    let mut options = cli.conn.client_options()?;
     if options.token.is_none() {
         options.token = config.token.clone();
     }
