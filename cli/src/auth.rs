@@ -37,10 +37,10 @@ pub struct ConnArgs {
         default_value = "10s"
     )]
     pub connect_timeout: String,
-    /// Give up on a request when the cluster sends nothing for this long (an idle limit:
-    /// long transfers that keep moving are not cut). Reads, listings and other idempotent
-    /// requests are then retried with backoff.
-    #[arg(long, global = true, env = "GRIST_READ_TIMEOUT", default_value = "2m")]
+    /// Give up on a request whose answer has not begun this long after it was sent (the
+    /// upload included), or whose answer then stalls this long; off by default (0), since
+    /// uploads and long actions take as long as they take.
+    #[arg(long, global = true, env = "GRIST_READ_TIMEOUT", default_value = "0")]
     pub read_timeout: String,
 }
 

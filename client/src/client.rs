@@ -56,8 +56,8 @@ pub struct ClientOptions {
     pub insecure: bool,
     /// Give up on a connection not made within this long (none: the system's).
     pub connect_timeout: Option<std::time::Duration>,
-    /// Give up on a request when the cluster sends nothing for this long — an idle limit, so
-    /// large transfers that keep moving are never cut (none: wait forever).
+    /// Give up on a request whose answer has not begun this long after it was sent (reqwest
+    /// counts the upload in), or whose answer body then stalls this long (none: wait forever).
     pub read_timeout: Option<std::time::Duration>,
 }
 

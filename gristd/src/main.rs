@@ -64,8 +64,8 @@ async fn run() -> anyhow::Result<()> {
         Command::Proxy(args) => {
             let c = file.for_proxy(&args)?;
             let state_dir = c.node.state_dir();
-            runtime::publish(&c, None, &state_dir, &cli.log_format);
             runtime::register_log(log_level, &state_dir);
+            runtime::publish(&c, None, &state_dir, &cli.log_format);
             let join = c.node.join();
             let serve = gristmill_daemon::security::serve_options(&c, &state_dir, join.is_empty())?;
             let listener = bind(&c.node.listen()).await?;
@@ -96,8 +96,8 @@ async fn run() -> anyhow::Result<()> {
             let state_dir = c.node.state_dir();
             runtime::apply_local(&mut c, &state_dir)?;
             let space = gristmill_target::SharedSpaceConfig::new(c.space.resolve()?);
-            runtime::publish(&c, Some(&space.get()), &state_dir, &cli.log_format);
             runtime::register_log(log_level, &state_dir);
+            runtime::publish(&c, Some(&space.get()), &state_dir, &cli.log_format);
             runtime::register_space(c.space.clone(), space.clone());
             let join = c.node.join();
             if join.is_empty() {

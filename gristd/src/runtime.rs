@@ -55,10 +55,18 @@ pub fn overlay<T: Serialize + DeserializeOwned>(
 /// The changes kept in `state_dir` for `keys`, put over `c` before it is resolved. The log keys
 /// are applied by [`register_log`].
 pub fn apply_local(c: &mut FileConfig, state_dir: &Path) -> anyhow::Result<()> {
-    let local = settings::load_local(&state_dir.join(settings::LOCAL_FILE));
+    let file = state_dir.join(settings::LOCAL_FILE);
+    let local = settings::load_local(&file);
     if local.keys().any(|k| k.starts_with("space.")) {
-        c.space = overlay(&c.space, "space", &local)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", settings::LOCAL_FILE))?;
+        // Kept changes that no longer fit the file's settings are ignored, not fatal: a node
+        // must start (its log says which, and `config show` lists the values in force).
+        match overlay(&c.space, "space", &local)
+            .and_then(|s| s.resolve().map(|_| s).map_err(|e| e.to_string()))
+        {
+            Ok(space) => c.space = space,
+            Err(e) => tracing::warn!(file = %file.display(), error = %e,
+                "ignoring kept space settings that do not fit the configuration"),
+        }
     }
     Ok(())
 }

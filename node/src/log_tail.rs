@@ -65,7 +65,8 @@ pub struct Tee {
 impl Write for Tee {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.event.extend_from_slice(buf);
-        std::io::stderr().write(buf)
+        std::io::stderr().write_all(buf)?;
+        Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {

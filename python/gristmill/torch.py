@@ -575,10 +575,13 @@ class ShardDataset(IterableDataset):
         random one of them."""
         todo = list(reversed(shards))  # pop() takes them in reading order
         open_: List[Iterator[Dict[str, Any]]] = []
-        replayed = self._replay_interleave(shards, skip, rng, todo)
-        if replayed is None:  # a state without the sizes of its complete shards: skip them
-            todo = [s for s in todo if s not in skip.complete]
-        else:
+        replayed = None
+        if self.shuffle_buffer == 0:  # with a buffer, what was consumed is no prefix
+            replayed = self._replay_interleave(shards, skip, rng, todo)
+        # Finished shards are never read again (with the prefix replayed exactly, none is
+        # left to open; otherwise this keeps the set exact).
+        todo[:] = [s for s in todo if s not in skip.complete]
+        if replayed is not None:
             # Where the consumed prefix left off: the same open shards and random state, so
             # the rest comes in the order an uninterrupted epoch would have had.
             open_ = [iter(()) if s in skip.complete else self._shard_samples(s, skip.consumed(s))

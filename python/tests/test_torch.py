@@ -493,6 +493,25 @@ def test_canonical_streams_resume_on_another_topology_in_the_same_order(shard_bu
         assert b[k] + a[k] == reference[k], f"stream {k}"
 
 
+def test_interleaved_resume_of_two_ranks_by_one_is_exact(shard_bucket):
+    """``interleave=2`` states of two ranks (some shards finished) resumed by one process:
+    the interleave cannot be replayed on another topology, and finished shards must still
+    not be read again (they were, once: every sample of a finished shard came twice)."""
+    template = "train/shard-{0000..0011}.tar"
+    states, consumed = [], []
+    for rank in (0, 1):
+        ds = ShardDataset(shard_bucket, template=template, seed=4, interleave=2, rank=rank, world_size=2)
+        ds.set_epoch(1)
+        consumed += _consume(ds, DataLoader(ds, batch_size=10, num_workers=1), 70 + 20 * rank)
+        states.append(ds.state_dict())
+    assert any(s["complete"] for s in states)
+    resumed = ShardDataset(shard_bucket, template=template, seed=4, interleave=2, rank=0, world_size=1)
+    resumed.load_state_dict(states)
+    rest = _epoch_keys(resumed, workers=2, batch_size=10)
+    assert len(rest) == len(set(rest)) and not set(consumed) & set(rest)
+    assert sorted(consumed + rest) == sorted(all_keys(12, PER_SHARD))
+
+
 def test_interleaved_shards_mix_neighbours_exactly_once_and_resume(shard_bucket):
     """``interleave=8``: each worker streams 8 shards at once; still every sample exactly
     once, far fewer neighbours from one shard than sequential reading (about 1/8, against

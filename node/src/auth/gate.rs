@@ -513,6 +513,8 @@ pub(crate) async fn check(State(gate): State<Arc<Gate>>, req: Request, next: Nex
             // `what`), and job status (AIStore's SDK waits for jobs this way).
             Some("smap" | "snode" | "status" | "qryxstats") => vec![Need::Authenticated],
             None if path == "/v1/daemon" => vec![Need::Authenticated],
+            // A node's log names users and every path requested: admins only.
+            Some("log") => vec![Need::Admin],
             _ => vec![Need::ClusterRead],
         },
         Access::Admin => vec![Need::Admin],
