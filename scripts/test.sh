@@ -14,6 +14,8 @@ step() { printf '\n==> %s\n' "$*"; }
 # Incremental compilation only pays off for repeated edits; here it would add ~20 GB of
 # build/debug/incremental to a disk the tests' clusters also write to.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+# pip's cache would hold a second copy of the torch wheels (~3 GB): a CI run once ran out of disk.
+export PIP_NO_CACHE_DIR="${PIP_NO_CACHE_DIR:-1}"
 step "disk space at start"
 df -h "$root" /tmp || true
 

@@ -467,12 +467,42 @@ pub struct S3BucketProps {
     /// PutBucketTagging's tags (key, value), in the order given.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<(String, String)>,
+    /// S3 Object Lock (see [`crate::object_lock`]): once enabled, never off again.
+    #[serde(default, skip_serializing_if = "ObjectLockProps::is_off")]
+    pub object_lock: ObjectLockProps,
 }
 
 impl S3BucketProps {
     pub fn is_empty(&self) -> bool {
-        self.cors.is_empty() && self.object_ownership.is_empty() && self.tags.is_empty()
+        self.cors.is_empty()
+            && self.object_ownership.is_empty()
+            && self.tags.is_empty()
+            && self.object_lock.is_off()
     }
+}
+
+/// A bucket's Object Lock configuration: enabled or not, and the default retention new
+/// objects get (`default_mode` empty: none; then days and years are 0).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectLockProps {
+    #[serde(default)]
+    pub enabled: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub default_mode: String,
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub default_days: u32,
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub default_years: u32,
+}
+
+impl ObjectLockProps {
+    pub fn is_off(&self) -> bool {
+        !self.enabled
+    }
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One S3 CORS rule. Origins and headers may hold one `*` wildcard.

@@ -59,6 +59,17 @@ def err(exc_info) -> tuple[str, int]:
     return e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"]
 
 
+def outcome(call) -> tuple[str, int] | None:
+    """None when `call()` succeeds, else its (S3 error code, HTTP status)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        call()
+        return None
+    except ClientError as e:
+        return e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"]
+
+
 def multipart_etag(path, part_size: int) -> str:
     """The S3 ETag of a file uploaded in parts of `part_size` bytes: md5 of the parts' md5s, -N."""
     digests = []

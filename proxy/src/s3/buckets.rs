@@ -127,6 +127,17 @@ pub(super) async fn create_bucket(
         s.set_props(&bck, serde_json::json!({ "s3": { "object_ownership": o } }))
             .await?;
     }
+    // Object Lock needs versions to keep: the bucket is versioned from the start.
+    if req.input.object_lock_enabled_for_bucket == Some(true) {
+        s.set_props(
+            &bck,
+            serde_json::json!({
+                "versioning": { "s3": api::S3_VERSIONING_ENABLED },
+                "s3": { "object_lock": { "enabled": true } },
+            }),
+        )
+        .await?;
+    }
     Ok(S3Response::new(CreateBucketOutput {
         location: Some(format!("/{name}")),
     }))

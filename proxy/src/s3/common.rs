@@ -785,7 +785,9 @@ impl GristS3 {
         }
     }
 
-    /// Streams a client body into a PUT to `url`; returns the stored object's attributes.
+    /// Streams a client body into a PUT to `url` (through `encrypt`'s keystream for SSE-C);
+    /// returns the stored object's attributes.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn put_stream(
         &self,
         url: String,
@@ -794,6 +796,7 @@ impl GristS3 {
         content_length: Option<i64>,
         custom: &BTreeMap<String, String>,
         trailers: TrailerSource,
+        encrypt: Option<super::sse::Keystream>,
     ) -> S3Result<Attrs> {
         let algos = requested_checksums(headers);
         let failure = Arc::new(Mutex::new(None));
@@ -820,7 +823,17 @@ impl GristS3 {
             }
             reqwest::Body::from(Vec::new())
         } else {
-            reqwest::Body::wrap_stream(stream)
+            match encrypt {
+                // Checked on the plaintext (above), stored as ciphertext.
+                Some(keystream) => reqwest::Body::wrap_stream(keystream.wrap(stream)),
+                None => reqwest::Body::wrap_stream(stream),
+            }
+        };
+        // A target would compute S3 checksums over ciphertext: none are kept for SSE-C.
+        let algos = if custom.contains_key(gristmill_core::sse::KEY_CHECK_KEY) {
+            Vec::new()
+        } else {
+            algos
         };
         let mut req = self
             .proxy

@@ -33,12 +33,26 @@ pub(super) async fn create_multipart_upload(
     if let Some(tags) = super::tagging::from_header(input.tagging.as_deref())? {
         custom.insert(super::tagging::TAGGING.into(), tags);
     }
-    let mut url = format!("{url}&op=create");
-    if let Some(a) = &input.checksum_algorithm {
-        url.push_str(&format!("&checksum_algorithm={}", a.as_str()));
+    custom.extend(super::object_lock::for_new_object(
+        s,
+        &bck,
+        input.object_lock_mode.as_ref(),
+        input.object_lock_retain_until_date.as_ref(),
+        input.object_lock_legal_hold_status.as_ref(),
+    )?);
+    let sse_key = super::sse::customer_key(&req.headers)?;
+    if let Some(key) = &sse_key {
+        custom.extend(key.metadata(None));
     }
-    if let Some(k) = &input.checksum_type {
-        url.push_str(&format!("&checksum_type={}", k.as_str()));
+    let mut url = format!("{url}&op=create");
+    // An SSE-C upload keeps no S3 checksums: a target would compute them over ciphertext.
+    if sse_key.is_none() {
+        if let Some(a) = &input.checksum_algorithm {
+            url.push_str(&format!("&checksum_algorithm={}", a.as_str()));
+        }
+        if let Some(k) = &input.checksum_type {
+            url.push_str(&format!("&checksum_type={}", k.as_str()));
+        }
     }
     let resp = s.send(s.proxy.http.post(url).json(&custom)).await?;
     if !resp.status().is_success() {
@@ -46,6 +60,8 @@ pub(super) async fn create_multipart_upload(
     }
     let info: serde_json::Value = resp.json().await.map_err(internal)?;
     Ok(S3Response::new(CreateMultipartUploadOutput {
+        sse_customer_algorithm: sse_key.as_ref().map(|_| "AES256".to_owned()),
+        sse_customer_key_md5: sse_key.as_ref().map(|k| k.md5().to_owned()),
         bucket: Some(bck.name.clone()),
         key: Some(input.key),
         upload_id: info["upload_id"].as_str().map(str::to_owned),
@@ -95,12 +111,20 @@ pub(super) async fn upload_part(
         trailers,
         failure.clone(),
     );
-    let mut r = s
-        .proxy
-        .http
-        .put(url)
-        .body(reqwest::Body::wrap_stream(stream));
-    if !algos.is_empty() {
+    let sse_key = super::sse::customer_key(&req.headers)?;
+    let r = s.proxy.http.put(url);
+    let mut r = match &sse_key {
+        // Checked on the plaintext, stored as ciphertext under the part's own IV; the
+        // target refuses the part unless the upload was created with the same key.
+        Some(key) => {
+            let iv = super::sse::part_iv(&input.upload_id, input.part_number as u32);
+            let keystream = super::sse::Keystream::single(key, iv);
+            r.header(gristmill_core::sse::KEY_CHECK_KEY, key.check())
+                .body(reqwest::Body::wrap_stream(keystream.wrap(stream)))
+        }
+        None => r.body(reqwest::Body::wrap_stream(stream)),
+    };
+    if !algos.is_empty() && sse_key.is_none() {
         r = r.header(gristmill_core::api::header::S3_CHECKSUMS, algos.join(","));
     }
     if let Some(n) = content_length {
@@ -121,6 +145,8 @@ pub(super) async fn upload_part(
     // upload's own).
     let sum = |algo: &str| part_checksum(&part, algo);
     Ok(S3Response::new(UploadPartOutput {
+        sse_customer_algorithm: sse_key.as_ref().map(|_| "AES256".to_owned()),
+        sse_customer_key_md5: sse_key.as_ref().map(|k| k.md5().to_owned()),
         e_tag: part["etag"].as_str().map(quoted),
         checksum_crc32: sum("crc32"),
         checksum_crc32c: sum("crc32c"),
@@ -191,6 +217,7 @@ pub(super) async fn upload_part_copy(
     if !resp.status().is_success() {
         return Err(node_error(resp, true).await);
     }
+    super::sse::refuse_copy_of(&Attrs::from(resp.headers()))?;
     // S3 takes only a range inside the object (an HTTP server would shorten it).
     if let Some((_, last)) = range {
         let size = resp

@@ -29,6 +29,19 @@ pub(super) async fn put_object(
     if let Some(tags) = super::tagging::from_header(input.tagging.as_deref())? {
         custom.insert(super::tagging::TAGGING.into(), tags);
     }
+    custom.extend(super::object_lock::for_new_object(
+        s,
+        &bck,
+        input.object_lock_mode.as_ref(),
+        input.object_lock_retain_until_date.as_ref(),
+        input.object_lock_legal_hold_status.as_ref(),
+    )?);
+    let sse_key = super::sse::customer_key(&req.headers)?;
+    let encrypt = sse_key.as_ref().map(|key| {
+        let iv = super::sse::new_iv();
+        custom.extend(key.metadata(Some(iv)));
+        super::sse::Keystream::single(key, iv)
+    });
     let (body, content_length, trailers) = client_body(
         req.credentials.is_some(),
         &req.headers,
@@ -38,9 +51,19 @@ pub(super) async fn put_object(
     );
     require_length(&req.headers, content_length)?;
     let attrs = s
-        .put_stream(url, body, &req.headers, content_length, &custom, trailers)
+        .put_stream(
+            url,
+            body,
+            &req.headers,
+            content_length,
+            &custom,
+            trailers,
+            encrypt,
+        )
         .await?;
     Ok(S3Response::new(PutObjectOutput {
+        sse_customer_algorithm: sse_key.as_ref().map(|_| "AES256".to_owned()),
+        sse_customer_key_md5: sse_key.as_ref().map(|k| k.md5().to_owned()),
         e_tag: Some(quoted(&attrs.etag)),
         version_id: version_of(&attrs),
         checksum_crc32: attrs.checksum("crc32"),
@@ -95,19 +118,40 @@ pub(super) async fn get_object(
     }
     let partial = resp.status() == StatusCode::PARTIAL_CONTENT;
     let attrs = Attrs::from(resp.headers());
+    let sse_key = super::sse::key_for_read(&attrs, super::sse::customer_key(&req.headers)?)?;
     let content_range = resp
         .headers()
         .get("content-range")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let body = match &sse_key {
+        Some(key) => {
+            // `bytes FIRST-LAST/SIZE`: where the answered bytes start.
+            let start = content_range
+                .as_deref()
+                .and_then(|r| r.strip_prefix("bytes "))
+                .and_then(|r| r.split('-').next())
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(0);
+            let keystream = super::sse::Keystream::of_object(key, &attrs, start)?;
+            StreamingBlob::wrap(keystream.wrap(resp.bytes_stream()))
+        }
+        None => StreamingBlob::wrap(resp.bytes_stream()),
+    };
     let want_checksums = !partial
         && req
             .headers
             .get("x-amz-checksum-mode")
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"enabled"));
     let sums = attrs.answered_checksums(input.part_number, want_checksums);
+    let (lock_mode, lock_until, legal_hold) = super::object_lock::answered(&attrs);
     let output = GetObjectOutput {
-        body: Some(StreamingBlob::wrap(resp.bytes_stream())),
+        sse_customer_algorithm: sse_key.as_ref().map(|_| "AES256".to_owned()),
+        sse_customer_key_md5: sse_key.as_ref().map(|k| k.md5().to_owned()),
+        object_lock_mode: lock_mode,
+        object_lock_retain_until_date: lock_until,
+        object_lock_legal_hold_status: legal_hold,
+        body: Some(body),
         content_length: Some(attrs.size as i64),
         content_range,
         accept_ranges: Some("bytes".into()),
@@ -185,6 +229,7 @@ pub(super) async fn head_object(
         });
     }
     let attrs = Attrs::from(resp.headers());
+    let sse_key = super::sse::key_for_read(&attrs, super::sse::customer_key(&req.headers)?)?;
     let (size, parts_count) = match input.part_number {
         Some(n) => {
             let part = attrs.part(n)?;
@@ -198,7 +243,13 @@ pub(super) async fn head_object(
             .get("x-amz-checksum-mode")
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"enabled"));
     let sums = attrs.answered_checksums(input.part_number, want_checksums);
+    let (lock_mode, lock_until, legal_hold) = super::object_lock::answered(&attrs);
     let mut out = S3Response::new(HeadObjectOutput {
+        sse_customer_algorithm: sse_key.as_ref().map(|_| "AES256".to_owned()),
+        sse_customer_key_md5: sse_key.as_ref().map(|k| k.md5().to_owned()),
+        object_lock_mode: lock_mode,
+        object_lock_retain_until_date: lock_until,
+        object_lock_legal_hold_status: legal_hold,
         content_length: Some(size as i64),
         parts_count,
         accept_ranges: Some("bytes".into()),
@@ -356,7 +407,15 @@ pub(super) async fn delete_object(
     req: S3Request<DeleteObjectInput>,
 ) -> S3Result<S3Response<DeleteObjectOutput>> {
     let bck = s.existing(&req.input.bucket).await?;
-    let deleted = delete_one(s, &bck, &req.input.key, req.input.version_id.as_deref()).await?;
+    let bypass = req.input.bypass_governance_retention == Some(true);
+    let deleted = delete_one(
+        s,
+        &bck,
+        &req.input.key,
+        req.input.version_id.as_deref(),
+        bypass,
+    )
+    .await?;
     Ok(S3Response::new(DeleteObjectOutput {
         delete_marker: deleted.marker.then_some(true),
         version_id: deleted.version_id,
@@ -378,9 +437,17 @@ async fn delete_one(
     bck: &gristmill_core::Bck,
     key: &str,
     version_id: Option<&str>,
+    bypass_governance: bool,
 ) -> S3Result<Deleted> {
     let url = version_url(s.owner_url("objects", bck, key)?, version_id)?;
-    let resp = s.send(s.proxy.http.delete(url)).await?;
+    let mut r = s.proxy.http.delete(url);
+    if bypass_governance {
+        r = r.header(
+            gristmill_core::object_lock::BYPASS_GOVERNANCE_HEADER,
+            "true",
+        );
+    }
+    let resp = s.send(r).await?;
     // S3 answers 204 whether or not the key existed.
     if resp.status() == StatusCode::NOT_FOUND && version_id.is_none() {
         return Ok(Deleted {
@@ -415,10 +482,11 @@ pub(super) async fn delete_objects(
         return Err(s3_error!(MalformedXML, "at most 1000 keys per request"));
     }
     let bck = &bck;
+    let bypass = req.input.bypass_governance_retention == Some(true);
     let results: Vec<(ObjectIdentifier, S3Result<Deleted>)> =
         futures::stream::iter(req.input.delete.objects.clone())
             .map(|o| async move {
-                let r = delete_one(s, bck, &o.key, o.version_id.as_deref()).await;
+                let r = delete_one(s, bck, &o.key, o.version_id.as_deref(), bypass).await;
                 (o, r)
             })
             .buffered(16)
@@ -491,6 +559,7 @@ pub(super) async fn copy_object(
         return Err(node_error(resp, true).await);
     }
     let attrs = Attrs::from(resp.headers());
+    super::sse::refuse_copy_of(&attrs)?;
     let replace = input
         .metadata_directive
         .as_ref()
@@ -520,6 +589,7 @@ pub(super) async fn copy_object(
                     && k.as_str() != PARTS
                     && k.as_str() != PART_CHECKSUMS
                     && !k.starts_with("x-amz-checksum-")
+                    && !super::object_lock::is_lock_key(k)
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
@@ -539,6 +609,13 @@ pub(super) async fn copy_object(
     if let Some(tags) = tags {
         custom.insert(super::tagging::TAGGING.into(), tags);
     }
+    custom.extend(super::object_lock::for_new_object(
+        s,
+        &dst,
+        input.object_lock_mode.as_ref(),
+        input.object_lock_retain_until_date.as_ref(),
+        input.object_lock_legal_hold_status.as_ref(),
+    )?);
     let body = StreamingBlob::wrap(resp.bytes_stream());
     // The destination's If-Match / If-None-Match go with the write.
     let mut dst_headers = http::HeaderMap::new();
@@ -555,6 +632,7 @@ pub(super) async fn copy_object(
             Some(attrs.size as i64),
             &custom,
             TrailerSource::None,
+            None,
         )
         .await?;
     Ok(S3Response::new(CopyObjectOutput {

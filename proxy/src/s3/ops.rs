@@ -6,7 +6,7 @@ use s3s::dto::*;
 use s3s::{S3, S3Request, S3Response, S3Result, s3_error};
 
 use super::common::GristS3;
-use super::{buckets, cors, listing, multipart, objects, public, tagging, versioning};
+use super::{buckets, cors, listing, multipart, object_lock, objects, public, tagging, versioning};
 
 #[async_trait::async_trait]
 impl S3 for GristS3 {
@@ -187,47 +187,46 @@ impl S3 for GristS3 {
         Err(s3_error!(NoSuchKey, "objects are not served as torrents"))
     }
 
+    async fn put_object_lock_configuration(
+        &self,
+        req: S3Request<PutObjectLockConfigurationInput>,
+    ) -> S3Result<S3Response<PutObjectLockConfigurationOutput>> {
+        object_lock::put_object_lock_configuration(self, req).await
+    }
+
     async fn get_object_lock_configuration(
         &self,
         req: S3Request<GetObjectLockConfigurationInput>,
     ) -> S3Result<S3Response<GetObjectLockConfigurationOutput>> {
-        self.existing(&req.input.bucket).await?;
-        Err(s3_error!(
-            ObjectLockConfigurationNotFoundError,
-            "Object Lock configuration does not exist for this bucket (object lock is not supported)"
-        ))
+        object_lock::get_object_lock_configuration(self, req).await
     }
 
     async fn get_object_retention(
         &self,
         req: S3Request<GetObjectRetentionInput>,
     ) -> S3Result<S3Response<GetObjectRetentionOutput>> {
-        self.existing(&req.input.bucket).await?;
-        Err(no_object_lock())
+        object_lock::get_object_retention(self, req).await
     }
 
     async fn put_object_retention(
         &self,
         req: S3Request<PutObjectRetentionInput>,
     ) -> S3Result<S3Response<PutObjectRetentionOutput>> {
-        self.existing(&req.input.bucket).await?;
-        Err(no_object_lock())
+        object_lock::put_object_retention(self, req).await
     }
 
     async fn get_object_legal_hold(
         &self,
         req: S3Request<GetObjectLegalHoldInput>,
     ) -> S3Result<S3Response<GetObjectLegalHoldOutput>> {
-        self.existing(&req.input.bucket).await?;
-        Err(no_object_lock())
+        object_lock::get_object_legal_hold(self, req).await
     }
 
     async fn put_object_legal_hold(
         &self,
         req: S3Request<PutObjectLegalHoldInput>,
     ) -> S3Result<S3Response<PutObjectLegalHoldOutput>> {
-        self.existing(&req.input.bucket).await?;
-        Err(no_object_lock())
+        object_lock::put_object_legal_hold(self, req).await
     }
 
     async fn put_bucket_tagging(
@@ -362,12 +361,4 @@ impl S3 for GristS3 {
     ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
         multipart::list_multipart_uploads(self, req).await
     }
-}
-
-/// S3's answer to object-lock requests on a bucket without Object Lock (here, every bucket).
-fn no_object_lock() -> s3s::S3Error {
-    s3_error!(
-        InvalidRequest,
-        "Bucket is missing Object Lock Configuration"
-    )
 }

@@ -192,7 +192,7 @@ pub(super) async fn delete_bucket_tagging(
 }
 
 /// Changes an object's custom metadata in place on its owner.
-async fn patch(
+pub(super) async fn patch(
     s: &GristS3,
     bucket: &str,
     key: &str,
@@ -273,19 +273,17 @@ pub(super) async fn delete_object_tagging(
     }))
 }
 
-pub(super) async fn get_object_tagging(
+/// An object's (or one version's) attributes, from its owner.
+pub(super) async fn head(
     s: &GristS3,
-    req: S3Request<GetObjectTaggingInput>,
-) -> S3Result<S3Response<GetObjectTaggingOutput>> {
-    let input = req.input;
-    let bck = s.existing(&input.bucket).await?;
-    let url = super::versioning::version_url(
-        s.owner_url("objects", &bck, &input.key)?,
-        input.version_id.as_deref(),
-    )?;
+    bck: &gristmill_core::Bck,
+    key: &str,
+    version_id: Option<&str>,
+) -> S3Result<Attrs> {
+    let url = super::versioning::version_url(s.owner_url("objects", bck, key)?, version_id)?;
     let resp = s.send(s.proxy.http.head(url)).await?;
     if resp.status() == reqwest::StatusCode::NOT_FOUND {
-        return Err(if input.version_id.is_some() {
+        return Err(if version_id.is_some() {
             s3_error!(NoSuchVersion)
         } else {
             s3_error!(NoSuchKey)
@@ -299,7 +297,16 @@ pub(super) async fn get_object_tagging(
     if !resp.status().is_success() {
         return Err(node_error(resp, true).await);
     }
-    let attrs = Attrs::from(resp.headers());
+    Ok(Attrs::from(resp.headers()))
+}
+
+pub(super) async fn get_object_tagging(
+    s: &GristS3,
+    req: S3Request<GetObjectTaggingInput>,
+) -> S3Result<S3Response<GetObjectTaggingOutput>> {
+    let input = req.input;
+    let bck = s.existing(&input.bucket).await?;
+    let attrs = head(s, &bck, &input.key, input.version_id.as_deref()).await?;
     let tags = match attrs.get(TAGGING) {
         Some(stored) => parse(&stored)?,
         None => Vec::new(),

@@ -116,6 +116,12 @@ pub(super) async fn put_bucket_versioning(
             ));
         }
     };
+    if status == S3_VERSIONING_SUSPENDED && super::object_lock::props(s, &bck).enabled {
+        return Err(s3_error!(
+            InvalidBucketState,
+            "An Object Lock configuration is present on this bucket, so the versioning state cannot be changed."
+        ));
+    }
     s.set_props(&bck, serde_json::json!({"versioning": {"s3": status}}))
         .await?;
     Ok(S3Response::new(PutBucketVersioningOutput::default()))

@@ -220,6 +220,11 @@ pub(crate) async fn multipart(
                 .and_then(|v| v.to_str().ok())
                 .map(|v| v.split(',').map(|a| a.trim().to_owned()).collect())
                 .unwrap_or_default();
+            let sse_key_check = req
+                .headers()
+                .get(gristmill_core::sse::KEY_CHECK_KEY)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
             let info = t
                 .store
                 .mpu_put_part(
@@ -230,6 +235,7 @@ pub(crate) async fn multipart(
                     req.into_body().into_data_stream(),
                     expected,
                     &algorithms,
+                    sse_key_check.as_deref(),
                 )
                 .await?;
             Ok(axum::Json(info).into_response())

@@ -178,6 +178,9 @@ pub enum IndexOp {
         bucket: String,
         name: String,
         version_id: String,
+        /// Object Lock's check, made in the same transaction as the delete (`None`: the
+        /// owner already decided, as for a copy on another holder or an undone PUT).
+        lock: Option<LockCheck>,
     },
     /// Remove the record only if it still names data file `file`; answers with the removed
     /// record, or none.
@@ -226,6 +229,8 @@ pub struct Applied {
     pub tombstone: u64,
     /// Why a conditional put was not stored (nothing changed).
     pub unmet: Option<&'static str>,
+    /// Why a version delete was refused by Object Lock (nothing changed).
+    pub locked: Option<String>,
     /// Versioned buckets: records removed besides `replaced` (a null version a new null
     /// version replaces, a version deleted for good); their data files are garbage.
     pub freed: Vec<ObjectMeta>,
@@ -237,6 +242,14 @@ pub struct Applied {
 }
 
 pub type IndexReply = Result<Applied, StoreError>;
+
+/// A version delete that Object Lock may refuse: at `now_ns`, bypassing GOVERNANCE retention
+/// or not (see [`gristmill_core::object_lock`]).
+#[derive(Debug, Clone, Copy)]
+pub struct LockCheck {
+    pub now_ns: i64,
+    pub bypass_governance: bool,
+}
 
 struct Pending {
     op: IndexOp,
@@ -681,7 +694,8 @@ fn apply_one(
             bucket,
             name,
             version_id,
-        } => delete_version(table, tombs, bucket, name, version_id),
+            lock,
+        } => delete_version(table, tombs, bucket, name, version_id, *lock),
         IndexOp::PutIf { meta, expect } => {
             let key = object_key(&meta.bucket, &meta.name);
             let current = match table.get(key.as_slice())? {

@@ -500,12 +500,14 @@ impl Store {
     }
 
     /// Deletes one version of an object for good (versioned buckets); answers with it and,
-    /// when a noncurrent version became current again, that record.
+    /// when a noncurrent version became current again, that record. With `lock`, a version
+    /// Object Lock protects is refused (403) and stays.
     pub async fn delete_version(
         &self,
         bck: &Bck,
         name: &str,
         id: &str,
+        lock: Option<index::LockCheck>,
     ) -> Result<(ObjectMeta, Option<ObjectMeta>), StoreError> {
         let bucket = bck.uname();
         // Which version becomes current again is decided among all of the object's records;
@@ -528,8 +530,15 @@ impl Store {
                     bucket: bucket.clone(),
                     name: name.to_owned(),
                     version_id: id.to_owned(),
+                    lock,
                 })
                 .await?;
+            if let Some(why) = applied.locked {
+                return Err(StoreError::Api(gristmill_core::ApiError::new(
+                    gristmill_core::ErrorKind::Forbidden,
+                    format!("{bck}/{name} version {id}: {why}"),
+                )));
+            }
             if applied.unmet.is_some() {
                 continue;
             }

@@ -256,6 +256,7 @@ impl Store {
         body: S,
         expected_size: Option<u64>,
         algorithms: &[String],
+        sse_key_check: Option<&str>,
     ) -> Result<PartInfo, StoreError>
     where
         S: Stream<Item = Result<Bytes, E>> + Send,
@@ -268,6 +269,20 @@ impl Store {
             .into());
         }
         let (dir, info) = self.load_upload(bck, key, upload_id).await?;
+        // An SSE-C upload's parts are all under its key (see `gristmill_core::sse`).
+        if info
+            .custom
+            .get(gristmill_core::sse::KEY_CHECK_KEY)
+            .map(String::as_str)
+            != sse_key_check
+        {
+            return Err(ApiError::bad_request(if sse_key_check.is_none() {
+                "the upload was created with SSE-C: each part needs the same customer key"
+            } else {
+                "the part's SSE-C customer key is not the one the upload was created with"
+            })
+            .into());
+        }
         let mut algorithms = algorithms.to_vec();
         algorithms.extend(info.checksum.map(|c| c.algorithm));
         let mut s3 = gristmill_node::s3::checksum_hasher(&algorithms);
@@ -460,6 +475,18 @@ impl Store {
             .flatten();
         let mut custom = info.custom.clone();
         custom.insert(ETAG_KEY.into(), etag.clone());
+        if custom.contains_key(gristmill_core::sse::KEY_CHECK_KEY) {
+            // Where each part's keystream starts: its upload id and number.
+            custom.insert(
+                gristmill_core::sse::UPLOAD_ID_KEY.into(),
+                upload_id.to_owned(),
+            );
+            let numbers: Vec<String> = parts.iter().map(|(n, _)| n.to_string()).collect();
+            custom.insert(
+                gristmill_core::sse::PART_NUMBERS_KEY.into(),
+                numbers.join(","),
+            );
+        }
         // Part boundaries, for `?partNumber=` reads and GetObjectAttributes.
         custom.insert(PARTS_KEY.into(), sizes.join(","));
         if !part_checksums.is_empty() {

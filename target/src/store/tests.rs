@@ -371,7 +371,7 @@ async fn versions_keep_their_slots_after_the_tombstone_is_gone() {
         .unwrap();
     assert_eq!(id(&null), NULL_VERSION_ID);
     let (gone, promoted) = store
-        .delete_version(&bck, "x", NULL_VERSION_ID)
+        .delete_version(&bck, "x", NULL_VERSION_ID, None)
         .await
         .unwrap();
     assert_eq!(id(&gone), NULL_VERSION_ID);
@@ -421,7 +421,7 @@ async fn usage_counts_current_objects_and_every_versions_bytes() {
         "the noncurrent null version (4 bytes) went"
     );
     store
-        .delete_version(&bck, "x", NULL_VERSION_ID)
+        .delete_version(&bck, "x", NULL_VERSION_ID, None)
         .await
         .unwrap();
     assert_eq!(
@@ -431,7 +431,7 @@ async fn usage_counts_current_objects_and_every_versions_bytes() {
     );
     let marker = store.versions(&bck, "y").unwrap()[0].clone();
     store
-        .delete_version(&bck, "y", index::version_id(&marker))
+        .delete_version(&bck, "y", index::version_id(&marker), None)
         .await
         .unwrap();
     assert_eq!(counts(&store), (2, 11), "y is back");
@@ -473,7 +473,7 @@ async fn version_deletes_wait_for_a_resilver_to_bring_the_versions_together() {
     store.move_object(current).await.unwrap();
     let ids = &ids[&name];
     let err = store
-        .delete_version(&bck, &name, &ids[1])
+        .delete_version(&bck, &name, &ids[1], None)
         .await
         .unwrap_err();
     assert!(
@@ -483,7 +483,10 @@ async fn version_deletes_wait_for_a_resilver_to_bring_the_versions_together() {
     for m in store.misplaced().await.unwrap() {
         store.move_object(&m).await.unwrap();
     }
-    store.delete_version(&bck, &name, &ids[2]).await.unwrap();
+    store
+        .delete_version(&bck, &name, &ids[2], None)
+        .await
+        .unwrap();
     assert_eq!(
         read(&store, &bck, &name).await,
         "two",

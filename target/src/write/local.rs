@@ -130,7 +130,16 @@ pub(crate) async fn one_version(
     }
     match *req.method() {
         axum::http::Method::DELETE => {
-            let removed = match t.store.delete_version(bck, name, id).await {
+            // Object Lock is checked by the owner's delete, in its index transaction; the
+            // other holders' copies follow that decision.
+            let lock = (!here_only).then(|| crate::store::index::LockCheck {
+                now_ns: crate::store::now_ns(),
+                bypass_governance: req
+                    .headers()
+                    .get(gristmill_core::object_lock::BYPASS_GOVERNANCE_HEADER)
+                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true")),
+            });
+            let removed = match t.store.delete_version(bck, name, id, lock).await {
                 Ok((removed, _)) => Some(removed),
                 Err(crate::StoreError::Api(e))
                     if e.kind == gristmill_core::ErrorKind::NoSuchVersion =>
@@ -612,7 +621,7 @@ pub(crate) async fn commit_with_replicas(
         // again. Putting that one back as a new write would keep the failed one as noncurrent.
         _ if versioned && !null_over_null => {
             let id = crate::store::index::version_id(&meta).to_owned();
-            match t.store.delete_version(bck, name, &id).await {
+            match t.store.delete_version(bck, name, &id, None).await {
                 Ok(_) => crate::cluster::placement::delete_version_everywhere(t, bck, name, &id)
                     .await
                     .map(|_| ()),

@@ -135,6 +135,7 @@ pub(super) fn delete_version(
     bucket: &str,
     name: &str,
     id: &str,
+    lock: Option<super::LockCheck>,
 ) -> Result<Applied, StoreError> {
     let key = object_key(bucket, name);
     let current = match table.get(key.as_slice())? {
@@ -142,8 +143,17 @@ pub(super) fn delete_version(
         None => None,
     };
     let mut applied = Applied::default();
+    let refused = |m: &ObjectMeta| {
+        lock.and_then(|l| {
+            gristmill_core::object_lock::deletion_refused(&m.custom, l.now_ns, l.bypass_governance)
+        })
+    };
     let removed = match current {
         Some(m) if version_id(&m) == id => {
+            if let Some(why) = refused(&m) {
+                applied.locked = Some(why);
+                return Ok(applied);
+            }
             table.remove(key.as_slice())?;
             m
         }
@@ -155,6 +165,10 @@ pub(super) fn delete_version(
                 applied.unmet = Some("no such version");
                 return Ok(applied);
             };
+            if let Some(why) = refused(&m) {
+                applied.locked = Some(why);
+                return Ok(applied);
+            }
             table.remove(k.as_slice())?;
             // A copy of this version still on its way (rebalance, replica) stays out.
             write_tombstone(tombs, &k, m.effective_gen())?;
