@@ -65,25 +65,51 @@ impl Directory {
 
     /// Whether an unsigned request may do `op` on the bucket of `path`: reads the bucket's
     /// ACL or policy grants to everyone (see `public.rs`), nothing else.
-    fn anonymous_may(&self, op: &str, path: &s3s::path::S3Path) -> bool {
-        let name = match path {
+    fn anonymous_may(
+        &self,
+        op: &str,
+        path: &s3s::path::S3Path,
+        one_version: bool,
+        copy_source: Option<&str>,
+    ) -> bool {
+        let (name, resource) = match path {
             s3s::path::S3Path::Root => return false,
-            s3s::path::S3Path::Bucket { bucket } | s3s::path::S3Path::Object { bucket, .. } => {
-                bucket.to_string()
+            // A multi-object delete is a request on the bucket for its objects.
+            s3s::path::S3Path::Bucket { bucket } if op == "DeleteObjects" => {
+                (bucket.to_string(), format!("arn:aws:s3:::{bucket}/*"))
+            }
+            s3s::path::S3Path::Bucket { bucket } => {
+                (bucket.to_string(), format!("arn:aws:s3:::{bucket}"))
+            }
+            s3s::path::S3Path::Object { bucket, key } => {
+                (bucket.to_string(), format!("arn:aws:s3:::{bucket}/{key}"))
             }
         };
-        let bmd = (self.buckets)();
-        let Ok(Some(bck)) = super::common::resolve(&bmd, &name) else {
-            return false;
+        let granted = |bucket: &str, action: &str, resource: &str| {
+            let bmd = (self.buckets)();
+            let Ok(Some(bck)) = super::common::resolve(&bmd, bucket) else {
+                return false;
+            };
+            bmd.get(&bck).is_some_and(|rec| {
+                super::public::anonymous(&rec.props.public, bucket).allows(action, resource)
+            })
         };
-        let Some(rec) = bmd.get(&bck) else {
+        if !granted(&name, &super::public::action_of(op, one_version), &resource) {
             return false;
-        };
-        let may = super::public::anonymous(&rec.props.public, &name);
-        match op {
-            "GetObject" | "HeadObject" => may.get,
-            "ListObjects" | "ListObjectsV2" | "HeadBucket" => may.list,
-            _ => false,
+        }
+        // A copy also reads its source, which must be as open.
+        match copy_source {
+            Some(src) => {
+                let src = percent_encoding::percent_decode_str(src.trim_start_matches('/'))
+                    .decode_utf8_lossy()
+                    .split('?')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+                let src_bucket = src.split('/').next().unwrap_or("");
+                granted(src_bucket, "s3:GetObject", &format!("arn:aws:s3:::{src}"))
+            }
+            None => true,
         }
     }
 
@@ -190,14 +216,29 @@ impl S3Access for Grants {
             label.set(&op);
         }
         let Some(creds) = cx.credentials() else {
-            // A policy's s3:GetObject is not s3:GetObjectVersion: one version is not public.
+            // A policy's s3:GetObject is not s3:GetObjectVersion.
             let one_version = cx.uri().query().is_some_and(|q| {
                 q.split('&').any(|kv| {
                     let key = kv.split('=').next().unwrap_or("");
                     percent_encoding::percent_decode_str(key).decode_utf8_lossy() == "versionId"
                 })
             });
-            if self.anonymous || (!one_version && self.directory.anonymous_may(&op, cx.s3_path())) {
+            if self.anonymous {
+                return Ok(());
+            }
+            let copy_source = cx
+                .headers()
+                .get("x-amz-copy-source")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            if self
+                .directory
+                .anonymous_may(&op, cx.s3_path(), one_version, copy_source.as_deref())
+            {
+                // Let through by a bucket's grant: an object's own `private` ACL still
+                // closes it (see `super::objects`).
+                cx.extensions_mut()
+                    .insert(super::public::GrantedToAnonymous);
                 return Ok(());
             }
             // S3 tells anyone that a bucket does not exist (404 NoSuchBucket, not 403).

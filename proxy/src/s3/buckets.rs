@@ -97,7 +97,7 @@ pub(super) async fn create_bucket(
         .map(|o| o.as_str().to_owned());
     if let Some(o) = &ownership {
         super::public::ownership_kept(o)?;
-        if readable {
+        if readable && o == "BucketOwnerEnforced" {
             return Err(s3_error!(
                 InvalidBucketAclWithObjectOwnership,
                 "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting"

@@ -20,8 +20,13 @@ pub(super) async fn put_bucket_cors(
     s: &GristS3,
     req: S3Request<PutBucketCorsInput>,
 ) -> S3Result<S3Response<PutBucketCorsOutput>> {
-    let (bck, _) =
-        super::public::administered(s, &req.input.bucket, req.credentials.as_ref()).await?;
+    let (bck, _) = super::public::administered(
+        s,
+        &req.input.bucket,
+        req.credentials.as_ref(),
+        Some("s3:PutBucketCORS"),
+    )
+    .await?;
     let rules = &req.input.cors_configuration.cors_rules;
     if rules.is_empty() || rules.len() > MAX_RULES {
         return Err(s3_error!(
@@ -101,8 +106,13 @@ pub(super) async fn delete_bucket_cors(
     s: &GristS3,
     req: S3Request<DeleteBucketCorsInput>,
 ) -> S3Result<S3Response<DeleteBucketCorsOutput>> {
-    let (bck, _) =
-        super::public::administered(s, &req.input.bucket, req.credentials.as_ref()).await?;
+    let (bck, _) = super::public::administered(
+        s,
+        &req.input.bucket,
+        req.credentials.as_ref(),
+        Some("s3:PutBucketCORS"),
+    )
+    .await?;
     s.set_props(&bck, serde_json::json!({ "s3": { "cors": [] } }))
         .await?;
     Ok(S3Response::new(DeleteBucketCorsOutput::default()))

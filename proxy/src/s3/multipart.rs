@@ -40,6 +40,12 @@ pub(super) async fn create_multipart_upload(
         input.object_lock_retain_until_date.as_ref(),
         input.object_lock_legal_hold_status.as_ref(),
     )?);
+    custom.extend(super::public::new_object_md(
+        s,
+        &bck,
+        input.acl.as_ref(),
+        &s.requester(req.credentials.as_ref()),
+    ));
     let sse_key = super::sse::customer_key(&req.headers)?;
     if let Some(key) = &sse_key {
         custom.extend(key.metadata(None));
@@ -375,6 +381,7 @@ pub(super) async fn list_parts(
     if !resp.status().is_success() {
         return Err(node_error(resp, true).await);
     }
+    let upload = Attrs::from(resp.headers());
     let parts: Vec<serde_json::Value> = resp.json().await.map_err(internal)?;
     let marker = input.part_number_marker.unwrap_or(0);
     let max = input.max_parts.unwrap_or(1000).clamp(1, 1000) as usize;
@@ -384,7 +391,13 @@ pub(super) async fn list_parts(
         .collect();
     let truncated = selected.len() > max;
     selected.truncate(max);
+    let owner = super::public::owner_of(&upload);
     Ok(S3Response::new(ListPartsOutput {
+        initiator: Some(Initiator {
+            id: owner.id.clone(),
+            display_name: owner.display_name.clone(),
+        }),
+        owner: Some(owner),
         bucket: Some(bck.name.clone()),
         key: Some(input.key.clone()),
         upload_id: Some(input.upload_id.clone()),

@@ -153,8 +153,13 @@ pub(super) async fn put_object_lock_configuration(
     s: &GristS3,
     req: S3Request<PutObjectLockConfigurationInput>,
 ) -> S3Result<S3Response<PutObjectLockConfigurationOutput>> {
-    let (bck, props) =
-        super::public::administered(s, &req.input.bucket, req.credentials.as_ref()).await?;
+    let (bck, props) = super::public::administered(
+        s,
+        &req.input.bucket,
+        req.credentials.as_ref(),
+        Some("s3:PutBucketObjectLockConfiguration"),
+    )
+    .await?;
     let conf = req
         .input
         .object_lock_configuration

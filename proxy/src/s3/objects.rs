@@ -36,6 +36,12 @@ pub(super) async fn put_object(
         input.object_lock_retain_until_date.as_ref(),
         input.object_lock_legal_hold_status.as_ref(),
     )?);
+    custom.extend(super::public::new_object_md(
+        s,
+        &bck,
+        input.acl.as_ref(),
+        &s.requester(req.credentials.as_ref()),
+    ));
     let sse_key = super::sse::customer_key(&req.headers)?;
     let encrypt = sse_key.as_ref().map(|key| {
         let iv = super::sse::new_iv();
@@ -118,6 +124,9 @@ pub(super) async fn get_object(
     }
     let partial = resp.status() == StatusCode::PARTIAL_CONTENT;
     let attrs = Attrs::from(resp.headers());
+    if super::public::closed_to_anonymous(&req.extensions, &attrs) {
+        return Err(s3_error!(AccessDenied, "the object's ACL is private"));
+    }
     let sse_key = super::sse::key_for_read(&attrs, super::sse::customer_key(&req.headers)?)?;
     let content_range = resp
         .headers()
@@ -229,6 +238,9 @@ pub(super) async fn head_object(
         });
     }
     let attrs = Attrs::from(resp.headers());
+    if super::public::closed_to_anonymous(&req.extensions, &attrs) {
+        return Err(s3_error!(AccessDenied, "the object's ACL is private"));
+    }
     let sse_key = super::sse::key_for_read(&attrs, super::sse::customer_key(&req.headers)?)?;
     let (size, parts_count) = match input.part_number {
         Some(n) => {
@@ -590,6 +602,8 @@ pub(super) async fn copy_object(
                     && k.as_str() != PART_CHECKSUMS
                     && !k.starts_with("x-amz-checksum-")
                     && !super::object_lock::is_lock_key(k)
+                    && k.as_str() != super::public::OBJECT_ACL
+                    && k.as_str() != super::public::OBJECT_OWNER
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
@@ -609,6 +623,12 @@ pub(super) async fn copy_object(
     if let Some(tags) = tags {
         custom.insert(super::tagging::TAGGING.into(), tags);
     }
+    custom.extend(super::public::new_object_md(
+        s,
+        &dst,
+        input.acl.as_ref(),
+        &s.requester(req.credentials.as_ref()),
+    ));
     custom.extend(super::object_lock::for_new_object(
         s,
         &dst,

@@ -1,16 +1,18 @@
-//! Anonymous reads of a bucket, granted the two ways S3 clients grant them: a `public-read`
-//! ACL (CreateBucket, PutBucketAcl) and a bucket policy allowing everyone (`"Principal": "*"`)
-//! `s3:GetObject` on `arn:aws:s3:::b/*` and/or `s3:ListBucket` on `arn:aws:s3:::b`. Both map
-//! to the bucket property `public`; the S3 front's access check lets the granted unsigned
-//! reads through on that bucket and refuses every other anonymous request.
+//! Anonymous access to a bucket, granted the two ways S3 clients grant it: a `public-read`
+//! ACL (CreateBucket, PutBucketAcl) and a bucket policy whose statements allow everyone
+//! (`"Principal": "*"` or `{"AWS": "*"}`) actions on the bucket or its objects. Both live in
+//! the bucket property `public`; the S3 front's access check lets an unsigned request through
+//! when a grant covers its action (`s3:GetObject`, `s3:PutObject`, `s3:ListBucket`, ...; `*`
+//! wildcards as in IAM) on its resource (`arn:aws:s3:::b` or `arn:aws:s3:::b/key`), and
+//! refuses every other anonymous request.
 //!
 //! A `public-read` bucket ACL opens listing *and* object reads. In S3 it opens listing only,
-//! and each object needs its own ACL; Gristmill has no object ACLs, so the bucket's stands for
-//! its objects (what "a public-read bucket" means to its users).
+//! and each object needs its own ACL; here an object's own ACL can only close it again
+//! (`private`, see `objects`), so the bucket's stands for its objects unless they say so.
 //!
-//! A policy is accepted only if every statement is one of those grants: anything else (Deny,
-//! conditions, other principals or actions) would be a promise this front cannot keep, so it
-//! is NotImplemented rather than stored and ignored.
+//! A policy is accepted only if every statement is such a grant: anything else (Deny,
+//! conditions, named principals) would be a promise this front cannot keep, so it is
+//! NotImplemented rather than stored and ignored.
 
 use super::common::*;
 use gristmill_core::api::PublicProps;
@@ -18,11 +20,121 @@ use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result, s3_error};
 use serde_json::Value;
 
-/// What anonymous clients may do with a bucket.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// Marks a request let through by a bucket's anonymous grant (not by auth being off).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct GrantedToAnonymous;
+
+/// Custom-metadata key of an object's own canned ACL: only `private` is kept (it closes an
+/// object of a public bucket to anonymous reads; `public-read` is what a public bucket's
+/// objects already are).
+pub(super) const OBJECT_ACL: &str = "x-grist-acl";
+
+/// Custom-metadata key of an object's owner, kept in buckets whose ObjectOwnership makes the
+/// writer the owner (`ObjectWriter`; `BucketOwnerPreferred` unless the writer gives the
+/// bucket owner full control).
+pub(super) const OBJECT_OWNER: &str = "x-grist-object-owner";
+
+/// The access metadata a new object (or upload) gets from its request: its own `private`
+/// ACL, and its writer as owner where the bucket's ObjectOwnership says so.
+pub(super) fn new_object_md(
+    s: &GristS3,
+    bck: &gristmill_core::Bck,
+    acl: Option<&ObjectCannedACL>,
+    writer: &str,
+) -> Vec<(String, String)> {
+    let mut md = Vec::new();
+    let acl = acl.map(|a| a.as_str());
+    if acl.is_some_and(|a| {
+        a != ObjectCannedACL::PUBLIC_READ && a != ObjectCannedACL::PUBLIC_READ_WRITE
+    }) {
+        md.push((OBJECT_ACL.to_owned(), "private".to_owned()));
+    }
+    let ownership = s
+        .proxy
+        .bmd()
+        .get(bck)
+        .map(|r| r.props.s3.object_ownership.clone())
+        .unwrap_or_default();
+    let writer_owns = match ownership.as_str() {
+        ObjectOwnership::OBJECT_WRITER => true,
+        ObjectOwnership::BUCKET_OWNER_PREFERRED => {
+            acl != Some(ObjectCannedACL::BUCKET_OWNER_FULL_CONTROL)
+        }
+        _ => false,
+    };
+    if writer_owns && !writer.is_empty() {
+        md.push((OBJECT_OWNER.to_owned(), writer.to_owned()));
+    }
+    md
+}
+
+/// Whether a read let through by a bucket's anonymous grant meets an object closed by its
+/// own `private` ACL.
+pub(super) fn closed_to_anonymous(extensions: &http::Extensions, attrs: &Attrs) -> bool {
+    extensions.get::<GrantedToAnonymous>().is_some()
+        && attrs.get(OBJECT_ACL).as_deref() == Some("private")
+}
+
+/// An object's owner as S3 names it: its writer where recorded, else the front's owner.
+pub(super) fn owner_of(attrs: &Attrs) -> Owner {
+    match attrs.get(OBJECT_OWNER) {
+        Some(id) => Owner {
+            display_name: Some(id.clone()),
+            id: Some(id),
+        },
+        None => owner(),
+    }
+}
+
+/// What anonymous clients may do with a bucket: (action pattern, resource pattern) pairs.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct Anonymous {
-    pub(super) get: bool,
-    pub(super) list: bool,
+    grants: Vec<(String, String)>,
+}
+
+impl Anonymous {
+    /// Whether a grant covers `action` (`s3:GetObject`) on `resource` (an ARN).
+    pub(super) fn allows(&self, action: &str, resource: &str) -> bool {
+        self.grants
+            .iter()
+            .any(|(a, r)| wildcard_match(a, action) && wildcard_match(r, resource))
+    }
+
+    /// Whether anonymous clients may read the objects of `bucket` (all of them).
+    pub(super) fn reads_objects(&self, bucket: &str) -> bool {
+        self.allows("s3:GetObject", &format!("arn:aws:s3:::{bucket}/*"))
+    }
+}
+
+/// IAM's wildcards: `*` any run of characters, `?` any one; action names ignore case.
+fn wildcard_match(pattern: &str, value: &str) -> bool {
+    let (p, v): (Vec<char>, Vec<char>) = if pattern.starts_with("arn:") {
+        (pattern.chars().collect(), value.chars().collect())
+    } else {
+        (
+            pattern.to_ascii_lowercase().chars().collect(),
+            value.to_ascii_lowercase().chars().collect(),
+        )
+    };
+    // Iterative glob with backtracking to the last `*`.
+    let (mut i, mut j, mut star, mut mark) = (0, 0, None, 0);
+    while j < v.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == v[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some(i);
+            mark = j;
+            i += 1;
+        } else if let Some(s) = star {
+            i = s + 1;
+            mark += 1;
+            j = mark;
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|c| *c == '*')
 }
 
 const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
@@ -42,7 +154,7 @@ pub(super) fn policy_grants(doc: &str, bucket: &str) -> S3Result<Anonymous> {
     let unsupported = |why: String| {
         s3_error!(
             NotImplemented,
-            "bucket policies may only allow everyone s3:GetObject on arn:aws:s3:::{bucket}/* and s3:ListBucket on arn:aws:s3:::{bucket}: {why}"
+            "bucket policies may only allow everyone (Principal \"*\") actions on arn:aws:s3:::{bucket} and its objects, without conditions: {why}"
         )
     };
     let v: Value = serde_json::from_str(doc).map_err(|_| malformed("the policy is not JSON"))?;
@@ -56,8 +168,10 @@ pub(super) fn policy_grants(doc: &str, bucket: &str) -> S3Result<Anonymous> {
         if st["Effect"] != "Allow" {
             return Err(unsupported(format!("Effect {}", st["Effect"])));
         }
-        if st.get("Condition").is_some() || st.get("NotAction").is_some() {
-            return Err(unsupported("conditions and NotAction".into()));
+        for not in ["Condition", "NotAction", "NotResource", "NotPrincipal"] {
+            if st.get(not).is_some() {
+                return Err(unsupported(format!("{not} is not supported")));
+            }
         }
         let everyone = match &st["Principal"] {
             Value::String(s) => s == "*",
@@ -69,16 +183,19 @@ pub(super) fn policy_grants(doc: &str, bucket: &str) -> S3Result<Anonymous> {
         }
         let actions = strings(&st["Action"]).ok_or_else(|| malformed("no Action"))?;
         let resources = strings(&st["Resource"]).ok_or_else(|| malformed("no Resource"))?;
-        let objects = format!("arn:aws:s3:::{bucket}/*");
         let itself = format!("arn:aws:s3:::{bucket}");
+        for r in &resources {
+            let inside = r.strip_prefix(itself.as_str());
+            if !inside.is_some_and(|rest| rest.is_empty() || rest.starts_with('/')) {
+                return Err(malformed("Policy has invalid resource"));
+            }
+        }
         for action in actions {
-            match action {
-                "s3:GetObject" if resources.iter().all(|r| *r == objects) => grants.get = true,
-                "s3:ListBucket" if resources.iter().all(|r| *r == itself) => grants.list = true,
-                "s3:GetObject" | "s3:ListBucket" => {
-                    return Err(malformed("Policy has invalid resource"));
-                }
-                other => return Err(unsupported(format!("action {other}"))),
+            if action != "*" && !action.to_ascii_lowercase().starts_with("s3:") {
+                return Err(malformed("Policy has invalid action"));
+            }
+            for r in &resources {
+                grants.grants.push((action.to_owned(), (*r).to_owned()));
             }
         }
     }
@@ -87,26 +204,53 @@ pub(super) fn policy_grants(doc: &str, bucket: &str) -> S3Result<Anonymous> {
 
 /// What anonymous clients may do with a bucket of these properties.
 pub(super) fn anonymous(public: &PublicProps, bucket: &str) -> Anonymous {
-    let policy = if public.policy.is_empty() {
+    let mut may = if public.policy.is_empty() {
         Anonymous::default()
     } else {
         // Validated when it was put.
         policy_grants(&public.policy, bucket).unwrap_or_default()
     };
-    Anonymous {
-        get: policy.get || public.acl_read,
-        list: policy.list || public.acl_read,
+    if public.acl_read {
+        may.grants
+            .push(("s3:GetObject".into(), format!("arn:aws:s3:::{bucket}/*")));
+        may.grants
+            .push(("s3:ListBucket".into(), format!("arn:aws:s3:::{bucket}")));
     }
+    may
+}
+
+/// The S3 action (IAM's name) an operation needs, for anonymous grants; `one_version`: a
+/// read of one version (`s3:GetObjectVersion`, which a grant of s3:GetObject does not cover).
+pub(super) fn action_of(op: &str, one_version: bool) -> String {
+    let action = match op {
+        "GetObject" | "HeadObject" if one_version => "GetObjectVersion",
+        "GetObject" | "HeadObject" => "GetObject",
+        "ListObjects" | "ListObjectsV2" | "HeadBucket" => "ListBucket",
+        "ListObjectVersions" => "ListBucketVersions",
+        "ListMultipartUploads" => "ListBucketMultipartUploads",
+        "ListParts" => "ListMultipartUploadParts",
+        "PutObject"
+        | "CopyObject"
+        | "CreateMultipartUpload"
+        | "UploadPart"
+        | "UploadPartCopy"
+        | "CompleteMultipartUpload" => "PutObject",
+        "DeleteObjects" => "DeleteObject",
+        other => other,
+    };
+    format!("s3:{action}")
 }
 
 /// The bucket and its properties, if the requester may change its access: its owner or an
-/// admin. A bucket nobody owns (a remote bucket, added on first use; one made before auth)
-/// is an admin's to open once cluster users exist (as over the native API), else anyone's
-/// who may write to it.
+/// admin, or anyone when the bucket's policy grants everyone `action` on it (never the
+/// policy itself: only its owner or an admin changes who may do what). A bucket nobody owns
+/// (a remote bucket, added on first use; one made before auth) is an admin's to open once
+/// cluster users exist (as over the native API), else anyone's who may write to it.
 pub(super) async fn administered(
     s: &GristS3,
     name: &str,
     credentials: Option<&s3s::auth::Credentials>,
+    action: Option<&str>,
 ) -> S3Result<(gristmill_core::Bck, gristmill_core::api::BucketProps)> {
     let bck = s.existing(name).await?;
     let bmd = s.proxy.bmd();
@@ -119,7 +263,14 @@ pub(super) async fn administered(
         .and_then(|c| gristmill_core::users::by_access_key(&bmd.users, &c.access_key))
         .is_some_and(|(u, _)| u.is_admin());
     let unowned_and_no_cluster_users = props.owner.is_empty() && s.proxy.auth.is_none();
-    if admin || (!props.owner.is_empty() && props.owner == me) || unowned_and_no_cluster_users {
+    let granted = action.is_some_and(|a| {
+        anonymous(&props.public, &bck.name).allows(a, &format!("arn:aws:s3:::{}", bck.name))
+    });
+    if admin
+        || granted
+        || (!props.owner.is_empty() && props.owner == me)
+        || unowned_and_no_cluster_users
+    {
         Ok((bck, props))
     } else {
         Err(s3_error!(
@@ -185,7 +336,7 @@ pub(super) async fn put_bucket_policy(
     s: &GristS3,
     req: S3Request<PutBucketPolicyInput>,
 ) -> S3Result<S3Response<PutBucketPolicyOutput>> {
-    let (bck, props) = administered(s, &req.input.bucket, req.credentials.as_ref()).await?;
+    let (bck, props) = administered(s, &req.input.bucket, req.credentials.as_ref(), None).await?;
     policy_grants(&req.input.policy, &req.input.bucket)?;
     let public = PublicProps {
         policy: req.input.policy.clone(),
@@ -212,7 +363,7 @@ pub(super) async fn delete_bucket_policy(
     s: &GristS3,
     req: S3Request<DeleteBucketPolicyInput>,
 ) -> S3Result<S3Response<DeleteBucketPolicyOutput>> {
-    let (bck, props) = administered(s, &req.input.bucket, req.credentials.as_ref()).await?;
+    let (bck, props) = administered(s, &req.input.bucket, req.credentials.as_ref(), None).await?;
     let public = PublicProps {
         policy: String::new(),
         ..props.public
@@ -225,7 +376,13 @@ pub(super) async fn put_bucket_acl(
     s: &GristS3,
     req: S3Request<PutBucketAclInput>,
 ) -> S3Result<S3Response<PutBucketAclOutput>> {
-    let (bck, props) = administered(s, &req.input.bucket, req.credentials.as_ref()).await?;
+    let (bck, props) = administered(
+        s,
+        &req.input.bucket,
+        req.credentials.as_ref(),
+        Some("s3:PutBucketAcl"),
+    )
+    .await?;
     let Some(acl) = &req.input.acl else {
         return Err(s3_error!(
             NotImplemented,
@@ -295,40 +452,42 @@ fn grants(owner: &Owner, readable: bool) -> Vec<Grant> {
     grants
 }
 
-/// Whether anonymous clients may read the objects of bucket `name`, once the object exists.
-async fn objects_readable(s: &GristS3, name: &str, key: &str) -> S3Result<bool> {
+/// Whether anonymous clients may read an object of bucket `name` (its attributes): the
+/// bucket grants it and the object's own ACL does not close it.
+async fn object_readable(s: &GristS3, name: &str, key: &str) -> S3Result<(bool, Attrs)> {
     let bck = s.existing(name).await?;
-    let resp = s
-        .send(s.proxy.http.head(s.owner_url("objects", &bck, key)?))
-        .await?;
-    if !resp.status().is_success() {
-        return Err(node_error(resp, true).await);
-    }
+    let attrs = super::tagging::head(s, &bck, key, None).await?;
     let props = props_of(s, name).await?;
-    Ok(anonymous(&props.public, &bck.name).get)
+    let bucket_grants = anonymous(&props.public, &bck.name).reads_objects(&bck.name);
+    let closed = attrs.get(OBJECT_ACL).as_deref() == Some("private");
+    Ok((bucket_grants && !closed, attrs))
 }
 
-/// GetObjectAcl: the object's owner (as listings name it) and what its bucket grants.
+/// GetObjectAcl: the object's owner and who may read it.
 pub(super) async fn get_object_acl(
     s: &GristS3,
     req: S3Request<GetObjectAclInput>,
 ) -> S3Result<S3Response<GetObjectAclOutput>> {
-    let readable = objects_readable(s, &req.input.bucket, &req.input.key).await?;
+    let (readable, attrs) = object_readable(s, &req.input.bucket, &req.input.key).await?;
+    let owner = owner_of(&attrs);
     Ok(S3Response::new(GetObjectAclOutput {
-        grants: Some(grants(&owner(), readable)),
-        owner: Some(owner()),
+        grants: Some(grants(&owner, readable)),
+        owner: Some(owner),
         ..Default::default()
     }))
 }
 
-/// PutObjectAcl: a canned ACL that states what the object's bucket already grants is
-/// accepted (nothing changes); any other is NotImplemented — Gristmill has no per-object ACLs,
-/// and accepting one it cannot keep would be a silent lie.
+/// PutObjectAcl: `private` (and the bucket-owner grants) closes the object to anonymous reads
+/// whatever its bucket grants; `public-read` reopens it where its bucket grants reads. Any
+/// other is NotImplemented — accepting an ACL it cannot keep would be a silent lie.
 pub(super) async fn put_object_acl(
     s: &GristS3,
     req: S3Request<PutObjectAclInput>,
 ) -> S3Result<S3Response<PutObjectAclOutput>> {
-    let readable = objects_readable(s, &req.input.bucket, &req.input.key).await?;
+    let (_, attrs) = object_readable(s, &req.input.bucket, &req.input.key).await?;
+    let bck = s.existing(&req.input.bucket).await?;
+    let bucket_grants = anonymous(&props_of(s, &req.input.bucket).await?.public, &bck.name)
+        .reads_objects(&bck.name);
     let Some(acl) = &req.input.acl else {
         return Err(s3_error!(
             NotImplemented,
@@ -336,7 +495,9 @@ pub(super) async fn put_object_acl(
         ));
     };
     let wanted = match acl.as_str() {
-        ObjectCannedACL::PRIVATE | ObjectCannedACL::BUCKET_OWNER_FULL_CONTROL => false,
+        ObjectCannedACL::PRIVATE
+        | ObjectCannedACL::BUCKET_OWNER_FULL_CONTROL
+        | ObjectCannedACL::BUCKET_OWNER_READ => false,
         _ if enforced(&props_of(s, &req.input.bucket).await?) => return Err(acls_disabled()),
         ObjectCannedACL::PUBLIC_READ => true,
         other => {
@@ -346,12 +507,26 @@ pub(super) async fn put_object_acl(
             ));
         }
     };
-    if wanted != readable {
+    if wanted && !bucket_grants {
         return Err(s3_error!(
             NotImplemented,
-            "objects have no ACLs of their own here: they are {} like their bucket; change the bucket's ACL or policy",
-            if readable { "public-read" } else { "private" }
+            "an object can be public-read here only in a bucket whose ACL or policy opens its objects"
         ));
+    }
+    let change = if wanted {
+        serde_json::json!({"delete": [OBJECT_ACL]})
+    } else {
+        serde_json::json!({"set": {OBJECT_ACL: "private"}})
+    };
+    if attrs.get(OBJECT_ACL).as_deref() != Some("private") || wanted {
+        super::tagging::patch(
+            s,
+            &req.input.bucket,
+            &req.input.key,
+            req.input.version_id.as_deref(),
+            change,
+        )
+        .await?;
     }
     Ok(S3Response::new(PutObjectAclOutput::default()))
 }
@@ -372,17 +547,14 @@ pub(super) fn acls_disabled() -> s3s::S3Error {
     )
 }
 
-/// An ObjectOwnership value this front can keep: `BucketOwnerEnforced` (objects belong to
-/// the bucket owner, ACLs off). `ObjectWriter` and `BucketOwnerPreferred` would make the
-/// uploading account an object's owner; objects have no owners of their own here, so they
-/// are NotImplemented rather than stored and ignored.
+/// An ObjectOwnership value: `BucketOwnerEnforced` (objects belong to the bucket owner, ACLs
+/// off), `ObjectWriter` (the writer owns what it writes, recorded with the object) or
+/// `BucketOwnerPreferred` (likewise, unless written with `bucket-owner-full-control`).
 pub(super) fn ownership_kept(value: &str) -> S3Result<()> {
     match value {
-        BUCKET_OWNER_ENFORCED => Ok(()),
-        ObjectOwnership::OBJECT_WRITER | ObjectOwnership::BUCKET_OWNER_PREFERRED => Err(s3_error!(
-            NotImplemented,
-            "ObjectOwnership {value}: objects are owned by their bucket's owner here (only BucketOwnerEnforced is supported)"
-        )),
+        BUCKET_OWNER_ENFORCED
+        | ObjectOwnership::OBJECT_WRITER
+        | ObjectOwnership::BUCKET_OWNER_PREFERRED => Ok(()),
         other => Err(s3_error!(MalformedXML, "unknown ObjectOwnership {other}")),
     }
 }
@@ -391,14 +563,20 @@ pub(super) async fn put_bucket_ownership_controls(
     s: &GristS3,
     req: S3Request<PutBucketOwnershipControlsInput>,
 ) -> S3Result<S3Response<PutBucketOwnershipControlsOutput>> {
-    let (bck, props) = administered(s, &req.input.bucket, req.credentials.as_ref()).await?;
+    let (bck, props) = administered(
+        s,
+        &req.input.bucket,
+        req.credentials.as_ref(),
+        Some("s3:PutBucketOwnershipControls"),
+    )
+    .await?;
     let rules = &req.input.ownership_controls.rules;
     let [rule] = rules.as_slice() else {
         return Err(s3_error!(MalformedXML, "OwnershipControls takes one rule"));
     };
     let value = rule.object_ownership.as_str();
     ownership_kept(value)?;
-    if props.public.acl_read {
+    if props.public.acl_read && value == BUCKET_OWNER_ENFORCED {
         return Err(s3_error!(
             InvalidBucketAclWithObjectOwnership,
             "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting"
@@ -436,7 +614,13 @@ pub(super) async fn delete_bucket_ownership_controls(
     s: &GristS3,
     req: S3Request<DeleteBucketOwnershipControlsInput>,
 ) -> S3Result<S3Response<DeleteBucketOwnershipControlsOutput>> {
-    let (bck, _) = administered(s, &req.input.bucket, req.credentials.as_ref()).await?;
+    let (bck, _) = administered(
+        s,
+        &req.input.bucket,
+        req.credentials.as_ref(),
+        Some("s3:PutBucketOwnershipControls"),
+    )
+    .await?;
     s.set_props(
         &bck,
         serde_json::json!({ "s3": { "object_ownership": "" } }),
@@ -452,17 +636,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn policies_grant_anonymous_reads_and_nothing_else() {
+    fn policies_grant_anonymous_actions_on_their_resources() {
         let get = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::b/*"}]}"#;
-        assert_eq!(
-            policy_grants(get, "b").unwrap(),
-            Anonymous {
-                get: true,
-                list: false
-            }
+        let may = policy_grants(get, "b").unwrap();
+        assert!(may.allows("s3:GetObject", "arn:aws:s3:::b/k"));
+        assert!(!may.allows("s3:GetObjectVersion", "arn:aws:s3:::b/k"));
+        assert!(!may.allows("s3:ListBucket", "arn:aws:s3:::b"));
+        assert!(!may.allows("s3:PutObject", "arn:aws:s3:::b/k"));
+        let list = r#"{"Statement":{"Effect":"Allow","Principal":{"AWS":["*"]},"Action":["s3:ListBucket"],"Resource":"arn:aws:s3:::b"}}"#;
+        assert!(
+            policy_grants(list, "b")
+                .unwrap()
+                .allows("s3:ListBucket", "arn:aws:s3:::b")
         );
-        let both = r#"{"Statement":{"Effect":"Allow","Principal":{"AWS":["*"]},"Action":["s3:ListBucket"],"Resource":"arn:aws:s3:::b"}}"#;
-        assert!(policy_grants(both, "b").unwrap().list);
+        let all = r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"*","Resource":["arn:aws:s3:::b","arn:aws:s3:::b/*"]}]}"#;
+        let may = policy_grants(all, "b").unwrap();
+        assert!(may.allows("s3:PutObject", "arn:aws:s3:::b/x/y"));
+        assert!(may.allows("s3:ListBucket", "arn:aws:s3:::b"));
+        assert!(!may.allows("s3:ListBucket", "arn:aws:s3:::other"));
+        let prefix = r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:Get*","Resource":"arn:aws:s3:::b/pub/*"}]}"#;
+        let may = policy_grants(prefix, "b").unwrap();
+        assert!(may.allows("s3:GetObject", "arn:aws:s3:::b/pub/a"));
+        assert!(!may.allows("s3:GetObject", "arn:aws:s3:::b/private/a"));
         let code = |doc: &str| {
             policy_grants(doc, "b")
                 .unwrap_err()
@@ -485,7 +680,7 @@ mod tests {
         );
         assert_eq!(
             code(
-                r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::b/*"}]}"#
+                r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::b/*","Condition":{"StringEquals":{"s3:ExistingObjectTag/k":"v"}}}]}"#
             ),
             "NotImplemented"
         );
@@ -495,16 +690,28 @@ mod tests {
             ),
             "MalformedPolicy"
         );
+        assert_eq!(
+            code(
+                r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::bb/*"}]}"#
+            ),
+            "MalformedPolicy"
+        );
         let public = PublicProps {
             acl_read: true,
             policy: String::new(),
         };
-        assert_eq!(
-            anonymous(&public, "b"),
-            Anonymous {
-                get: true,
-                list: true
-            }
-        );
+        let may = anonymous(&public, "b");
+        assert!(may.reads_objects("b") && may.allows("s3:ListBucket", "arn:aws:s3:::b"));
+    }
+
+    #[test]
+    fn wildcards_match_as_iam_does() {
+        assert!(wildcard_match("*", "s3:PutObject"));
+        assert!(wildcard_match("s3:*", "s3:PutObject"));
+        assert!(wildcard_match("S3:get*", "s3:GetObject"));
+        assert!(!wildcard_match("s3:Get*", "s3:PutObject"));
+        assert!(wildcard_match("arn:aws:s3:::b/*/x", "arn:aws:s3:::b/a/b/x"));
+        assert!(!wildcard_match("arn:aws:s3:::B/*", "arn:aws:s3:::b/a"));
+        assert!(wildcard_match("arn:aws:s3:::b/?", "arn:aws:s3:::b/a"));
     }
 }

@@ -129,8 +129,13 @@ pub(super) async fn put_bucket_tagging(
     s: &GristS3,
     req: S3Request<PutBucketTaggingInput>,
 ) -> S3Result<S3Response<PutBucketTaggingOutput>> {
-    let (bck, _) =
-        super::public::administered(s, &req.input.bucket, req.credentials.as_ref()).await?;
+    let (bck, _) = super::public::administered(
+        s,
+        &req.input.bucket,
+        req.credentials.as_ref(),
+        Some("s3:PutBucketTagging"),
+    )
+    .await?;
     let tags: Vec<(String, String)> = req
         .input
         .tagging
@@ -184,8 +189,13 @@ pub(super) async fn delete_bucket_tagging(
     s: &GristS3,
     req: S3Request<DeleteBucketTaggingInput>,
 ) -> S3Result<S3Response<DeleteBucketTaggingOutput>> {
-    let (bck, _) =
-        super::public::administered(s, &req.input.bucket, req.credentials.as_ref()).await?;
+    let (bck, _) = super::public::administered(
+        s,
+        &req.input.bucket,
+        req.credentials.as_ref(),
+        Some("s3:PutBucketTagging"),
+    )
+    .await?;
     s.set_props(&bck, serde_json::json!({ "s3": { "tags": [] } }))
         .await?;
     Ok(S3Response::new(DeleteBucketTaggingOutput::default()))

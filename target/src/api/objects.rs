@@ -241,7 +241,16 @@ pub(crate) async fn multipart(
             Ok(axum::Json(info).into_response())
         }
         (Method::GET, _) => {
-            Ok(axum::Json(t.store.mpu_list_parts(&bck, &name, &upload_id).await?).into_response())
+            // The upload's custom metadata rides along (its initiator, for S3's ListParts).
+            let (parts, info) = t.store.mpu_parts_and_info(&bck, &name, &upload_id).await?;
+            let mut resp = axum::Json(parts).into_response();
+            if let Ok(v) = axum::http::HeaderValue::from_str(
+                &gristmill_core::api::encode_custom_md(&info.custom),
+            ) {
+                resp.headers_mut()
+                    .insert(gristmill_core::api::header::CUSTOM_MD_JSON, v);
+            }
+            Ok(resp)
         }
         (Method::POST, "complete") => {
             let condition = crate::write::local::write_condition(req.headers())?;

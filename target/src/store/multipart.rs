@@ -347,7 +347,17 @@ impl Store {
         key: &str,
         upload_id: &str,
     ) -> Result<Vec<PartInfo>, StoreError> {
-        let (dir, _) = self.load_upload(bck, key, upload_id).await?;
+        Ok(self.mpu_parts_and_info(bck, key, upload_id).await?.0)
+    }
+
+    /// The parts uploaded so far, by part number, and the upload's own record.
+    pub async fn mpu_parts_and_info(
+        &self,
+        bck: &Bck,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(Vec<PartInfo>, UploadInfo), StoreError> {
+        let (dir, info) = self.load_upload(bck, key, upload_id).await?;
         let mut parts = Vec::new();
         let mut rd = tokio::fs::read_dir(&dir).await?;
         while let Some(e) = rd.next_entry().await? {
@@ -360,7 +370,7 @@ impl Store {
             }
         }
         parts.sort_by_key(|p| p.part);
-        Ok(parts)
+        Ok((parts, info))
     }
 
     /// Concatenates the listed parts into the object's pending write — written and verified,
