@@ -1245,8 +1245,8 @@ def test_cors_rules_answer_preflights_and_requests(gristmill_s3, s3_endpoint):
 
 
 def test_bucket_ownership_controls(gristmill_s3):
-    """BucketOwnerEnforced (objects are the bucket owner's) is kept and turns ACLs other than
-    private off (AccessControlListNotSupported); ObjectWriter and BucketOwnerPreferred are kept
+    """BucketOwnerEnforced (objects are the bucket owner's) is kept and turns ACLs off (setting
+    one, or writing with one other than bucket-owner-full-control: AccessControlListNotSupported); ObjectWriter and BucketOwnerPreferred are kept
     too (the writer recorded as owner: test_object_writer_ownership_records_the_writer)."""
     s3 = gristmill_s3
     bkt = _bucket(s3)
@@ -1261,7 +1261,18 @@ def test_bucket_ownership_controls(gristmill_s3):
         with pytest.raises(ClientError) as ei:
             s3.put_bucket_acl(Bucket=bkt, ACL="public-read")
         assert err(ei) == ("AccessControlListNotSupported", 400)
-        s3.put_bucket_acl(Bucket=bkt, ACL="private")
+        # AWS: with ACLs off, setting any ACL fails, and an object written with one other
+        # than bucket-owner-full-control is refused.
+        with pytest.raises(ClientError) as ei:
+            s3.put_bucket_acl(Bucket=bkt, ACL="private")
+        assert err(ei) == ("AccessControlListNotSupported", 400)
+        with pytest.raises(ClientError) as ei:
+            s3.put_object(Bucket=bkt, Key="acl", Body=b"x", ACL="private")
+        assert err(ei) == ("AccessControlListNotSupported", 400)
+        s3.put_object(Bucket=bkt, Key="acl", Body=b"x", ACL="bucket-owner-full-control")
+        with pytest.raises(ClientError) as ei:
+            s3.put_object_acl(Bucket=bkt, Key="acl", ACL="private")
+        assert err(ei) == ("AccessControlListNotSupported", 400)
         for other in ("ObjectWriter", "BucketOwnerPreferred"):
             s3.put_bucket_ownership_controls(
                 Bucket=bkt, OwnershipControls={"Rules": [{"ObjectOwnership": other}]})

@@ -45,7 +45,7 @@ pub(super) async fn create_multipart_upload(
         &bck,
         input.acl.as_ref(),
         &s.requester(req.credentials.as_ref()),
-    ));
+    )?);
     let sse_key = super::sse::customer_key(&req.headers)?;
     if let Some(key) = &sse_key {
         custom.extend(key.metadata(None));
@@ -391,7 +391,13 @@ pub(super) async fn list_parts(
         .collect();
     let truncated = selected.len() > max;
     selected.truncate(max);
-    let owner = super::public::owner_of(&upload);
+    let bucket_owner = s
+        .proxy
+        .bmd()
+        .get(&bck)
+        .map(|r| r.props.owner.clone())
+        .unwrap_or_default();
+    let owner = super::public::owner_of(&upload, &bucket_owner);
     Ok(S3Response::new(ListPartsOutput {
         initiator: Some(Initiator {
             id: owner.id.clone(),

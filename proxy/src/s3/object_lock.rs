@@ -103,7 +103,8 @@ pub(super) fn for_new_object(
         }
         (None, None) if !lock.default_mode.is_empty() => {
             let days = u64::from(lock.default_days) + 365 * u64::from(lock.default_years);
-            let until = now_ns().saturating_add((days * 86_400 * 1_000_000_000) as i64);
+            let span = days.saturating_mul(86_400_000_000_000).min(i64::MAX as u64);
+            let until = now_ns().saturating_add(span as i64);
             md.push((MODE_KEY.to_owned(), lock.default_mode.clone()));
             md.push((UNTIL_NS_KEY.to_owned(), until.to_string()));
         }

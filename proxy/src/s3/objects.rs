@@ -41,7 +41,7 @@ pub(super) async fn put_object(
         &bck,
         input.acl.as_ref(),
         &s.requester(req.credentials.as_ref()),
-    ));
+    )?);
     let sse_key = super::sse::customer_key(&req.headers)?;
     let encrypt = sse_key.as_ref().map(|key| {
         let iv = super::sse::new_iv();
@@ -628,7 +628,7 @@ pub(super) async fn copy_object(
         &dst,
         input.acl.as_ref(),
         &s.requester(req.credentials.as_ref()),
-    ));
+    )?);
     custom.extend(super::object_lock::for_new_object(
         s,
         &dst,

@@ -35,26 +35,33 @@ pub(super) const OBJECT_ACL: &str = "x-grist-acl";
 pub(super) const OBJECT_OWNER: &str = "x-grist-object-owner";
 
 /// The access metadata a new object (or upload) gets from its request: its own `private`
-/// ACL, and its writer as owner where the bucket's ObjectOwnership says so.
+/// ACL, and its writer as owner where the bucket's ObjectOwnership says so. With ACLs off
+/// (`BucketOwnerEnforced`) an ACL other than `bucket-owner-full-control` is refused.
 pub(super) fn new_object_md(
     s: &GristS3,
     bck: &gristmill_core::Bck,
     acl: Option<&ObjectCannedACL>,
     writer: &str,
-) -> Vec<(String, String)> {
+) -> S3Result<Vec<(String, String)>> {
     let mut md = Vec::new();
     let acl = acl.map(|a| a.as_str());
-    if acl.is_some_and(|a| {
-        a != ObjectCannedACL::PUBLIC_READ && a != ObjectCannedACL::PUBLIC_READ_WRITE
-    }) {
-        md.push((OBJECT_ACL.to_owned(), "private".to_owned()));
-    }
     let ownership = s
         .proxy
         .bmd()
         .get(bck)
         .map(|r| r.props.s3.object_ownership.clone())
         .unwrap_or_default();
+    if ownership == BUCKET_OWNER_ENFORCED {
+        if acl.is_some_and(|a| a != ObjectCannedACL::BUCKET_OWNER_FULL_CONTROL) {
+            return Err(acls_disabled());
+        }
+        return Ok(md);
+    }
+    if acl.is_some_and(|a| {
+        a != ObjectCannedACL::PUBLIC_READ && a != ObjectCannedACL::PUBLIC_READ_WRITE
+    }) {
+        md.push((OBJECT_ACL.to_owned(), "private".to_owned()));
+    }
     let writer_owns = match ownership.as_str() {
         ObjectOwnership::OBJECT_WRITER => true,
         ObjectOwnership::BUCKET_OWNER_PREFERRED => {
@@ -65,7 +72,7 @@ pub(super) fn new_object_md(
     if writer_owns && !writer.is_empty() {
         md.push((OBJECT_OWNER.to_owned(), writer.to_owned()));
     }
-    md
+    Ok(md)
 }
 
 /// Whether a read let through by a bucket's anonymous grant meets an object closed by its
@@ -75,14 +82,17 @@ pub(super) fn closed_to_anonymous(extensions: &http::Extensions, attrs: &Attrs) 
         && attrs.get(OBJECT_ACL).as_deref() == Some("private")
 }
 
-/// An object's owner as S3 names it: its writer where recorded, else the front's owner.
-pub(super) fn owner_of(attrs: &Attrs) -> Owner {
-    match attrs.get(OBJECT_OWNER) {
-        Some(id) => Owner {
-            display_name: Some(id.clone()),
-            id: Some(id),
-        },
-        None => owner(),
+/// An object's (or upload's) owner as S3 names it: its writer where recorded, else its
+/// bucket's owner, else (a bucket nobody owns) the front's.
+pub(super) fn owner_of(attrs: &Attrs, bucket_owner: &str) -> Owner {
+    let id = match attrs.get(OBJECT_OWNER) {
+        Some(id) => id,
+        None if !bucket_owner.is_empty() => bucket_owner.to_owned(),
+        None => return owner(),
+    };
+    Owner {
+        display_name: Some(id.clone()),
+        id: Some(id),
     }
 }
 
@@ -389,10 +399,11 @@ pub(super) async fn put_bucket_acl(
             "only canned ACLs (x-amz-acl: private or public-read) are supported"
         ));
     };
-    let readable = acl_read(acl)?;
-    if readable && enforced(&props) {
+    // With ACLs off, setting any ACL fails (AWS: only reads of ACLs still work).
+    if enforced(&props) {
         return Err(acls_disabled());
     }
+    let readable = acl_read(acl)?;
     let public = PublicProps {
         acl_read: readable,
         ..props.public
@@ -469,7 +480,7 @@ pub(super) async fn get_object_acl(
     req: S3Request<GetObjectAclInput>,
 ) -> S3Result<S3Response<GetObjectAclOutput>> {
     let (readable, attrs) = object_readable(s, &req.input.bucket, &req.input.key).await?;
-    let owner = owner_of(&attrs);
+    let owner = owner_of(&attrs, &props_of(s, &req.input.bucket).await?.owner);
     Ok(S3Response::new(GetObjectAclOutput {
         grants: Some(grants(&owner, readable)),
         owner: Some(owner),
@@ -494,11 +505,13 @@ pub(super) async fn put_object_acl(
             "only canned object ACLs (x-amz-acl) are supported"
         ));
     };
+    if enforced(&props_of(s, &req.input.bucket).await?) {
+        return Err(acls_disabled());
+    }
     let wanted = match acl.as_str() {
         ObjectCannedACL::PRIVATE
         | ObjectCannedACL::BUCKET_OWNER_FULL_CONTROL
         | ObjectCannedACL::BUCKET_OWNER_READ => false,
-        _ if enforced(&props_of(s, &req.input.bucket).await?) => return Err(acls_disabled()),
         ObjectCannedACL::PUBLIC_READ => true,
         other => {
             return Err(s3_error!(
