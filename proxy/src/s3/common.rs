@@ -197,6 +197,7 @@ pub(super) fn quoted(etag: &str) -> ETag {
 }
 
 /// Object attributes read back from a target's response headers.
+#[derive(Default)]
 pub(super) struct Attrs {
     pub(super) size: u64,
     pub(super) etag: String,
@@ -992,7 +993,7 @@ pub(super) fn entry_etag(e: &gristmill_core::api::ListEntry) -> ETag {
 pub(super) fn s3_objects(
     objects: Vec<gristmill_core::api::ListEntry>,
     url_encode: bool,
-    with_owner: bool,
+    owner: Option<Owner>,
 ) -> Vec<Object> {
     objects
         .into_iter()
@@ -1004,7 +1005,7 @@ pub(super) fn s3_objects(
             storage_class: Some(ObjectStorageClass::from_static(
                 ObjectStorageClass::STANDARD,
             )),
-            owner: with_owner.then(owner),
+            owner: owner.clone(),
             ..Default::default()
         })
         .collect()

@@ -35,7 +35,11 @@ pub(super) async fn list_objects(
         is_truncated: Some(truncated),
         next_marker: (truncated && delimiter.is_some()).then(|| url_encode_if(enc, &last)),
         encoding_type: input.encoding_type.clone(),
-        contents: Some(s3_objects(objects, enc, true)),
+        contents: Some(s3_objects(
+            objects,
+            enc,
+            Some(super::public::listed_owner(s, &bck)),
+        )),
         common_prefixes: Some(s3_prefixes(prefixes, enc)),
         ..Default::default()
     }))
@@ -76,7 +80,11 @@ pub(super) async fn list_objects_v2(
             .then(|| encode_token(&resume_after(&last, delimiter.as_deref()))),
         start_after: input.start_after.as_deref().map(|s| url_encode_if(enc, s)),
         encoding_type: input.encoding_type.clone(),
-        contents: Some(s3_objects(objects, enc, fetch_owner)),
+        contents: Some(s3_objects(
+            objects,
+            enc,
+            fetch_owner.then(|| super::public::listed_owner(s, &bck)),
+        )),
         common_prefixes: Some(s3_prefixes(prefixes, enc)),
         ..Default::default()
     }))

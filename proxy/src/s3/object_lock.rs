@@ -188,10 +188,12 @@ pub(super) async fn put_object_lock_configuration(
         lock.default_mode = check_mode(mode.as_str())?.to_owned();
         let positive = |n: i32| {
             u32::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
-                s3_error!(
-                    InvalidArgument,
-                    "Default retention period must be a positive integer value"
-                )
+                let mut e = s3s::S3Error::with_message(
+                    s3s::S3ErrorCode::Custom("InvalidRetentionPeriod".into()),
+                    "Default retention period must be a positive integer value",
+                );
+                e.set_status_code(http::StatusCode::BAD_REQUEST);
+                e
             })
         };
         match (retention.days, retention.years) {
@@ -287,8 +289,8 @@ pub(super) async fn put_object_retention(
             "The retain until date must be in the future!"
         ));
     }
-    // A retention in force may be lengthened; shortening, removing or weakening it needs
-    // GOVERNANCE mode and the bypass, and COMPLIANCE never allows it.
+    // A retention in force may be lengthened in its mode; shortening, removing or changing
+    // its mode needs GOVERNANCE mode and the bypass, and COMPLIANCE never allows it.
     let old_until: i64 = attrs
         .get(UNTIL_NS_KEY)
         .and_then(|v| v.parse().ok())
@@ -296,9 +298,7 @@ pub(super) async fn put_object_retention(
     if let Some(old_mode) = attrs.get(MODE_KEY)
         && old_until > now_ns()
     {
-        let keeps = new.is_some_and(|(mode, until)| {
-            until >= old_until && (mode == COMPLIANCE || old_mode == GOVERNANCE)
-        });
+        let keeps = new.is_some_and(|(mode, until)| until >= old_until && mode == old_mode);
         let bypass = input.bypass_governance_retention == Some(true);
         if !keeps && (old_mode == COMPLIANCE || !bypass) {
             return Err(s3_error!(

@@ -82,6 +82,18 @@ pub(super) fn closed_to_anonymous(extensions: &http::Extensions, attrs: &Attrs) 
         && attrs.get(OBJECT_ACL).as_deref() == Some("private")
 }
 
+/// The owner listings name for a bucket's objects: its owner (objects record a different
+/// one only in ObjectWriter / BucketOwnerPreferred buckets, which GetObjectAcl answers).
+pub(super) fn listed_owner(s: &GristS3, bck: &gristmill_core::Bck) -> Owner {
+    let bucket_owner = s
+        .proxy
+        .bmd()
+        .get(bck)
+        .map(|r| r.props.owner.clone())
+        .unwrap_or_default();
+    owner_of(&Attrs::default(), &bucket_owner)
+}
+
 /// An object's (or upload's) owner as S3 names it: its writer where recorded, else its
 /// bucket's owner, else (a bucket nobody owns) the front's.
 pub(super) fn owner_of(attrs: &Attrs, bucket_owner: &str) -> Owner {

@@ -254,6 +254,7 @@ pub(super) async fn list_object_versions(
             _ => (last_prefix.cloned(), None),
         }
     };
+    let owner = super::public::listed_owner(s, &bck);
     let (markers, objects): (Vec<Version>, Vec<Version>) = versions
         .into_iter()
         .partition(|v| v.entry.flags & ENTRY_DELETE_MARKER != 0);
@@ -277,7 +278,7 @@ pub(super) async fn list_object_versions(
                     version_id: Some(version_or_null(&v.entry)),
                     is_latest: Some(v.latest),
                     key: Some(v.key),
-                    owner: Some(owner()),
+                    owner: Some(owner.clone()),
                     storage_class: Some(ObjectVersionStorageClass::from_static(
                         ObjectVersionStorageClass::STANDARD,
                     )),
@@ -293,7 +294,7 @@ pub(super) async fn list_object_versions(
                     version_id: Some(version_or_null(&v.entry)),
                     is_latest: Some(v.latest),
                     key: Some(v.key),
-                    owner: Some(owner()),
+                    owner: Some(owner.clone()),
                 })
                 .collect(),
         ),
