@@ -47,6 +47,42 @@ pub fn deletion_refused(
     ))
 }
 
+/// Why a change of a version's custom metadata (`set`, then `remove`) may not be made at
+/// `now_ns`: a retention in force may only be lengthened in its own mode, unless it is
+/// GOVERNANCE and the change bypasses governance retention. Legal holds may be set and lifted.
+pub fn change_refused(
+    current: &BTreeMap<String, String>,
+    set: &BTreeMap<String, String>,
+    remove: &[String],
+    now_ns: i64,
+    bypass_governance: bool,
+) -> Option<String> {
+    let until_of = |m: &BTreeMap<String, String>| -> i64 {
+        m.get(UNTIL_NS_KEY)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let mode = current.get(MODE_KEY)?;
+    let until = until_of(current);
+    if until <= now_ns {
+        return None;
+    }
+    let mut after = current.clone();
+    after.extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
+    for k in remove {
+        after.remove(k);
+    }
+    if after.get(MODE_KEY) == Some(mode) && until_of(&after) >= until {
+        return None;
+    }
+    if mode == GOVERNANCE && bypass_governance {
+        return None;
+    }
+    Some(format!(
+        "the object version is under {mode} retention: it can only be extended"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +119,32 @@ mod tests {
         );
         let ended = md(&[(MODE_KEY, COMPLIANCE), (UNTIL_NS_KEY, &earlier)]);
         assert_eq!(deletion_refused(&ended, now, false), None);
+    }
+
+    #[test]
+    fn retention_in_force_is_only_extended() {
+        let now = 1_000_000_000_000;
+        let (later, latest) = ((now + 10).to_string(), (now + 20).to_string());
+        let strip = [MODE_KEY.to_string(), UNTIL_NS_KEY.to_string()];
+        let none = BTreeMap::new();
+        for mode in [GOVERNANCE, COMPLIANCE] {
+            let cur = md(&[(MODE_KEY, mode), (UNTIL_NS_KEY, &later)]);
+            let longer = md(&[(UNTIL_NS_KEY, &latest)]);
+            assert_eq!(change_refused(&cur, &longer, &[], now, false), None);
+            let shorter = md(&[(UNTIL_NS_KEY, "1")]);
+            assert!(change_refused(&cur, &shorter, &[], now, false).is_some());
+            assert!(change_refused(&cur, &none, &strip, now, false).is_some());
+            // Tags and legal holds change freely.
+            let tag = md(&[("x-amz-tagging", "a=b"), (LEGAL_HOLD_KEY, "ON")]);
+            assert_eq!(change_refused(&cur, &tag, &[], now, false), None);
+        }
+        let gov = md(&[(MODE_KEY, GOVERNANCE), (UNTIL_NS_KEY, &later)]);
+        assert_eq!(change_refused(&gov, &none, &strip, now, true), None);
+        let to_comp = md(&[(MODE_KEY, COMPLIANCE)]);
+        assert!(change_refused(&gov, &to_comp, &[], now, false).is_some());
+        let comp = md(&[(MODE_KEY, COMPLIANCE), (UNTIL_NS_KEY, &later)]);
+        assert!(change_refused(&comp, &none, &strip, now, true).is_some());
+        let ended = md(&[(MODE_KEY, COMPLIANCE), (UNTIL_NS_KEY, "5")]);
+        assert_eq!(change_refused(&ended, &none, &strip, now, false), None);
     }
 }

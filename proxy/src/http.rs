@@ -371,6 +371,16 @@ async fn bucket_action(
                     .get_mut(&bck.uname())
                     .ok_or_else(|| bck.not_found())?;
                 let new = rec.props.patched(&msg.value)?;
+                // Object Lock, once on, stays on, and keeps the bucket versioned.
+                if rec.props.s3.object_lock.enabled
+                    && (!new.s3.object_lock.enabled
+                        || new.versioning.s3 != gristmill_core::api::S3_VERSIONING_ENABLED)
+                {
+                    return Err(ApiError::new(
+                        ErrorKind::Conflict,
+                        format!("{bck} has Object Lock: it stays on, and the bucket versioned"),
+                    ));
+                }
                 copies_changed = new.mirror.copies() != rec.props.mirror.copies();
                 rec.props = new;
                 Ok(Changed {

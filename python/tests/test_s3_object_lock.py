@@ -165,3 +165,35 @@ def test_lock_headers_on_a_bucket_without_lock_are_refused(s3):
         Bucket=name, ObjectLockConfiguration={"ObjectLockEnabled": "Enabled"},
     )) == ("InvalidBucketState", 409)
     s3.delete_bucket(Bucket=name)
+
+
+def test_native_api_cannot_strip_a_lock(s3, lock_bucket, s3_endpoint):
+    """The owning target enforces the lock on every path: a native metadata PATCH removing a
+    retention in force, or shortening it, is refused (403); the bucket's Object Lock and
+    versioning cannot be turned off through native bucket properties (409)."""
+    import json
+
+    import requests
+
+    v = s3.put_object(Bucket=lock_bucket, Key="n", Body=b"native",
+                      ObjectLockMode="GOVERNANCE", ObjectLockRetainUntilDate=FAR)["VersionId"]
+    url = f"{s3_endpoint}/v1/objects/{lock_bucket}/n"
+    strip = requests.patch(url, data=json.dumps(
+        {"delete": ["x-amz-object-lock-mode", "x-grist-lock-until-ns"]}), timeout=30)
+    assert strip.status_code == 403, strip.text
+    shorten = requests.patch(url, data=json.dumps(
+        {"set": {"x-grist-lock-until-ns": "1"}}), timeout=30)
+    assert shorten.status_code == 403, shorten.text
+    assert s3.head_object(Bucket=lock_bucket, Key="n")["ObjectLockMode"] == "GOVERNANCE"
+    # Tags still change freely.
+    s3.put_object_tagging(Bucket=lock_bucket, Key="n",
+                          Tagging={"TagSet": [{"Key": "a", "Value": "b"}]})
+    assert outcome(lambda: s3.delete_object(Bucket=lock_bucket, Key="n", VersionId=v)) \
+        == ("AccessDenied", 403)
+    for value in ({"s3": {"object_lock": {"enabled": False}}},
+                  {"versioning": {"s3": "Suspended"}}):
+        r = requests.patch(f"{s3_endpoint}/v1/buckets/{lock_bucket}",
+                           data=json.dumps({"action": "set-bprops", "value": value}), timeout=30)
+        assert r.status_code == 409, (value, r.status_code, r.text)
+    assert s3.get_bucket_versioning(Bucket=lock_bucket)["Status"] == "Enabled"
+    s3.delete_object(Bucket=lock_bucket, Key="n", VersionId=v, BypassGovernanceRetention=True)

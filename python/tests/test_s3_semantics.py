@@ -771,6 +771,24 @@ def test_policy_grants_by_action_and_resource_and_object_acls(auth_s3_endpoint, 
         assert outcome(lambda: owner.head_object(Bucket=name, Key="drop/stolen"))[1] == 404
         anon.copy_object(Bucket=name, Key="drop/copy", CopySource={"Bucket": name, "Key": "pub/a"})
 
+        # An object closed by its own ACL cannot be copied out by everyone either.
+        owner.put_object(Bucket=name, Key="pub/closed", Body=b"c", ACL="private")
+        assert outcome(lambda: anon.get_object(Bucket=name, Key="pub/closed"))[1] == 403
+        assert outcome(lambda: anon.copy_object(
+            Bucket=name, Key="drop/closed", CopySource={"Bucket": name, "Key": "pub/closed"},
+        ))[1] == 403
+        assert outcome(lambda: owner.head_object(Bucket=name, Key="drop/closed"))[1] == 404
+        # s3:DeleteObject does not delete versions (s3:DeleteObjectVersion).
+        owner.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+        owner.put_bucket_policy(Bucket=name, Policy=json.dumps({"Statement": [
+            {"Effect": "Allow", "Principal": "*", "Action": "s3:DeleteObject",
+             "Resource": f"arn:aws:s3:::{name}/drop/*"}]}))
+        kept = owner.put_object(Bucket=name, Key="drop/v", Body=b"v")["VersionId"]
+        assert outcome(lambda: anon.delete_object(Bucket=name, Key="drop/v", VersionId=kept))[1] \
+            == 403
+        anon.delete_object(Bucket=name, Key="drop/v")  # a delete marker
+        assert owner.get_object(Bucket=name, Key="drop/v", VersionId=kept)["Body"].read() == b"v"
+
         # Object ACLs in a public-read bucket.
         owner.delete_bucket_policy(Bucket=name)
         owner.put_bucket_acl(Bucket=name, ACL="public-read")

@@ -2,7 +2,8 @@
 with a customer key are stored as ciphertext (read back over the native API, the bytes on the
 targets are not the plaintext), read back only with the same key (none or another: 400), whole
 or by any range, single-part or multipart (parts listed with gaps, ranges across part
-boundaries); a part under another key is refused; copies of SSE-C objects are refused (501),
+boundaries, a part sent again re-encrypted under a fresh IV); a part under another key is
+refused; copies of SSE-C objects are refused (501),
 never copied as ciphertext; SSE-S3/KMS headers are refused (501), never ignored.
 """
 
@@ -85,6 +86,12 @@ def test_multipart_with_gaps_and_ranges_across_parts(s3, bkt):
         r = s3.upload_part(Bucket=bkt, Key="mp", UploadId=up["UploadId"], PartNumber=n,
                            Body=body, **KEY)
         listed.append({"PartNumber": n, "ETag": r["ETag"]})
+    # A part sent again is encrypted under a fresh IV: the same plaintext gives another
+    # ciphertext (its ETag is the ciphertext's MD5), so no keystream covers two plaintexts.
+    again = s3.upload_part(Bucket=bkt, Key="mp", UploadId=up["UploadId"], PartNumber=4,
+                           Body=parts[4], **KEY)
+    assert again["ETag"] != listed[-1]["ETag"]
+    listed[-1] = {"PartNumber": 4, "ETag": again["ETag"]}
     # A part under another key, or none, is refused.
     assert outcome(lambda: s3.upload_part(Bucket=bkt, Key="mp", UploadId=up["UploadId"],
                                         PartNumber=2, Body=b"x", **OTHER))[1] == 400

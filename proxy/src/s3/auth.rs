@@ -70,6 +70,7 @@ impl Directory {
         op: &str,
         path: &s3s::path::S3Path,
         one_version: bool,
+        bypass: bool,
         copy_source: Option<&str>,
     ) -> bool {
         let (name, resource) = match path {
@@ -97,17 +98,25 @@ impl Directory {
         if !granted(&name, &super::public::action_of(op, one_version), &resource) {
             return false;
         }
-        // A copy also reads its source, which must be as open.
+        // Bypassing governance retention is an action of its own.
+        if bypass && !granted(&name, "s3:BypassGovernanceRetention", &resource) {
+            return false;
+        }
+        // A copy also reads its source, which must be as open: `bucket/key[?versionId=]`,
+        // split before the key is decoded (a `%3F` in it is part of the key).
         match copy_source {
             Some(src) => {
-                let src = percent_encoding::percent_decode_str(src.trim_start_matches('/'))
+                let (path, query) = src.split_once('?').unwrap_or((src, ""));
+                let path = percent_encoding::percent_decode_str(path.trim_start_matches('/'))
                     .decode_utf8_lossy()
-                    .split('?')
-                    .next()
-                    .unwrap_or_default()
-                    .to_owned();
-                let src_bucket = src.split('/').next().unwrap_or("");
-                granted(src_bucket, "s3:GetObject", &format!("arn:aws:s3:::{src}"))
+                    .into_owned();
+                let src_bucket = path.split('/').next().unwrap_or("");
+                let action = if query.split('&').any(|kv| kv.starts_with("versionId=")) {
+                    "s3:GetObjectVersion"
+                } else {
+                    "s3:GetObject"
+                };
+                granted(src_bucket, action, &format!("arn:aws:s3:::{path}"))
             }
             None => true,
         }
@@ -231,10 +240,17 @@ impl S3Access for Grants {
                 .get("x-amz-copy-source")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
-            if self
-                .directory
-                .anonymous_may(&op, cx.s3_path(), one_version, copy_source.as_deref())
-            {
+            let bypass = cx
+                .headers()
+                .get(gristmill_core::object_lock::BYPASS_GOVERNANCE_HEADER)
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+            if self.directory.anonymous_may(
+                &op,
+                cx.s3_path(),
+                one_version,
+                bypass,
+                copy_source.as_deref(),
+            ) {
                 // Let through by a bucket's grant: an object's own `private` ACL still
                 // closes it (see `super::objects`).
                 cx.extensions_mut()

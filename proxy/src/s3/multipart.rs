@@ -120,12 +120,13 @@ pub(super) async fn upload_part(
     let sse_key = super::sse::customer_key(&req.headers)?;
     let r = s.proxy.http.put(url);
     let mut r = match &sse_key {
-        // Checked on the plaintext, stored as ciphertext under the part's own IV; the
-        // target refuses the part unless the upload was created with the same key.
+        // Checked on the plaintext, stored as ciphertext under a fresh IV of the part's own
+        // (kept with it); the target refuses the part unless the upload has the same key.
         Some(key) => {
-            let iv = super::sse::part_iv(&input.upload_id, input.part_number as u32);
+            let iv = super::sse::new_iv();
             let keystream = super::sse::Keystream::single(key, iv);
             r.header(gristmill_core::sse::KEY_CHECK_KEY, key.check())
+                .header(gristmill_core::sse::IV_KEY, hex::encode(iv))
                 .body(reqwest::Body::wrap_stream(keystream.wrap(stream)))
         }
         None => r.body(reqwest::Body::wrap_stream(stream)),
@@ -223,7 +224,11 @@ pub(super) async fn upload_part_copy(
     if !resp.status().is_success() {
         return Err(node_error(resp, true).await);
     }
-    super::sse::refuse_copy_of(&Attrs::from(resp.headers()))?;
+    let src_attrs = Attrs::from(resp.headers());
+    super::sse::refuse_copy_of(&src_attrs)?;
+    if super::public::closed_to_anonymous(&req.extensions, &src_attrs) {
+        return Err(s3_error!(AccessDenied, "the copy source's ACL is private"));
+    }
     // S3 takes only a range inside the object (an HTTP server would shorten it).
     if let Some((_, last)) = range {
         let size = resp

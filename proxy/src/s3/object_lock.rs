@@ -314,12 +314,15 @@ pub(super) async fn put_object_retention(
         }}),
         None => serde_json::json!({"delete": [MODE_KEY, UNTIL_NS_KEY]}),
     };
+    // The owner checks the rule again on the version it changes, atomically: the check
+    // above answers early, this one cannot be raced.
     super::tagging::patch(
         s,
         &input.bucket,
         &input.key,
         input.version_id.as_deref(),
         change,
+        input.bypass_governance_retention == Some(true),
     )
     .await?;
     Ok(S3Response::new(PutObjectRetentionOutput::default()))
@@ -363,6 +366,7 @@ pub(super) async fn put_object_legal_hold(
         &input.key,
         input.version_id.as_deref(),
         change,
+        false,
     )
     .await?;
     Ok(S3Response::new(PutObjectLegalHoldOutput::default()))

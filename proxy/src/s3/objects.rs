@@ -43,6 +43,13 @@ pub(super) async fn put_object(
         &s.requester(req.credentials.as_ref()),
     )?);
     let sse_key = super::sse::customer_key(&req.headers)?;
+    if sse_key.is_some() && bck.is_remote() {
+        // The backend keeps bytes, not the metadata that decrypts them.
+        return Err(s3_error!(
+            NotImplemented,
+            "SSE-C into remote bucket {bck} is not supported"
+        ));
+    }
     let encrypt = sse_key.as_ref().map(|key| {
         let iv = super::sse::new_iv();
         custom.extend(key.metadata(Some(iv)));
@@ -135,15 +142,21 @@ pub(super) async fn get_object(
         .map(str::to_owned);
     let body = match &sse_key {
         Some(key) => {
-            // `bytes FIRST-LAST/SIZE`: where the answered bytes start.
-            let start = content_range
-                .as_deref()
-                .and_then(|r| r.strip_prefix("bytes "))
-                .and_then(|r| r.split('-').next())
-                .and_then(|r| r.parse().ok())
-                .unwrap_or(0);
+            // `bytes FIRST-LAST/SIZE`: where the answered bytes start (a whole answer: 0).
+            let start = match content_range.as_deref() {
+                Some(r) if partial => r
+                    .strip_prefix("bytes ")
+                    .and_then(|r| r.split('-').next())
+                    .and_then(|r| r.parse().ok())
+                    .ok_or_else(|| internal(format!("unexpected Content-Range {r:?}")))?,
+                None if partial => return Err(internal("a partial answer without Content-Range")),
+                _ => 0,
+            };
             let keystream = super::sse::Keystream::of_object(key, &attrs, start)?;
-            StreamingBlob::wrap(keystream.wrap(resp.bytes_stream()))
+            let ciphertext = resp
+                .bytes_stream()
+                .map(|c| c.map_err(std::io::Error::other));
+            StreamingBlob::wrap(keystream.wrap(ciphertext))
         }
         None => StreamingBlob::wrap(resp.bytes_stream()),
     };
@@ -572,6 +585,9 @@ pub(super) async fn copy_object(
     }
     let attrs = Attrs::from(resp.headers());
     super::sse::refuse_copy_of(&attrs)?;
+    if super::public::closed_to_anonymous(&req.extensions, &attrs) {
+        return Err(s3_error!(AccessDenied, "the copy source's ACL is private"));
+    }
     let replace = input
         .metadata_directive
         .as_ref()

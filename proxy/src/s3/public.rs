@@ -45,6 +45,19 @@ pub(super) fn new_object_md(
 ) -> S3Result<Vec<(String, String)>> {
     let mut md = Vec::new();
     let acl = acl.map(|a| a.as_str());
+    if bck.is_remote() {
+        // The backend keeps bytes, not this metadata: a `private` ACL would be lost when the
+        // cached copy is evicted, and with it the object's closing.
+        if acl.is_some_and(|a| {
+            a != ObjectCannedACL::PUBLIC_READ && a != ObjectCannedACL::PUBLIC_READ_WRITE
+        }) {
+            return Err(s3_error!(
+                NotImplemented,
+                "object ACLs in remote bucket {bck} are not supported"
+            ));
+        }
+        return Ok(md);
+    }
     let ownership = s
         .proxy
         .bmd()
@@ -246,6 +259,11 @@ pub(super) fn anonymous(public: &PublicProps, bucket: &str) -> Anonymous {
 pub(super) fn action_of(op: &str, one_version: bool) -> String {
     let action = match op {
         "GetObject" | "HeadObject" if one_version => "GetObjectVersion",
+        "DeleteObject" if one_version => "DeleteObjectVersion",
+        "GetObjectTagging" if one_version => "GetObjectVersionTagging",
+        "PutObjectTagging" if one_version => "PutObjectVersionTagging",
+        "GetObjectAcl" if one_version => "GetObjectVersionAcl",
+        "PutObjectAcl" if one_version => "PutObjectVersionAcl",
         "GetObject" | "HeadObject" => "GetObject",
         "ListObjects" | "ListObjectsV2" | "HeadBucket" => "ListBucket",
         "ListObjectVersions" => "ListBucketVersions",
@@ -475,11 +493,16 @@ fn grants(owner: &Owner, readable: bool) -> Vec<Grant> {
     grants
 }
 
-/// Whether anonymous clients may read an object of bucket `name` (its attributes): the
-/// bucket grants it and the object's own ACL does not close it.
-async fn object_readable(s: &GristS3, name: &str, key: &str) -> S3Result<(bool, Attrs)> {
+/// Whether anonymous clients may read an object (or one version) of bucket `name`, and its
+/// attributes: the bucket grants it and the object's own ACL does not close it.
+async fn object_readable(
+    s: &GristS3,
+    name: &str,
+    key: &str,
+    version_id: Option<&str>,
+) -> S3Result<(bool, Attrs)> {
     let bck = s.existing(name).await?;
-    let attrs = super::tagging::head(s, &bck, key, None).await?;
+    let attrs = super::tagging::head(s, &bck, key, version_id).await?;
     let props = props_of(s, name).await?;
     let bucket_grants = anonymous(&props.public, &bck.name).reads_objects(&bck.name);
     let closed = attrs.get(OBJECT_ACL).as_deref() == Some("private");
@@ -491,7 +514,13 @@ pub(super) async fn get_object_acl(
     s: &GristS3,
     req: S3Request<GetObjectAclInput>,
 ) -> S3Result<S3Response<GetObjectAclOutput>> {
-    let (readable, attrs) = object_readable(s, &req.input.bucket, &req.input.key).await?;
+    let (readable, attrs) = object_readable(
+        s,
+        &req.input.bucket,
+        &req.input.key,
+        req.input.version_id.as_deref(),
+    )
+    .await?;
     let owner = owner_of(&attrs, &props_of(s, &req.input.bucket).await?.owner);
     Ok(S3Response::new(GetObjectAclOutput {
         grants: Some(grants(&owner, readable)),
@@ -507,7 +536,13 @@ pub(super) async fn put_object_acl(
     s: &GristS3,
     req: S3Request<PutObjectAclInput>,
 ) -> S3Result<S3Response<PutObjectAclOutput>> {
-    let (_, attrs) = object_readable(s, &req.input.bucket, &req.input.key).await?;
+    let (_, attrs) = object_readable(
+        s,
+        &req.input.bucket,
+        &req.input.key,
+        req.input.version_id.as_deref(),
+    )
+    .await?;
     let bck = s.existing(&req.input.bucket).await?;
     let bucket_grants = anonymous(&props_of(s, &req.input.bucket).await?.public, &bck.name)
         .reads_objects(&bck.name);
@@ -550,6 +585,7 @@ pub(super) async fn put_object_acl(
             &req.input.key,
             req.input.version_id.as_deref(),
             change,
+            false,
         )
         .await?;
     }

@@ -5,8 +5,9 @@
 //!
 //! CTR turns each byte's position into its keystream, so a range read decrypts from where it
 //! starts. A single PUT has one random IV; each part of a multipart upload is encrypted on
-//! its own with an IV derived from the upload id and part number, and the completed object
-//! records both, so its segments decrypt one after another. The stored size equals the
+//! its own with a random IV that the target keeps with the part (a part uploaded again gets
+//! a new one: no keystream covers two plaintexts), and the completed object records them in
+//! order, so its segments decrypt one after another. The stored size equals the
 //! plaintext's (listings stay exact); ETags are the ciphertext's MD5 (S3's SSE-C ETags are
 //! not the plaintext's MD5 either). S3 checksums of SSE-C objects are verified on the
 //! plaintext as it arrives but not kept (a target would compute them over ciphertext).
@@ -21,9 +22,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use ctr::cipher::{KeyIvInit, StreamCipher, StreamCipherSeek};
 use futures::{Stream, StreamExt};
-use gristmill_core::sse::{
-    ALGORITHM_KEY, IV_KEY, KEY_CHECK_KEY, KEY_MD5_KEY, PART_NUMBERS_KEY, UPLOAD_ID_KEY,
-};
+use gristmill_core::sse::{ALGORITHM_KEY, IV_KEY, KEY_CHECK_KEY, KEY_MD5_KEY, PART_IVS_KEY};
 use s3s::{S3Result, s3_error};
 use sha2::Digest as _;
 
@@ -112,22 +111,9 @@ pub(super) fn customer_key(headers: &http::HeaderMap) -> S3Result<Option<Custome
     }))
 }
 
-/// A fresh IV for a single-part object.
+/// A fresh IV for an object or a part.
 pub(super) fn new_iv() -> [u8; 16] {
     rand::random()
-}
-
-/// The IV of part `n` of upload `upload_id`.
-pub(super) fn part_iv(upload_id: &str, n: u32) -> [u8; 16] {
-    let mut h = sha2::Sha256::new();
-    h.update(b"gristmill sse-c part iv v1\0");
-    h.update(upload_id.as_bytes());
-    h.update(b"\0");
-    h.update(n.to_be_bytes());
-    let digest = h.finalize();
-    let mut iv = [0u8; 16];
-    iv.copy_from_slice(&digest[..16]);
-    iv
 }
 
 /// Whether an object (its attributes) was stored with SSE-C.
@@ -218,28 +204,28 @@ impl Keystream {
                 }]
             }
             None => {
-                let upload_id = attrs.custom.get(UPLOAD_ID_KEY).ok_or_else(corrupt)?;
-                let numbers: Vec<u32> = attrs
+                let ivs: Vec<[u8; 16]> = attrs
                     .custom
-                    .get(PART_NUMBERS_KEY)
+                    .get(PART_IVS_KEY)
                     .ok_or_else(corrupt)?
                     .split(',')
-                    .map(|n| n.parse().map_err(|_| corrupt()))
+                    .map(|iv| {
+                        hex::decode(iv)
+                            .ok()
+                            .and_then(|v| v.try_into().ok())
+                            .ok_or_else(corrupt)
+                    })
                     .collect::<S3Result<_>>()?;
                 let sizes = attrs.parts().ok_or_else(corrupt)?;
-                if sizes.len() != numbers.len() {
+                if sizes.len() != ivs.len() {
                     return Err(corrupt());
                 }
                 let mut at = 0;
                 sizes
                     .iter()
-                    .zip(numbers)
-                    .map(|(&len, n)| {
-                        let s = Segment {
-                            start: at,
-                            len,
-                            iv: part_iv(upload_id, n),
-                        };
+                    .zip(ivs)
+                    .map(|(&len, iv)| {
+                        let s = Segment { start: at, len, iv };
                         at += len;
                         s
                     })
@@ -254,8 +240,10 @@ impl Keystream {
         })
     }
 
-    /// Encrypts or decrypts `buf`, the bytes at the current position, and moves past them.
-    fn apply(&mut self, mut buf: &mut [u8]) {
+    /// Encrypts or decrypts `buf`, the bytes at the current position, and moves past them;
+    /// false if they run past the object's last segment (its metadata does not describe
+    /// them: nothing past there may be answered).
+    fn apply(&mut self, mut buf: &mut [u8]) -> bool {
         while !buf.is_empty() {
             let (i, cipher) = match self.current.as_mut() {
                 Some((i, c)) => (*i, c),
@@ -265,7 +253,7 @@ impl Keystream {
                         .iter()
                         .position(|s| self.pos >= s.start && self.pos - s.start < s.len)
                     else {
-                        return; // past the last segment: nothing to decrypt
+                        return false;
                     };
                     let seg = &self.segments[i];
                     let mut c = Cipher::new(&self.key.into(), &seg.iv.into());
@@ -286,19 +274,26 @@ impl Keystream {
             }
             buf = rest;
         }
+        true
     }
 
-    /// A stream of the same bytes passed through the keystream.
-    pub(super) fn wrap<S, E>(mut self, stream: S) -> impl Stream<Item = Result<Bytes, E>> + Send
+    /// A stream of the same bytes passed through the keystream (an error for bytes past
+    /// what the object's metadata describes).
+    pub(super) fn wrap<S>(
+        mut self,
+        stream: S,
+    ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send
     where
-        S: Stream<Item = Result<Bytes, E>> + Send,
+        S: Stream<Item = Result<Bytes, std::io::Error>> + Send,
     {
         stream.map(move |chunk| {
-            chunk.map(|c| {
-                let mut v = c.to_vec();
-                self.apply(&mut v);
-                Bytes::from(v)
-            })
+            let mut v = chunk?.to_vec();
+            if !self.apply(&mut v) {
+                return Err(std::io::Error::other(
+                    "SSE-C: bytes past the object's encrypted parts",
+                ));
+            }
+            Ok(Bytes::from(v))
         })
     }
 }
@@ -332,22 +327,24 @@ mod tests {
     fn any_range_of_a_multipart_object_decrypts_on_its_own() {
         let k = key();
         let sizes = [37u64, 16, 5];
-        let numbers = [2u32, 5, 9];
+        let ivs = [[1u8; 16], [2u8; 16], [3u8; 16]];
         let plain: Vec<u8> = (0..58u32).map(|i| i as u8).collect();
         // Encrypt each part as an upload would.
         let mut cipher = Vec::new();
         let mut at = 0usize;
-        for (len, n) in sizes.iter().zip(numbers) {
+        for (len, iv) in sizes.iter().zip(ivs) {
             let mut part = plain[at..at + *len as usize].to_vec();
-            Keystream::single(&k, part_iv("up-1", n)).apply(&mut part);
+            assert!(Keystream::single(&k, iv).apply(&mut part));
             cipher.extend(part);
             at += *len as usize;
         }
         assert_ne!(cipher, plain);
         let a = attrs(
             &[
-                (UPLOAD_ID_KEY, "up-1"),
-                (PART_NUMBERS_KEY, "2,5,9"),
+                (
+                    PART_IVS_KEY,
+                    &ivs.iter().map(hex::encode).collect::<Vec<_>>().join(","),
+                ),
                 (PARTS, "37,16,5"),
             ],
             58,
@@ -358,9 +355,10 @@ mod tests {
                 let mut out = Vec::new();
                 for piece in cipher[start as usize..].chunks(chunk) {
                     let mut p = piece.to_vec();
-                    ks.apply(&mut p);
+                    assert!(ks.apply(&mut p));
                     out.extend(p);
                 }
+                assert!(!ks.apply(&mut [0u8]), "past the last part");
                 assert_eq!(out, plain[start as usize..], "start {start} chunk {chunk}");
             }
         }

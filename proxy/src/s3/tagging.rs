@@ -201,13 +201,16 @@ pub(super) async fn delete_bucket_tagging(
     Ok(S3Response::new(DeleteBucketTaggingOutput::default()))
 }
 
-/// Changes an object's custom metadata in place on its owner.
+/// Changes an object's custom metadata in place on its owner (which refuses, 403, a change
+/// of a retention in force other than lengthening it, unless `bypass_governance` and the
+/// retention is GOVERNANCE).
 pub(super) async fn patch(
     s: &GristS3,
     bucket: &str,
     key: &str,
     version_id: Option<&str>,
     change: serde_json::Value,
+    bypass_governance: bool,
 ) -> S3Result<Attrs> {
     let bck = s.existing(bucket).await?;
     if bck.is_remote() {
@@ -222,6 +225,10 @@ pub(super) async fn patch(
             s.proxy
                 .http
                 .request(reqwest::Method::PATCH, url)
+                .header(
+                    gristmill_core::object_lock::BYPASS_GOVERNANCE_HEADER,
+                    if bypass_governance { "true" } else { "false" },
+                )
                 .json(&change),
         )
         .await?;
@@ -257,6 +264,7 @@ pub(super) async fn put_object_tagging(
         &input.key,
         input.version_id.as_deref(),
         change,
+        false,
     )
     .await?;
     Ok(S3Response::new(PutObjectTaggingOutput {
@@ -276,6 +284,7 @@ pub(super) async fn delete_object_tagging(
         &input.key,
         input.version_id.as_deref(),
         change,
+        false,
     )
     .await?;
     Ok(S3Response::new(DeleteObjectTaggingOutput {

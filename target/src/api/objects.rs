@@ -220,11 +220,17 @@ pub(crate) async fn multipart(
                 .and_then(|v| v.to_str().ok())
                 .map(|v| v.split(',').map(|a| a.trim().to_owned()).collect())
                 .unwrap_or_default();
-            let sse_key_check = req
-                .headers()
-                .get(gristmill_core::sse::KEY_CHECK_KEY)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
+            let sse_key_check = header_string(req.headers(), gristmill_core::sse::KEY_CHECK_KEY);
+            let sse_iv = header_string(req.headers(), gristmill_core::sse::IV_KEY);
+            let sse = match (&sse_key_check, &sse_iv) {
+                (Some(check), Some(iv)) => Some((check.as_str(), iv.as_str())),
+                (None, None) => None,
+                _ => {
+                    return Err(ApiError::bad_request(
+                        "an SSE-C part needs its key check and its IV",
+                    ));
+                }
+            };
             let info = t
                 .store
                 .mpu_put_part(
@@ -235,7 +241,7 @@ pub(crate) async fn multipart(
                     req.into_body().into_data_stream(),
                     expected,
                     &algorithms,
-                    sse_key_check.as_deref(),
+                    sse,
                 )
                 .await?;
             Ok(axum::Json(info).into_response())
@@ -324,4 +330,9 @@ pub(crate) async fn multipart(
             "unsupported multipart request {m} op={op:?}"
         ))),
     }
+}
+
+/// A header's value as a string, if it has a readable one.
+fn header_string(headers: &axum::http::HeaderMap, name: &str) -> Option<String> {
+    Some(headers.get(name)?.to_str().ok()?.to_owned())
 }

@@ -234,21 +234,50 @@ pub(crate) async fn delete_everywhere(
 /// After the owner deleted one version of an object for good (versioned buckets): the same on
 /// every other possible holder — replicas keep the same versions, and a past owner may not have
 /// moved it yet. Answers whether any of them held it; an error when one could not be told.
+/// With `lock` (a client's delete), each holder checks Object Lock itself: one refusing
+/// answers 403, which the client gets.
 pub(crate) async fn delete_version_everywhere(
     t: &Target,
     bck: &Bck,
     name: &str,
     id: &str,
+    lock: Option<crate::store::index::LockCheck>,
 ) -> Result<bool, ApiError> {
     delete_on_other_holders(t, bck, name, |r| {
-        r.query(&[(gristmill_core::api::query::VERSION_ID, id)])
+        let r = r.query(&[(gristmill_core::api::query::VERSION_ID, id)]);
+        match lock {
+            Some(l) => r
+                .header(crate::write::local::LOCK_CHECK_HEADER, "true")
+                .header(
+                    gristmill_core::object_lock::BYPASS_GOVERNANCE_HEADER,
+                    if l.bypass_governance { "true" } else { "false" },
+                ),
+            None => r,
+        }
     })
     .await
-    .map_err(|e| {
-        ApiError::unavailable(format!(
+    .map_err(|e| match e {
+        HolderError::Refused(why) => ApiError::new(gristmill_core::ErrorKind::Forbidden, why),
+        HolderError::Unreached(e) => ApiError::unavailable(format!(
             "{bck}/{name} version {id}: deleted here, but a target that may hold it was not reached ({e}); try again"
-        ))
+        )),
     })
+}
+
+/// Why a delete on another holder did not go through.
+enum HolderError {
+    /// It did not answer, or failed.
+    Unreached(String),
+    /// It refused (403: Object Lock).
+    Refused(String),
+}
+
+impl std::fmt::Display for HolderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HolderError::Unreached(e) | HolderError::Refused(e) => f.write_str(e),
+        }
+    }
 }
 
 /// An internal DELETE (shaped by `with`) on every other possible holder, at once: whether any
@@ -258,7 +287,7 @@ async fn delete_on_other_holders(
     bck: &Bck,
     name: &str,
     with: impl Fn(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
-) -> Result<bool, String> {
+) -> Result<bool, HolderError> {
     let with = &with;
     let deletes = other_holders(t, bck, name)
         .into_iter()
@@ -271,8 +300,16 @@ async fn delete_on_other_holders(
             match with(req).send().await {
                 Ok(r) if r.status().is_success() => Ok(true),
                 Ok(r) if r.status() == reqwest::StatusCode::NOT_FOUND => Ok(false),
-                Ok(r) => Err(format!("{}: {}", node.daemon_id, r.status())),
-                Err(e) => Err(format!("{}: {e}", node.daemon_id)),
+                Ok(r) if r.status() == reqwest::StatusCode::FORBIDDEN => {
+                    let why = r.text().await.unwrap_or_default();
+                    Err(HolderError::Refused(format!("{}: {why}", node.daemon_id)))
+                }
+                Ok(r) => Err(HolderError::Unreached(format!(
+                    "{}: {}",
+                    node.daemon_id,
+                    r.status()
+                ))),
+                Err(e) => Err(HolderError::Unreached(format!("{}: {e}", node.daemon_id))),
             }
         });
     let mut held = false;

@@ -602,11 +602,25 @@ impl Store {
         set: &std::collections::BTreeMap<String, String>,
         remove: &[String],
         floor: u64,
+        lock: index::LockCheck,
     ) -> Result<ObjectMeta, StoreError> {
         for _ in 0..3 {
             let (mp, current) = self
                 .locate(bck, name)?
                 .ok_or_else(|| StoreError::not_found(format!("object {bck}/{name}")))?;
+            // Object Lock: checked against the record the conditional put below replaces.
+            if let Some(why) = gristmill_core::object_lock::change_refused(
+                &current.custom,
+                set,
+                remove,
+                lock.now_ns,
+                lock.bypass_governance,
+            ) {
+                return Err(StoreError::Api(ApiError::new(
+                    gristmill_core::ErrorKind::Forbidden,
+                    format!("{bck}/{name}: {why}"),
+                )));
+            }
             let generation = current
                 .effective_gen()
                 .max(self.tombstone(bck, name)?)

@@ -94,6 +94,9 @@ pub struct PartInfo {
     /// S3 checksums of the part, by header name (`x-amz-checksum-sha256`: base64).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub checksums: BTreeMap<String, String>,
+    /// SSE-C uploads: the IV the S3 front encrypted this part with (hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sse_iv: Option<String>,
 }
 
 fn no_such_upload(id: &str) -> StoreError {
@@ -256,7 +259,7 @@ impl Store {
         body: S,
         expected_size: Option<u64>,
         algorithms: &[String],
-        sse_key_check: Option<&str>,
+        sse: Option<(&str, &str)>,
     ) -> Result<PartInfo, StoreError>
     where
         S: Stream<Item = Result<Bytes, E>> + Send,
@@ -269,7 +272,9 @@ impl Store {
             .into());
         }
         let (dir, info) = self.load_upload(bck, key, upload_id).await?;
-        // An SSE-C upload's parts are all under its key (see `gristmill_core::sse`).
+        // An SSE-C upload's parts are all under its key, each with an IV of its own (see
+        // `gristmill_core::sse`); `sse` is the part's (key check, IV).
+        let sse_key_check = sse.map(|(check, _)| check);
         if info
             .custom
             .get(gristmill_core::sse::KEY_CHECK_KEY)
@@ -327,6 +332,7 @@ impl Store {
                     .into_iter()
                     .map(|(k, v)| (k.to_owned(), v))
                     .collect(),
+                sse_iv: sse.map(|(_, iv)| iv.to_owned()),
             };
             tokio::fs::rename(&tmp, dir.join(format!("part-{part:05}"))).await?;
             let json = serde_json::to_vec(&info).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -422,6 +428,7 @@ impl Store {
         let mut part_checksums: Vec<String> = Vec::new();
         let mut files = Vec::with_capacity(parts.len());
         let mut sizes = Vec::with_capacity(parts.len());
+        let mut part_ivs = Vec::with_capacity(parts.len());
         for (i, (n, etag)) in parts.iter().enumerate() {
             let want = etag.trim_matches('"');
             let p = stored
@@ -469,6 +476,7 @@ impl Store {
             }
             files.push(dir.join(format!("part-{n:05}")));
             sizes.push(p.size.to_string());
+            part_ivs.push(p.sse_iv.clone().unwrap_or_default());
         }
         let etag = format!(
             "{}-{}",
@@ -486,16 +494,8 @@ impl Store {
         let mut custom = info.custom.clone();
         custom.insert(ETAG_KEY.into(), etag.clone());
         if custom.contains_key(gristmill_core::sse::KEY_CHECK_KEY) {
-            // Where each part's keystream starts: its upload id and number.
-            custom.insert(
-                gristmill_core::sse::UPLOAD_ID_KEY.into(),
-                upload_id.to_owned(),
-            );
-            let numbers: Vec<String> = parts.iter().map(|(n, _)| n.to_string()).collect();
-            custom.insert(
-                gristmill_core::sse::PART_NUMBERS_KEY.into(),
-                numbers.join(","),
-            );
+            // Each part's keystream: its IV, in object order.
+            custom.insert(gristmill_core::sse::PART_IVS_KEY.into(), part_ivs.join(","));
         }
         // Part boundaries, for `?partNumber=` reads and GetObjectAttributes.
         custom.insert(PARTS_KEY.into(), sizes.join(","));

@@ -2,6 +2,12 @@ use super::*;
 use crate::store::index::{BuryGen, GenRule};
 use gristmill_core::Provider;
 
+/// The Object Lock check of a metadata change (no object here has a retention).
+const NO_LOCK_BYPASS: index::LockCheck = index::LockCheck {
+    now_ns: 0,
+    bypass_governance: false,
+};
+
 fn body(s: &str) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + use<> {
     futures::stream::iter([Ok(Bytes::from(s.to_owned()))])
 }
@@ -221,7 +227,10 @@ async fn patching_metadata_keeps_the_data_under_a_new_name_and_generation() {
         .await
         .unwrap();
     let set = std::collections::BTreeMap::from([("x-amz-tagging".to_owned(), "a=1".to_owned())]);
-    let after = store.patch_custom(&bck, "x", &set, &[], 10).await.unwrap();
+    let after = store
+        .patch_custom(&bck, "x", &set, &[], 10, NO_LOCK_BYPASS)
+        .await
+        .unwrap();
     assert_eq!(after.generation, 11, "above the floor, like a write");
     assert_eq!(after.custom["x-amz-tagging"], "a=1");
     assert_eq!(
@@ -247,6 +256,7 @@ async fn patching_metadata_keeps_the_data_under_a_new_name_and_generation() {
             &Default::default(),
             &["x-amz-tagging".to_owned()],
             0,
+            NO_LOCK_BYPASS,
         )
         .await
         .unwrap();

@@ -132,12 +132,12 @@ pub(crate) async fn one_version(
         axum::http::Method::DELETE => {
             // Object Lock is checked by the owner's delete, in its index transaction; the
             // other holders' copies follow that decision.
-            let lock = (!here_only).then(|| crate::store::index::LockCheck {
+            // A holder asked by the owner checks too when told to (`LOCK_CHECK_HEADER`): the
+            // owner may not hold the version yet while a rebalance moves it.
+            let checked = !here_only || req.headers().contains_key(LOCK_CHECK_HEADER);
+            let lock = checked.then(|| crate::store::index::LockCheck {
                 now_ns: crate::store::now_ns(),
-                bypass_governance: req
-                    .headers()
-                    .get(gristmill_core::object_lock::BYPASS_GOVERNANCE_HEADER)
-                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true")),
+                bypass_governance: bypasses_governance(req.headers()),
             });
             let removed = match t.store.delete_version(bck, name, id, lock).await {
                 Ok((removed, _)) => Some(removed),
@@ -154,7 +154,7 @@ pub(crate) async fn one_version(
             let elsewhere = if here_only {
                 false
             } else {
-                crate::cluster::placement::delete_version_everywhere(t, bck, name, id).await?
+                crate::cluster::placement::delete_version_everywhere(t, bck, name, id, lock).await?
             };
             if removed.is_none() && !elsewhere {
                 return Err(ApiError::new(
@@ -402,6 +402,16 @@ pub(crate) async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) 
     Ok(resp)
 }
 
+/// Node-to-node version deletes that the holder must check against Object Lock itself.
+pub(crate) const LOCK_CHECK_HEADER: &str = "x-grist-lock-check";
+
+/// Whether a request bypasses GOVERNANCE retention (S3's header, also on the native API).
+fn bypasses_governance(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(gristmill_core::object_lock::BYPASS_GOVERNANCE_HEADER)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
+}
+
 /// `PATCH /v1/objects/{bucket}/{object}` with `{"set": {key: value}, "delete": [key]}`:
 /// changes the object's custom metadata without rewriting its data (S3 object tagging uses
 /// it), then refreshes its replicas. Ordered like a write: while a newer copy of the object is
@@ -415,6 +425,10 @@ pub(crate) async fn patch_custom(t: &Target, bck: &Bck, name: &str, req: Request
         #[serde(default)]
         delete: Vec<String>,
     }
+    let lock = crate::store::index::LockCheck {
+        now_ns: crate::store::now_ns(),
+        bypass_governance: bypasses_governance(req.headers()),
+    };
     let body = axum::body::to_bytes(req.into_body(), 64 << 10)
         .await
         .map_err(|e| ApiError::bad_request(format!("reading body: {e}")))?;
@@ -445,6 +459,7 @@ pub(crate) async fn patch_custom(t: &Target, bck: &Bck, name: &str, req: Request
             &patch.set,
             &patch.delete,
             elsewhere.write_floor(),
+            lock,
         )
         .await?;
     crate::cluster::replicas::replicate(t, bck, &meta).await?;
@@ -622,9 +637,11 @@ pub(crate) async fn commit_with_replicas(
         _ if versioned && !null_over_null => {
             let id = crate::store::index::version_id(&meta).to_owned();
             match t.store.delete_version(bck, name, &id, None).await {
-                Ok(_) => crate::cluster::placement::delete_version_everywhere(t, bck, name, &id)
-                    .await
-                    .map(|_| ()),
+                Ok(_) => {
+                    crate::cluster::placement::delete_version_everywhere(t, bck, name, &id, None)
+                        .await
+                        .map(|_| ())
+                }
                 Err(e) => Err(e.into()),
             }
         }
