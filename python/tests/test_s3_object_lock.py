@@ -197,3 +197,28 @@ def test_native_api_cannot_strip_a_lock(s3, lock_bucket, s3_endpoint):
         assert r.status_code == 409, (value, r.status_code, r.text)
     assert s3.get_bucket_versioning(Bucket=lock_bucket)["Status"] == "Enabled"
     s3.delete_object(Bucket=lock_bucket, Key="n", VersionId=v, BypassGovernanceRetention=True)
+
+
+def test_holders_asked_by_the_owner_check_the_lock(s3, lock_bucket, s3_endpoint):
+    """While a rebalance has not moved a version to its owner, the owner's delete goes to the
+    targets that may still hold it, telling them to check Object Lock themselves: such a
+    node-to-node delete of a locked version is refused (403) by whichever target holds it."""
+    import requests
+
+    v = s3.put_object(Bucket=lock_bucket, Key="held", Body=b"held",
+                      ObjectLockLegalHoldStatus="ON")["VersionId"]
+    smap = requests.get(f"{s3_endpoint}/v1/cluster?what=smap", timeout=30).json()
+    answers = []
+    for node in smap["tmap"].values():
+        url = node["public_net"]["direct_url"].rstrip("/")
+        r = requests.delete(
+            f"{url}/v1/internal/objects/{lock_bucket}/held",
+            params={"provider": "ais", "version_id": v},
+            headers={"x-grist-lock-check": "true",
+                     "x-amz-bypass-governance-retention": "true"},
+            timeout=30,
+        )
+        answers.append(r.status_code)
+    assert 403 in answers and set(answers) <= {403, 404}, answers
+    assert s3.get_object(Bucket=lock_bucket, Key="held", VersionId=v)["Body"].read() == b"held"
+    s3.put_object_legal_hold(Bucket=lock_bucket, Key="held", LegalHold={"Status": "OFF"})
