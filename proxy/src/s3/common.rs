@@ -404,6 +404,31 @@ pub(super) fn custom_md(
     md
 }
 
+/// The access metadata a new object (PutObject, CopyObject, CreateMultipartUpload) gets from
+/// its request and its bucket, with one look at the bucket: its lock (`object_lock`), its own
+/// ACL and its writer as owner (`public`).
+pub(super) fn access_metadata(
+    s: &GristS3,
+    bck: &Bck,
+    writer: &str,
+    acl: Option<&ObjectCannedACL>,
+    mode: Option<&ObjectLockMode>,
+    until: Option<&Timestamp>,
+    hold: Option<&ObjectLockLegalHoldStatus>,
+) -> S3Result<Vec<(String, String)>> {
+    let bmd = s.proxy.bmd();
+    let none = api::S3BucketProps::default();
+    let props = bmd.get(bck).map_or(&none, |r| &r.props.s3);
+    let mut md = super::object_lock::for_new_object(&props.object_lock, mode, until, hold)?;
+    md.extend(super::public::new_object_md(
+        bck,
+        &props.object_ownership,
+        acl,
+        writer,
+    )?);
+    Ok(md)
+}
+
 /// Which S3 checksums a request asks us to validate and keep, from its headers
 /// (`x-amz-checksum-<algo>`, `x-amz-sdk-checksum-algorithm`, `x-amz-trailer`).
 pub(super) fn requested_checksums(headers: &http::HeaderMap) -> Vec<String> {

@@ -33,18 +33,14 @@ pub(super) async fn create_multipart_upload(
     if let Some(tags) = super::tagging::from_header(input.tagging.as_deref())? {
         custom.insert(super::tagging::TAGGING.into(), tags);
     }
-    custom.extend(super::object_lock::for_new_object(
+    custom.extend(access_metadata(
         s,
         &bck,
+        &s.requester(req.credentials.as_ref()),
+        input.acl.as_ref(),
         input.object_lock_mode.as_ref(),
         input.object_lock_retain_until_date.as_ref(),
         input.object_lock_legal_hold_status.as_ref(),
-    )?);
-    custom.extend(super::public::new_object_md(
-        s,
-        &bck,
-        input.acl.as_ref(),
-        &s.requester(req.credentials.as_ref()),
     )?);
     let sse_key = super::sse::customer_key(&req.headers)?;
     if let Some(key) = &sse_key {

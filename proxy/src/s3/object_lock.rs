@@ -68,23 +68,15 @@ fn check_hold(status: &str) -> S3Result<&'static str> {
 /// together; a legal hold) or else the bucket's default retention. Lock headers on a bucket
 /// without Object Lock are refused, never ignored.
 pub(super) fn for_new_object(
-    s: &GristS3,
-    bck: &gristmill_core::Bck,
+    lock: &ObjectLockProps,
     mode: Option<&ObjectLockMode>,
     until: Option<&Timestamp>,
     hold: Option<&ObjectLockLegalHoldStatus>,
 ) -> S3Result<Vec<(String, String)>> {
     let asked = mode.is_some() || until.is_some() || hold.is_some();
-    if !asked
-        && !s
-            .proxy
-            .bmd()
-            .get(bck)
-            .is_some_and(|r| r.props.s3.object_lock.enabled)
-    {
-        return Ok(Vec::new()); // the common case: no lock, no copy of the props
+    if !asked && !lock.enabled {
+        return Ok(Vec::new()); // the common case: no lock
     }
-    let lock = props(s, bck);
     if !lock.enabled {
         return Err(missing_configuration());
     }

@@ -38,8 +38,8 @@ pub(super) const OBJECT_OWNER: &str = "x-grist-object-owner";
 /// ACL, and its writer as owner where the bucket's ObjectOwnership says so. With ACLs off
 /// (`BucketOwnerEnforced`) an ACL other than `bucket-owner-full-control` is refused.
 pub(super) fn new_object_md(
-    s: &GristS3,
     bck: &gristmill_core::Bck,
+    ownership: &str,
     acl: Option<&ObjectCannedACL>,
     writer: &str,
 ) -> S3Result<Vec<(String, String)>> {
@@ -58,12 +58,6 @@ pub(super) fn new_object_md(
         }
         return Ok(md);
     }
-    let ownership = s
-        .proxy
-        .bmd()
-        .get(bck)
-        .map(|r| r.props.s3.object_ownership.clone())
-        .unwrap_or_default();
     if ownership == BUCKET_OWNER_ENFORCED {
         if acl.is_some_and(|a| a != ObjectCannedACL::BUCKET_OWNER_FULL_CONTROL) {
             return Err(acls_disabled());
@@ -75,7 +69,7 @@ pub(super) fn new_object_md(
     }) {
         md.push((OBJECT_ACL.to_owned(), "private".to_owned()));
     }
-    let writer_owns = match ownership.as_str() {
+    let writer_owns = match ownership {
         ObjectOwnership::OBJECT_WRITER => true,
         ObjectOwnership::BUCKET_OWNER_PREFERRED => {
             acl != Some(ObjectCannedACL::BUCKET_OWNER_FULL_CONTROL)
