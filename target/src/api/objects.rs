@@ -27,7 +27,7 @@ pub(crate) async fn object(
     Query(params): Params,
     req: Request,
 ) -> ApiResult {
-    let (bck, _admitted) = match t
+    let (bck, admitted) = match t
         .route_object(&bucket, &name, &params, req.method(), req.uri())
         .await?
     {
@@ -99,7 +99,10 @@ pub(crate) async fn object(
         }
         Method::PUT if remote => crate::write::remote::put_object(&t, &bck, &name, req).await,
         Method::PUT => {
-            let resp = crate::write::local::put_object(&t, &bck, &name, req).await?;
+            let placed_by = admitted
+                .as_ref()
+                .map_or_else(|| t.smap(), |a| a.placed_by.clone());
+            let resp = crate::write::local::put_object(&t, &placed_by, &bck, &name, req).await?;
             crate::shards::after_put(&t, &bck, &name);
             Ok(resp)
         }
@@ -163,7 +166,7 @@ pub(crate) async fn multipart(
     Query(params): Params,
     req: Request,
 ) -> ApiResult {
-    let (bck, _admitted) = match t
+    let (bck, admitted) = match t
         .route_object(&bucket, &name, &params, req.method(), req.uri())
         .await?
     {
@@ -314,7 +317,10 @@ pub(crate) async fn multipart(
             let meta =
                 crate::write::local::commit_with_replicas(&t, &bck, &name, assembled.pending)
                     .await?;
-            crate::cluster::placement::count_hinted(&t, &bck, &name, meta.size);
+            let placed_by = admitted
+                .as_ref()
+                .map_or_else(|| t.smap(), |a| a.placed_by.clone());
+            crate::cluster::placement::count_hinted(&t, &placed_by, &bck, &name, meta.size);
             crate::cluster::placement::retire_copies(&t, &bck, &name, &elsewhere).await;
             assembled.done.completed_ns = crate::store::now_ns();
             t.store.mpu_finish(&assembled.dir, &assembled.done).await;

@@ -52,19 +52,26 @@ impl Target {
         self.require_bucket(&bck).await?;
         // Admitted before ownership is decided, so the decision's map is never older than the
         // one the admission counts under.
-        let admitted = (!matches!(*method, Method::GET | Method::HEAD)).then(|| self.admit_write());
+        let mut admitted =
+            (!matches!(*method, Method::GET | Method::HEAD)).then(|| self.admit_write());
         Ok(
             match self
                 .redirect_if_not_owner(&bck, name, params, method, uri)
                 .await?
             {
-                Some(redirect) => Routed::Elsewhere(redirect),
-                None => Routed::Here(bck, admitted),
+                Placed::Elsewhere(redirect) => Routed::Elsewhere(redirect),
+                Placed::Here(smap) => {
+                    if let Some(a) = admitted.as_mut() {
+                        a.placed_by = smap;
+                    }
+                    Routed::Here(bck, admitted)
+                }
             },
         )
     }
 
-    /// `Some(redirect)` when another target owns the object under this target's map. A
+    /// `Elsewhere(redirect)` when another target owns the object under this target's map,
+    /// otherwise `Here` with the map that placed it here. A
     /// request another target redirected here names its map's version: if that map is newer
     /// than ours, we catch up first; if ours is newer, the sender was behind and the request
     /// goes on to the owner under ours. Two targets on the same version agree on the owner.
@@ -75,7 +82,7 @@ impl Target {
         params: &HashMap<String, String>,
         method: &Method,
         uri: &Uri,
-    ) -> Result<Option<Response>, ApiError> {
+    ) -> Result<Placed, ApiError> {
         let uname = bck.object_uname(name);
         let mut smap = self.smap();
         let sent: Option<u64> = params.get(FORWARDED).map(|v| v.parse().unwrap_or(0));
@@ -86,15 +93,15 @@ impl Target {
             smap = self.smap();
         }
         let Some(owner) = smap.owner(&uname) else {
-            return Ok(None);
+            return Ok(Placed::Here(smap));
         };
         if owner.daemon_id == self.id {
-            return Ok(None);
+            return Ok(Placed::Here(smap));
         }
         if sent.is_some_and(|v| v >= smap.version) {
             // The sender's map is at least as new as ours and places the object here.
             if matches!(*method, Method::GET | Method::HEAD) {
-                return Ok(None); // served from here or a past owner
+                return Ok(Placed::Here(smap)); // served from here or a past owner
             }
             return Err(ApiError::unavailable(format!(
                 "cluster maps disagree about the owner of {bck}/{name} (this target has version {}); retry",
@@ -114,6 +121,14 @@ impl Target {
             uri.path(),
             smap.version
         );
-        Ok(Some(redirect(&location)))
+        Ok(Placed::Elsewhere(redirect(&location)))
     }
+}
+
+/// The owner check's answer (see [`Target::redirect_if_not_owner`]).
+pub(crate) enum Placed {
+    /// Served here, as placed by this map.
+    Here(std::sync::Arc<gristmill_core::ClusterMap>),
+    /// By the owner: the 307 to send.
+    Elsewhere(Response),
 }

@@ -25,8 +25,13 @@ pub(crate) struct WriteGate {
 /// One admitted write: held until the write committed or failed.
 pub(crate) struct Admission {
     gate: Arc<WriteGate>,
-    /// The map the write decides ownership by.
+    /// The map the write was admitted under (its place in the gate).
     pub(crate) smap: Arc<ClusterMap>,
+    /// The map that placed the write here: the admission's, or a newer one the owner check
+    /// caught up with. What the write counts as hinted is judged by this map, not by the one
+    /// current when it commits (the restarting target may be back by then while the walk
+    /// still moves the copy).
+    pub(crate) placed_by: Arc<ClusterMap>,
 }
 
 impl std::fmt::Debug for Admission {
@@ -47,6 +52,7 @@ impl WriteGate {
         *in_flight.entry(order(&smap)).or_default() += 1;
         Admission {
             gate: self.clone(),
+            placed_by: smap.clone(),
             smap,
         }
     }

@@ -71,9 +71,17 @@ pub(crate) fn restarting_refusal(bck: &Bck, name: &str, holder: &str) -> ApiErro
 }
 
 /// Counts a write that landed here (and on its replicas) instead of on a restarting target:
-/// a hinted copy, which moves back when that target is back.
-pub(crate) fn count_hinted(t: &Target, bck: &Bck, name: &str, size: u64) {
-    let current = t.smap();
+/// a hinted copy, which moves back when that target is back. Judged by the map that placed
+/// the write (`placed_by`), not the current one: a target back by the time the write commits
+/// still gets the copy moved to it.
+pub(crate) fn count_hinted(
+    t: &Target,
+    placed_by: &gristmill_core::ClusterMap,
+    bck: &Bck,
+    name: &str,
+    size: u64,
+) {
+    let current = placed_by;
     if !current.has_restarting() {
         return;
     }

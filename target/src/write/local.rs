@@ -348,7 +348,14 @@ pub(crate) async fn delete_object(t: &Target, bck: &Bck, name: &str) -> Result<(
     Ok(())
 }
 
-pub(crate) async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) -> ApiResult {
+/// A PUT of a native object placed here by `placed_by` (the map the owner check used).
+pub(crate) async fn put_object(
+    t: &Target,
+    placed_by: &gristmill_core::ClusterMap,
+    bck: &Bck,
+    name: &str,
+    req: Request,
+) -> ApiResult {
     let headers = req.headers();
     let expected_size = headers
         .get(header::CONTENT_LENGTH)
@@ -395,7 +402,7 @@ pub(crate) async fn put_object(t: &Target, bck: &Bck, name: &str, req: Request) 
         .write_stream(req.into_body().into_data_stream())
         .await?;
     let meta = commit_with_replicas(t, bck, name, pending).await?;
-    crate::cluster::placement::count_hinted(t, bck, name, meta.size);
+    crate::cluster::placement::count_hinted(t, placed_by, bck, name, meta.size);
     crate::cluster::placement::retire_copies(t, bck, name, &elsewhere).await;
     let mut resp = StatusCode::OK.into_response();
     object_headers(t, bck, &meta, resp.headers_mut());

@@ -713,7 +713,7 @@ async fn decommission_and_remove_stay_out_until_added_back() {
 }
 
 /// Waits until target `t` has cluster map `version` or a newer one (pushes are not waited for).
-async fn has_map(c: &Cluster, t: &gristmill_core::Node, version: u64) {
+pub(crate) async fn has_map(c: &Cluster, t: &gristmill_core::Node, version: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let theirs: ClusterMap = c
