@@ -64,9 +64,10 @@ pub mod query {
     pub const BCK_TO: &str = "bck_to";
     /// Evict of a whole remote bucket: keep its bucket-metadata entry.
     pub const KEEP_MD: &str = "keep_md";
-    /// Set by a target that redirects an object request to the owner under its cluster map,
-    /// with that map's version: the receiver catches up with a newer map instead of bouncing
-    /// the request back. Carries no privilege; anyone may set it.
+    /// Set by a proxy or target that redirects (or forwards) an object request to the owner
+    /// under its cluster map, with that map's version: a receiver whose map is older catches
+    /// up first — instead of bouncing the request back, or serving by a map that no longer
+    /// counts it a member. Carries no privilege; anyone may set it (a proxy replaces it).
     pub const FORWARDED: &str = "tfwd";
     /// Internal object routes: what a transfer is (`rebalance` or `replica`).
     pub const TRANSFER: &str = "transfer";

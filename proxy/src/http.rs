@@ -163,14 +163,22 @@ async fn object(
     .map(|s| format!("&{s}"))
     .unwrap_or_default();
     drain_unless_expect_continue(req).await;
-    let query = uri.query().unwrap_or("");
-    let sep = if query.is_empty() { "" } else { "&" };
+    // The owner catches up with this map first if its own is older (`q::FORWARDED`).
+    let query: String = uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|kv| !kv.is_empty() && !kv.starts_with(q::FORWARDED))
+        .map(|kv| format!("{kv}&"))
+        .collect();
     let location = format!(
-        "{}{}?{query}{sep}{}={}{signed}",
+        "{}{}?{query}{}={}&{}={}{signed}",
         owner.url(),
         uri.path(),
         q::PROXY_ID,
-        p.id
+        p.id,
+        q::FORWARDED,
+        smap.version
     );
     Ok(redirect(&location))
 }

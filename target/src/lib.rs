@@ -125,6 +125,9 @@ pub(crate) struct Target {
     /// placement counts as unsettled and its copies are checked before they are served
     /// ([`read::returning`]).
     returning: std::sync::atomic::AtomicBool,
+    /// How long this target may act on its map without hearing from the primary (a target
+    /// paused past the keepalive window may have been replaced meanwhile).
+    lease: cluster::lease::MapLease,
     /// Multipart uploads taken over or completed now, one request at a time per upload.
     uploads: cluster::uploads::UploadLocks,
     /// Active targets the last rebalance was started for (None: none yet in this process).
@@ -172,7 +175,12 @@ impl Target {
 
     /// Forgets the earlier cluster maps (every object is where the current one places it).
     pub(crate) fn forget_past_smaps(&self) -> Result<(), StoreError> {
-        if self.smap().tmap.contains_key(&self.id) {
+        if self
+            .smap()
+            .tmap
+            .get(&self.id)
+            .is_some_and(|me| !me.is_restarting() && !me.is_inactive())
+        {
             self.returned("every object is placed by the current map");
         }
         let mut past = self.past.lock().expect("past lock");
@@ -300,6 +308,16 @@ impl Target {
             if holds_objects(&self.store) {
                 self.set_returning("added back to the cluster map");
             }
+        } else if new
+            .tmap
+            .get(&self.id)
+            .is_some_and(|me| me.is_restarting() || me.is_inactive())
+            && holds_objects(&self.store)
+        {
+            // Taken for silent (a suspect), restarting or in maintenance: writes and deletes
+            // meant for this target land elsewhere from this map on, so what it holds is
+            // unproven until placement is confirmed for a map where it is active again.
+            self.set_returning("the cluster map routes this target's objects elsewhere");
         }
         let old = std::mem::replace(&mut *self.smap.write().expect("smap lock"), Arc::new(new));
         let past: Vec<ClusterMap> = {
@@ -473,6 +491,7 @@ impl Target {
             // Until its first join says otherwise, a target that starts with data may have
             // been out while it was rewritten or deleted elsewhere.
             returning: std::sync::atomic::AtomicBool::new(holds_objects),
+            lease: cluster::lease::MapLease::new(config.keepalive_interval),
             uploads: Default::default(),
             me: Default::default(),
         });

@@ -721,12 +721,15 @@ impl GristS3 {
         let owner = smap
             .owner(&bck.object_uname(key))
             .ok_or_else(|| s3_error!(ServiceUnavailable, "no targets in the cluster yet"))?;
+        // The owner catches up with this map first if its own is older.
         Ok(format!(
-            "{}/v1/{area}/{}/{}?{}",
+            "{}/v1/{area}/{}/{}?{}&{}={}",
             owner.url(),
             bck.name,
             gristmill_core::name::encode_path(key),
-            bucket_query(bck)
+            bucket_query(bck),
+            gristmill_core::api::query::FORWARDED,
+            smap.version
         ))
     }
 

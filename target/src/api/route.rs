@@ -49,6 +49,11 @@ impl Target {
         validate_object_name(name)?;
         gristmill_core::api::refuse_node_only_params(params.keys())?;
         self.await_first_map().await?;
+        // Paused past its map lease, this target may have been taken for silent meanwhile:
+        // it hears from the primary before it acts on its map (see `cluster::lease`).
+        self.lease
+            .renew_if_expired(crate::cluster::membership::confirm_map(self))
+            .await;
         self.require_bucket(&bck).await?;
         // Admitted before ownership is decided, so the decision's map is never older than the
         // one the admission counts under.
@@ -72,7 +77,7 @@ impl Target {
 
     /// `Elsewhere(redirect)` when another target owns the object under this target's map,
     /// otherwise `Here` with the map that placed it here. A
-    /// request another target redirected here names its map's version: if that map is newer
+    /// request a proxy or another target redirected here names its map's version: if that map is newer
     /// than ours, we catch up first; if ours is newer, the sender was behind and the request
     /// goes on to the owner under ours. Two targets on the same version agree on the owner.
     pub(crate) async fn redirect_if_not_owner(
@@ -86,10 +91,11 @@ impl Target {
         let uname = bck.object_uname(name);
         let mut smap = self.smap();
         let sent: Option<u64> = params.get(FORWARDED).map(|v| v.parse().unwrap_or(0));
-        if sent.is_some_and(|v| v > smap.version)
-            && smap.owner(&uname).is_some_and(|o| o.daemon_id != self.id)
-        {
-            self.refresh_smap().await;
+        // The sender (a proxy or target) places the object by a newer map: catch up first,
+        // whoever owns the object under ours — that map may route this target's objects
+        // elsewhere, or say it is back from being out (its copies are then checked).
+        if let Some(v) = sent.filter(|v| *v > smap.version) {
+            self.catch_up_to(v).await;
             smap = self.smap();
         }
         let Some(owner) = smap.owner(&uname) else {

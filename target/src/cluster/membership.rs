@@ -95,6 +95,7 @@ fn primary_url(target: &Target) -> String {
 }
 
 async fn join(target: &Target) -> anyhow::Result<Answer> {
+    let stamp = target.lease.stamp();
     let mut last = None;
     // The map before the join is sent: a push of the map the join makes can come first.
     let before = target.smap();
@@ -121,6 +122,7 @@ async fn join(target: &Target) -> anyhow::Result<Answer> {
                 if unchanged && target.smap().version > 0 {
                     target.returned("re-joined an unchanged cluster map");
                 }
+                target.lease.confirmed(stamp);
                 tracing::info!(primary = %base, "joined the cluster");
                 // After a restart: finish whatever rebalance was interrupted.
                 target.maybe_rebalance();
@@ -134,7 +136,27 @@ async fn join(target: &Target) -> anyhow::Result<Answer> {
     Err(last.unwrap_or_else(|| anyhow::anyhow!("no proxy to join (set --join)")))
 }
 
+/// Renews this target's map lease before an object request acts on its map (see
+/// [`crate::cluster::lease`]): a keepalive, whose answer carries any newer map — or says that
+/// the primary took this target out, which makes it a returning target at once (the
+/// membership loop re-joins on its next round). Answers whether the primary answered.
+pub(crate) async fn confirm_map(target: &Target) -> bool {
+    match keepalive(target).await {
+        Ok(Answer::Ok) => true,
+        Ok(Answer::Unknown | Answer::Removed) => {
+            target.set_returning("the primary no longer counts this node a member");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not confirm the cluster map with the primary (lease run out); going on with the map held");
+            false
+        }
+    }
+}
+
 async fn keepalive(target: &Target) -> anyhow::Result<Answer> {
+    // The answer carries what was current when it was sent.
+    let stamp = target.lease.stamp();
     let smap = target.smap();
     let msg = Keepalive {
         id: target.id.clone(),
@@ -163,6 +185,7 @@ async fn keepalive(target: &Target) -> anyhow::Result<Answer> {
     // The primary piggybacks newer metadata on the reply when we are behind.
     let sync: MetaSync = resp.json().await?;
     target.apply_metasync(sync).await?;
+    target.lease.confirmed(stamp);
     Ok(Answer::Ok)
 }
 

@@ -92,6 +92,7 @@ impl Target {
         if let Ok(resp) = self
             .http
             .get(format!("{primary}/v1/daemon?what=smap"))
+            .timeout(std::time::Duration::from_secs(2))
             .send()
             .await
             && let Ok(smap) = resp.json().await
@@ -102,6 +103,16 @@ impl Target {
                     bmd: None,
                 })
                 .await;
+        }
+    }
+
+    /// Catches up with a map at least as new as `version`, which the node that sent a
+    /// request here holds (a proxy's redirect names its map's version): one fetch for all the
+    /// requests that wait for it.
+    pub(crate) async fn catch_up_to(&self, version: u64) {
+        let _one = self.lease.catching_up.lock().await;
+        if self.smap().version < version {
+            self.refresh_smap().await;
         }
     }
 }

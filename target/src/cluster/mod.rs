@@ -6,6 +6,7 @@
 //! small pieces of node-to-node calls ([`peer`]).
 
 pub(crate) mod gate;
+pub(crate) mod lease;
 pub(crate) mod membership;
 pub(crate) mod metadata;
 pub(crate) mod peer;

@@ -565,14 +565,11 @@ async fn a_hinted_write_that_commits_after_the_home_is_back_counts_as_hinted() {
     assert_eq!(r.bytes().await.unwrap().as_ref(), data);
 }
 
-/// The failure detector's grace: a target silent for the keepalive window is first a
-/// *suspect* — requests skip it and nothing moves — and back in placement as soon as it is
-/// heard from again (checking its copies against the writes hinted meanwhile); only one silent
-/// for the whole grace is removed (and its data rebalanced).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_silent_target_is_suspect_for_a_grace_before_it_is_removed() {
-    let c = Cluster::start_full(
-        4,
+/// A cluster whose targets keep alive every 500 ms; the primary takes one silent for four
+/// intervals for a suspect and removes it after `grace_ms`.
+async fn with_suspect_grace(targets: usize, grace_ms: u64) -> Cluster {
+    Cluster::start_full(
+        targets,
         1,
         &[
             "--keepalive-interval-ms",
@@ -580,12 +577,21 @@ async fn a_silent_target_is_suspect_for_a_grace_before_it_is_removed() {
             "--keepalive-retries",
             "4",
             "--suspect-grace-ms",
-            "5000",
+            &grace_ms.to_string(),
         ],
         &[("GRISTD_KEEPALIVE_INTERVAL_MS".into(), "500".into())],
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// The failure detector's grace: a target silent for the keepalive window is first a
+/// *suspect* — requests skip it and nothing moves — and back in placement as soon as it is
+/// heard from again (checking its copies against the writes hinted meanwhile); only one silent
+/// for the whole grace is removed (and its data rebalanced).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_silent_target_is_suspect_for_a_grace_before_it_is_removed() {
+    let c = with_suspect_grace(4, 5_000).await;
     c.create_bucket("rs").await.unwrap();
     c.grist_ok(&["bucket", "props", "set", "ais://rs", "mirror.copies=2"]);
     let client = Client {
@@ -697,4 +703,105 @@ async fn a_silent_target_is_suspect_for_a_grace_before_it_is_removed() {
         assert_eq!(r.status(), 200, "{} after its holder was removed", name(i));
         assert_eq!(r.bytes().await.unwrap().as_ref(), bytes(i, v));
     }
+}
+
+/// A target paused past the keepalive window (SIGSTOP, a frozen VM) is taken for a suspect and
+/// its objects are rewritten on a substitute meanwhile. The requests that waited in its socket
+/// while it was stopped — a GET and a PUT sent straight to it, as a direct-mode client or a
+/// redirect taken before the pause sends them — must not be answered by its stale map when it
+/// resumes: no read of the copy the substitute's write replaced, and no write acknowledged
+/// with a generation below that write's (which loses it when the target catches up). It hears
+/// from the primary first (its map lease ran out: `target/src/cluster/lease.rs`). Every
+/// answer is judged, including refusals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_paused_target_hears_from_the_primary_before_it_serves_what_waited() {
+    let c = with_suspect_grace(3, 60_000).await;
+    c.create_bucket("pz").await.unwrap();
+    let victim = 1;
+    let id = c.target_id(victim).await.unwrap();
+    let bck = Bck::new("pz", Provider::Ais).unwrap();
+    let smap = c.smap().await.unwrap();
+    let victim_url = smap.tmap[&id].url().to_owned();
+    let object = (0..)
+        .map(|i| format!("paused-{i}"))
+        .find(|n| smap.owner(&bck.object_uname(n)).unwrap().daemon_id == id)
+        .unwrap();
+    let url = |base: &str| format!("{base}/v1/objects/pz/{object}");
+    let body = |v: u64| content(900 + v, SIZE);
+    let r = c
+        .http
+        .put(url(&c.endpoint))
+        .body(body(0))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    placed(&c).await;
+
+    // Stopped until the primary takes it for a suspect; the object is rewritten meanwhile.
+    c.targets[victim].signal("STOP");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = c.smap().await.unwrap();
+        if m.tmap[&id].flags & gristmill_core::smap::FLAG_SUSPECT != 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never taken for a suspect");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let r = c
+        .http
+        .put(url(&c.endpoint))
+        .body(body(1))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "a write while the owner is suspect");
+
+    // Sent to the stopped target: they wait in its socket.
+    let get = tokio::spawn(c.http.get(url(&victim_url)).send());
+    let put = tokio::spawn(c.http.put(url(&victim_url)).body(body(2)).send());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!get.is_finished() && !put.is_finished());
+    c.targets[victim].signal("CONT");
+
+    let r = get.await.unwrap().unwrap();
+    let status = r.status();
+    let got = r.bytes().await.unwrap();
+    assert!(
+        status == 503 || (status == 200 && got.as_ref() == body(1)),
+        "the GET that waited: {status}, {}",
+        if got.as_ref() == body(0) {
+            "the copy the write replaced".to_owned()
+        } else {
+            format!("{} bytes", got.len())
+        }
+    );
+    let r = put.await.unwrap().unwrap();
+    let put_status = r.status();
+    assert!(
+        put_status == 200 || put_status == 503,
+        "the PUT that waited: {put_status} {}",
+        r.text().await.unwrap()
+    );
+
+    // Settled: the last acknowledged write is what everyone reads.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let m = c.smap().await.unwrap();
+        if m.tmap[&id].flags & gristmill_core::smap::RESTARTING_FLAGS == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never back in placement");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    super::elastic::rebalanced(&c).await;
+    placed(&c).await;
+    let last = if put_status == 200 { 2 } else { 1 };
+    let r = c.http.get(url(&c.endpoint)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.bytes().await.unwrap().as_ref() == body(last),
+        "after the run: not the last acknowledged write (v{last}; the PUT that waited answered {put_status})"
+    );
 }
