@@ -358,24 +358,38 @@ for s in big small; do
 done
 
 # --- GET rows ------------------------------------------------------------------------------
-for r in $(seq "$rounds"); do
-  log "GET round $r/$rounds ($duration per row)"
-  bench "get1m-nginx.r$r" --mode http --endpoint "$nginx_url" "${big[@]}" --workers $big_workers --duration "$duration"
-  bench "get1m-proxy.r$r" --mode proxy --endpoint "$endpoint" --bucket bench "${big[@]}" --workers $big_workers --duration "$duration"
-  bench "get1m-direct.r$r" --mode direct --endpoint "$endpoint" --bucket bench "${big[@]}" --workers $big_workers --duration "$duration"
-  bench "get16k-nginx.r$r" --mode http --endpoint "$nginx_url" "${small[@]}" --workers $small_workers --duration "$duration"
-  bench "get16k-proxy.r$r" --mode proxy --endpoint "$endpoint" --bucket bench "${small[@]}" --workers $small_workers --duration "$duration"
-  bench "get16k-direct.r$r" --mode direct --endpoint "$endpoint" --bucket bench "${small[@]}" --workers $small_workers --duration "$duration"
+# One round's rows, one per line ("key args..."; no argument has spaces). Odd rounds run them in
+# this order, even rounds in reverse: each baseline runs first in half the rounds, so neither
+# side keeps the warmer (or the more contended) slot.
+get_rows() { # round
+  local r=$1
+  echo "get1m-nginx.r$r --mode http --endpoint $nginx_url ${big[*]} --workers $big_workers --duration $duration"
+  echo "get1m-proxy.r$r --mode proxy --endpoint $endpoint --bucket bench ${big[*]} --workers $big_workers --duration $duration"
+  echo "get1m-direct.r$r --mode direct --endpoint $endpoint --bucket bench ${big[*]} --workers $big_workers --duration $duration"
+  echo "get16k-nginx.r$r --mode http --endpoint $nginx_url ${small[*]} --workers $small_workers --duration $duration"
+  echo "get16k-proxy.r$r --mode proxy --endpoint $endpoint --bucket bench ${small[*]} --workers $small_workers --duration $duration"
+  echo "get16k-direct.r$r --mode direct --endpoint $endpoint --bucket bench ${small[*]} --workers $small_workers --duration $duration"
   # S3 GetObject through the proxy (path-style, SigV4-signed with the key a cluster with auth
   # off accepts; the signature is checked) vs nginx proxy -> nginx.
-  bench "s3get1m-nginxhop.r$r" --mode http --endpoint "$nginx_hop_url" "${big[@]}" --workers $big_workers --duration "$duration"
-  bench "s3get1m-grist.r$r" --mode s3 --endpoint "$endpoint" --bucket bench "${big[@]}" --workers $big_workers --duration "$duration"
-  bench "s3get16k-nginxhop.r$r" --mode http --endpoint "$nginx_hop_url" "${small[@]}" --workers $small_workers --duration "$duration"
-  bench "s3get16k-grist.r$r" --mode s3 --endpoint "$endpoint" --bucket bench "${small[@]}" --workers $small_workers --duration "$duration"
+  echo "s3get1m-nginxhop.r$r --mode http --endpoint $nginx_hop_url ${big[*]} --workers $big_workers --duration $duration"
+  echo "s3get1m-grist.r$r --mode s3 --endpoint $endpoint --bucket bench ${big[*]} --workers $big_workers --duration $duration"
+  echo "s3get16k-nginxhop.r$r --mode http --endpoint $nginx_hop_url ${small[*]} --workers $small_workers --duration $duration"
+  echo "s3get16k-grist.r$r --mode s3 --endpoint $endpoint --bucket bench ${small[*]} --workers $small_workers --duration $duration"
   # get-batch (32 x 16 KiB per request, one streamed archive) and archive-member reads (a
   # 16 KiB member of a tar shard), compared by bytes/s with plain 16 KiB GETs direct.
-  bench "batch16k-grist.r$r" --mode proxy --endpoint "$endpoint" --bucket bench "${small[@]}" --batch-size 32 --workers 4 --duration "$duration"
-  bench "arch16k-grist.r$r" --mode direct --endpoint "$endpoint" --bucket bench --objects 1 --size 16KiB --prefix shard/ --archpath member.bin --workers $small_workers --duration "$duration"
+  echo "batch16k-grist.r$r --mode proxy --endpoint $endpoint --bucket bench ${small[*]} --batch-size 32 --workers 4 --duration $duration"
+  echo "arch16k-grist.r$r --mode direct --endpoint $endpoint --bucket bench --objects 1 --size 16KiB --prefix shard/ --archpath member.bin --workers $small_workers --duration $duration"
+}
+for r in $(seq "$rounds"); do
+  log "GET round $r/$rounds ($duration per row)"
+  mapfile -t rows < <(get_rows "$r")
+  if [ $((r % 2)) = 0 ]; then
+    mapfile -t rows < <(printf '%s\n' "${rows[@]}" | tac)
+  fi
+  for row in "${rows[@]}"; do
+    # shellcheck disable=SC2086 # a row is split into its words on purpose
+    bench $row
+  done
 done
 
 # --- PUT rows ------------------------------------------------------------------------------
@@ -394,29 +408,37 @@ if [ -n "$FIO" ]; then
 fi
 
 # --- wrk cross-check (one hot object, no redirect: the target URL the proxy points to) ----
-wrk_rows=()
+wrk_rows=() wrk_cpu=()
 if [ -n "$WRK" ]; then
   log "wrk cross-check ($duration per row)"
-  wrk_run() { # key url -> "req/s MiB/s"
-    "$WRK" -t2 -c"$2" -d"$duration" --latency "$3" >"$workdir/res/$1.wrk" 2>&1 || die "wrk failed on $3"
-    python3 - "$workdir/res/$1.wrk" <<'EOF'
+  wrk_run() { # key connections url servers... -> "req/s MiB/s server-µs/req"
+    local key=$1 conns=$2 url=$3 before
+    shift 3
+    before=$(cpu_ticks "$@")
+    "$WRK" -t2 -c"$conns" -d"$duration" --latency "$url" >"$workdir/res/$key.wrk" 2>&1 || die "wrk failed on $url"
+    python3 - "$workdir/res/$key.wrk" "$(($(cpu_ticks "$@") - before))" <<'EOF'
 import re, sys
 t = open(sys.argv[1]).read()
+ticks = int(sys.argv[2])
 rps = float(re.search(r"Requests/sec:\s*([\d.]+)", t).group(1))
+total = int(re.search(r"(\d+) requests in", t).group(1))
 m = re.search(r"Transfer/sec:\s*([\d.]+)([KMG]?B)", t)
 mib = float(m.group(1)) * {"B": 1/1048576, "KB": 1/1024, "MB": 1, "GB": 1024}[m.group(2)]
 errs = re.search(r"Non-2xx or 3xx responses: (\d+)", t)
 if errs:
     sys.exit("wrk saw non-2xx responses")
-print(rps, round(mib, 1))
+print(rps, round(mib, 1), round(ticks / 100.0 * 1e6 / max(total, 1)))
 EOF
   }
   for s in 1m 16k; do
     name=get-$s/00000000
     [ $s = 1m ] && c=$big_workers || c=$small_workers
     target_url=$(curl -s -o /dev/null -w '%{redirect_url}' "$endpoint/v1/objects/bench/$name")
-    read -r g_rps g_mib < <(wrk_run "wrk$s-direct" "$c" "$target_url")
-    read -r n_rps n_mib < <(wrk_run "wrk$s-nginx" "$c" "$nginx_url/$name")
+    # shellcheck disable=SC2086 # word splitting of the pid lists is intended
+    read -r g_rps g_mib g_cpu < <(wrk_run "wrk$s-direct" "$c" "$target_url" $grist_pids)
+    # shellcheck disable=SC2086
+    read -r n_rps n_mib n_cpu < <(wrk_run "wrk$s-nginx" "$c" "$nginx_url/$name" $nginx_pids)
+    wrk_cpu+=("wrk$s-direct Gristmill $g_cpu" "wrk$s-nginx nginx $n_cpu")
     CMD[wrk$s-direct]="wrk -t2 -c$c -d$duration --latency $target_url"
     CMD[wrk$s-nginx]="wrk -t2 -c$c -d$duration --latency $nginx_url/$name"
     wrk_rows+=("$s $g_rps $g_mib $n_rps $n_mib")
@@ -479,12 +501,21 @@ report() {
     ROWCMDS+=("$n. Gristmill: \`${CMD[${5%.r*}.r1]:-${CMD[$5]}}\`; baseline: \`${CMD[${6%.r*}.r1]:-${CMD[$6]}}\`")
   }
   ROWCMDS=()
+  # Goals: issue 30 (small objects at nginx speed); the 1 MiB rows must not regress.
   row "GET 1 MiB, native via proxy 307" "MiB/s" mib_per_s GET 'get1m-proxy.r*' 'get1m-nginx.r*' nginx 0.9
   row "GET 1 MiB, native direct (HRW)" "MiB/s" mib_per_s GET 'get1m-direct.r*' 'get1m-nginx.r*' nginx 0.9
-  row "GET 16 KiB, native via proxy 307" "ops/s" ops_per_s GET 'get16k-proxy.r*' 'get16k-nginx.r*' nginx 0.8
-  row "GET 16 KiB, native direct (HRW)" "ops/s" ops_per_s GET 'get16k-direct.r*' 'get16k-nginx.r*' nginx 0.8
+  row "GET 16 KiB, native via proxy 307" "ops/s" ops_per_s GET 'get16k-proxy.r*' 'get16k-nginx.r*' nginx 0.5
+  row "GET 16 KiB, native direct (HRW)" "ops/s" ops_per_s GET 'get16k-direct.r*' 'get16k-nginx.r*' nginx 0.9
   row "GET 1 MiB, S3 API through the proxy" "MiB/s" mib_per_s GET 's3get1m-grist.r*' 's3get1m-nginxhop.r*' "nginx→nginx" 0.9
-  row "GET 16 KiB, S3 API through the proxy" "ops/s" ops_per_s GET 's3get16k-grist.r*' 's3get16k-nginxhop.r*' "nginx→nginx" 0.9
+  row "GET 16 KiB, S3 API through the proxy" "ops/s" ops_per_s GET 's3get16k-grist.r*' 's3get16k-nginxhop.r*' "nginx→nginx" 1.0
+  # Server CPU per GET, nginx's over Gristmill's (≥ 1/1.2: Gristmill at most 1.2x nginx's).
+  local gcpu ncpu _c _b
+  read -r gcpu _c _b < <(cpu_per_op GET 'get16k-direct.r*')
+  read -r ncpu _c _b < <(cpu_per_op GET 'get16k-nginx.r*')
+  n=$((n + 1))
+  r=$(ratio "$ncpu" "$gcpu")
+  echo "| $n | GET 16 KiB direct: server CPU per GET (inverse ratio: nginx µs / Gristmill µs) | µs/op | $gcpu | nginx $ncpu | $r | ≥ 0.83 | $(met "$r" 0.83) |"
+  ROWCMDS+=("$n. the rows of GET 16 KiB direct and nginx above; server CPU from /proc/<pid>/stat of every gristd node / every nginx process")
   row "get-batch 32 x 16 KiB per request, via proxy" "MiB/s" mib_per_s GET 'batch16k-grist.r*' 'get16k-direct.r*' "native 16 KiB GETs direct" ""
   row "archive member 16 KiB (--archpath), direct" "MiB/s" mib_per_s GET 'arch16k-grist.r*' 'get16k-direct.r*' "native 16 KiB GETs direct" ""
   local put_direct put_proxy put_s3
@@ -541,14 +572,20 @@ report() {
   echo "| row | system | server CPU µs/op | client CPU µs/op | machine busy |"
   echo "|---|---|---|---|---|"
   local key srv cli busy
-  for key in get1m-proxy get1m-direct get1m-nginx get16k-proxy get16k-direct get16k-nginx; do
+  for key in get1m-nginx get1m-proxy get1m-direct get16k-nginx get16k-proxy get16k-direct \
+    s3get1m-nginxhop s3get1m-grist s3get16k-nginxhop s3get16k-grist batch16k-grist arch16k-grist; do
     read -r srv cli busy < <(cpu_per_op GET "$key.r*")
-    case $key in *nginx) sys=nginx ;; *) sys=Gristmill ;; esac
+    case $key in *nginx*) sys=nginx ;; *) sys=Gristmill ;; esac
     echo "| $key | $sys | $srv | $cli | $busy% |"
   done
-  for key in put1m-direct put1m-proxy; do
+  for key in put1m-direct put1m-proxy put1m-s3; do
     read -r srv cli busy < <(cpu_per_op PUT "$key")
     echo "| $key | Gristmill | $srv | $cli | $busy% |"
+  done
+  local w
+  for w in "${wrk_cpu[@]}"; do
+    read -r key sys srv <<<"$w"
+    echo "| $key | $sys | $srv | (wrk) | |"
   done
   echo
   echo "Peak RSS (VmHWM) during the run:"

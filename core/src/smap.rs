@@ -168,10 +168,10 @@ impl ClusterMap {
 
     /// The target owning the object with this uname.
     pub fn owner(&self, uname: &str) -> Option<&Node> {
-        let targets: Vec<&Node> = self.active_targets().collect();
+        // Two passes over the map rather than a Vec of it: this runs for every request.
         let d = hrw::digest(crate::name::placement_name(uname));
-        let i = hrw::pick(d, targets.iter().map(|t| t.id_digest))?;
-        Some(targets[i])
+        let i = hrw::pick(d, self.active_targets().map(|t| t.id_digest))?;
+        self.active_targets().nth(i)
     }
 
     /// The first `n` targets for an object in HRW order (owner first): replica placement.

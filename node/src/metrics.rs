@@ -619,7 +619,59 @@ fn request_id(headers: &axum::http::HeaderMap) -> Arc<str> {
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
         .map(Arc::from)
-        .unwrap_or_else(|| Arc::from(uuid::Uuid::new_v4().simple().to_string()))
+        .unwrap_or_else(new_request_id)
+}
+
+/// A new request id: 32 hex digits, this process's random 64-bit prefix and a counter — as
+/// unique as a random UUID across nodes and restarts, without a random draw per request.
+fn new_request_id() -> Arc<str> {
+    static PREFIX: std::sync::LazyLock<u64> =
+        std::sync::LazyLock::new(|| uuid::Uuid::new_v4().as_u64_pair().0);
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut hex = [0u8; 32];
+    for (i, word) in [*PREFIX, n].into_iter().enumerate() {
+        for j in 0..16 {
+            hex[i * 16 + j] = b"0123456789abcdef"[((word >> (60 - 4 * j)) & 0xf) as usize];
+        }
+    }
+    Arc::from(std::str::from_utf8(&hex).expect("hex digits"))
+}
+
+/// The series of one operation, resolved once: a labelled `metrics::counter!` looks its
+/// series up (and builds its key) on every call, per request and per body frame.
+struct OpSeries {
+    requests: metrics::Counter,
+    errors_4xx: metrics::Counter,
+    errors_5xx: metrics::Counter,
+    request_bytes: metrics::Counter,
+    response_bytes: metrics::Counter,
+    duration: metrics::Histogram,
+}
+
+/// The series of operation `op` (an interned or literal name).
+fn op_series(op: &'static str) -> Arc<OpSeries> {
+    static BY_OP: std::sync::LazyLock<
+        std::sync::RwLock<std::collections::HashMap<&'static str, Arc<OpSeries>>>,
+    > = std::sync::LazyLock::new(Default::default);
+    if let Some(s) = BY_OP.read().expect("op series lock").get(op) {
+        return s.clone();
+    }
+    BY_OP
+        .write()
+        .expect("op series lock")
+        .entry(op)
+        .or_insert_with(|| {
+            Arc::new(OpSeries {
+                requests: metrics::counter!(REQUESTS, "op" => op),
+                errors_4xx: metrics::counter!(ERRORS, "op" => op, "class" => "4xx"),
+                errors_5xx: metrics::counter!(ERRORS, "op" => op, "class" => "5xx"),
+                request_bytes: metrics::counter!(REQUEST_BODY_BYTES, "op" => op),
+                response_bytes: metrics::counter!(RESPONSE_BODY_BYTES, "op" => op),
+                duration: metrics::histogram!(REQUEST_DURATION, "op" => op),
+            })
+        })
+        .clone()
 }
 
 /// Middleware: gives each request its id (the client's `X-Request-Id`, or a new one) — in the
@@ -634,17 +686,20 @@ pub async fn track_requests(req: Request, next: Next) -> Response {
         native: native_op(req.method(), req.uri().path()),
     };
     let id = request_id(req.headers());
+    let id_header = axum::http::HeaderValue::from_str(&id).ok();
     let (mut parts, body) = req.into_parts();
     parts.extensions.insert(op.label.clone());
-    if let Ok(v) = axum::http::HeaderValue::from_str(&id) {
-        parts.headers.insert(REQUEST_ID, v);
+    if let Some(v) = &id_header {
+        parts.headers.insert(REQUEST_ID, v.clone());
     }
     let span = tracing::info_span!("request", id = %id);
-    let (method, path) = (parts.method.clone(), parts.uri.path().to_owned());
+    // What the access log names, taken only when it is on.
+    let logged = access_log().then(|| (parts.method.clone(), parts.uri.path().to_owned()));
     let body = axum::body::Body::new(Counted {
         inner: body,
         op: op.clone(),
-        series: REQUEST_BODY_BYTES,
+        series: None,
+        response: false,
         started: None,
     });
     let resp = CURRENT_REQUEST_ID
@@ -653,20 +708,18 @@ pub async fn track_requests(req: Request, next: Next) -> Response {
             next.run(Request::from_parts(parts, body)).instrument(span),
         )
         .await;
-    let resp = with_request_id(resp, &id).await;
+    let resp = with_request_id(resp, &id, id_header).await;
     let status = resp.status();
     let name = op.get();
-    if ACCESS_LOG.load(std::sync::atomic::Ordering::Relaxed) {
+    if let Some((method, path)) = logged {
         tracing::info!(target: "access", id = %id, %method, %path, status = status.as_u16(), op = name, ms = started.elapsed().as_secs_f64() * 1e3, "request");
     }
-    metrics::counter!(REQUESTS, "op" => name).increment(1);
-    if status.is_client_error() || status.is_server_error() {
-        let class = if status.is_server_error() {
-            "5xx"
-        } else {
-            "4xx"
-        };
-        metrics::counter!(ERRORS, "op" => name, "class" => class).increment(1);
+    let series = op_series(name);
+    series.requests.increment(1);
+    if status.is_server_error() {
+        series.errors_5xx.increment(1);
+    } else if status.is_client_error() {
+        series.errors_4xx.increment(1);
     }
     let (parts, body) = resp.into_parts();
     Response::from_parts(
@@ -674,7 +727,8 @@ pub async fn track_requests(req: Request, next: Next) -> Response {
         axum::body::Body::new(Counted {
             inner: body,
             op,
-            series: RESPONSE_BODY_BYTES,
+            series: Some((name, series)),
+            response: true,
             started: Some(started),
         }),
     )
@@ -686,15 +740,37 @@ pub async fn track_requests(req: Request, next: Next) -> Response {
 struct Counted {
     inner: axum::body::Body,
     op: Op,
-    series: &'static str,
+    /// The operation's series, with the name they were resolved for (a request body's
+    /// operation may be named by the S3 front after its first frames).
+    series: Option<(&'static str, Arc<OpSeries>)>,
+    /// A response body (else a request body).
+    response: bool,
     started: Option<Instant>,
+}
+
+impl Counted {
+    fn series(&mut self) -> &OpSeries {
+        let name = self.op.get();
+        if !self
+            .series
+            .as_ref()
+            .is_some_and(|(n, _)| std::ptr::eq(*n, name))
+        {
+            self.series = Some((name, op_series(name)));
+        }
+        &self.series.as_ref().expect("resolved above").1
+    }
 }
 
 /// The answer with its request's id: a header always, a field of a JSON error body, and the
 /// `<RequestId>` of an S3 error document (where S3 clients look for it).
-async fn with_request_id(resp: Response, id: &str) -> Response {
+async fn with_request_id(
+    resp: Response,
+    id: &str,
+    id_header: Option<axum::http::HeaderValue>,
+) -> Response {
     let (mut parts, body) = resp.into_parts();
-    if let Ok(v) = axum::http::HeaderValue::from_str(id) {
+    if let Some(v) = id_header {
         parts.headers.insert(REQUEST_ID, v);
     }
     let content_type = parts
@@ -768,7 +844,14 @@ impl http_body::Body for Counted {
             && let Some(data) = frame.data_ref()
             && !data.is_empty()
         {
-            metrics::counter!(self.series, "op" => self.op.get()).increment(data.len() as u64);
+            let len = data.len() as u64;
+            let response = self.response;
+            let series = self.series();
+            if response {
+                series.response_bytes.increment(len);
+            } else {
+                series.request_bytes.increment(len);
+            }
         }
         polled
     }
@@ -785,7 +868,8 @@ impl http_body::Body for Counted {
 impl Drop for Counted {
     fn drop(&mut self) {
         if let Some(started) = self.started {
-            metrics::histogram!(REQUEST_DURATION, "op" => self.op.get())
+            self.series()
+                .duration
                 .record(started.elapsed().as_secs_f64());
         }
     }

@@ -103,6 +103,15 @@ pub fn readiness(not_ready: Option<String>) -> Response {
 }
 
 /// A 307 to `location` (object requests go to their owner this way).
+/// [`redirect`] to a location built for it (its bytes become the header without a copy).
+pub fn redirect_to(location: String) -> Response {
+    let mut resp = StatusCode::TEMPORARY_REDIRECT.into_response();
+    if let Ok(v) = HeaderValue::from_maybe_shared(bytes::Bytes::from(location)) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    resp
+}
+
 pub fn redirect(location: &str) -> Response {
     let mut resp = StatusCode::TEMPORARY_REDIRECT.into_response();
     if let Ok(v) = HeaderValue::from_str(location) {

@@ -13,7 +13,7 @@ use axum::routing::{any, get, post, put};
 use gristmill_core::api::{ActionMsg, Keepalive, ListObjectsMsg, action, header as h, query as q};
 use gristmill_core::smap::Node;
 use gristmill_core::{ApiError, Bck, ErrorKind, validate_object_name};
-use gristmill_node::server::{encode_page, redirect};
+use gristmill_node::server::encode_page;
 
 use crate::membership;
 use crate::meta::{Changed, Proxy};
@@ -163,24 +163,32 @@ async fn object(
     .map(|s| format!("&{s}"))
     .unwrap_or_default();
     drain_unless_expect_continue(req).await;
+    // Built in one buffer (this runs for every object request that comes through a proxy).
+    let query = uri.query().unwrap_or("");
+    let mut location = String::with_capacity(
+        owner.url().len() + uri.path().len() + query.len() + p.id.len() + signed.len() + 40,
+    );
+    location.push_str(owner.url());
+    location.push_str(uri.path());
+    location.push('?');
     // The owner catches up with this map first if its own is older (`q::FORWARDED`).
-    let query: String = uri
-        .query()
-        .unwrap_or("")
+    for kv in query
         .split('&')
         .filter(|kv| !kv.is_empty() && !kv.starts_with(q::FORWARDED))
-        .map(|kv| format!("{kv}&"))
-        .collect();
-    let location = format!(
-        "{}{}?{query}{}={}&{}={}{signed}",
-        owner.url(),
-        uri.path(),
+    {
+        location.push_str(kv);
+        location.push('&');
+    }
+    use std::fmt::Write as _;
+    let _ = write!(
+        location,
+        "{}={}&{}={}{signed}",
         q::PROXY_ID,
         p.id,
         q::FORWARDED,
         smap.version
     );
-    Ok(redirect(&location))
+    Ok(gristmill_node::server::redirect_to(location))
 }
 
 /// Reads and discards a request body the client is already sending, so it can read our

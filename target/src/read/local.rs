@@ -269,9 +269,21 @@ pub(crate) async fn serve_local(
         let verified_before = open.record.as_ref().is_some_and(|r| r.verified());
         let stream_verified =
             validate && range.is_none() && (!verified_before || crate::verify::explicit(params));
-        // The headers first: building the body may consume `open`.
+        // The headers first: building the body may consume `open`. Rendered once per cached
+        // record (a warm GET copies them: no formatting, no parsing).
         let mut resp = Response::new(Body::empty());
-        object_headers(t, bck, &open.meta, resp.headers_mut());
+        match &open.record {
+            Some(record) => {
+                *resp.headers_mut() = record
+                    .headers(|| {
+                        let mut rendered = HeaderMap::new();
+                        object_headers(t, bck, &record.meta, &mut rendered);
+                        rendered
+                    })
+                    .clone();
+            }
+            None => object_headers(t, bck, &open.meta, resp.headers_mut()),
+        }
         let body = match open.data.take() {
             Some(data) => Body::from(data.slice(start as usize..(start + len) as usize)),
             None if stream_verified => {

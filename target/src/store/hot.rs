@@ -33,6 +33,9 @@ pub(crate) struct Cached {
     /// was cached (the first read after the node opened the file or after a write): later
     /// reads may skip the check and go zero-copy (see `crate::verify`).
     verified: std::sync::atomic::AtomicBool,
+    /// The answer headers of a GET of this record, rendered by its first GET: they change
+    /// only when the record does, and every change of the object drops the record.
+    headers: OnceLock<axum::http::HeaderMap>,
 }
 
 impl Cached {
@@ -42,7 +45,16 @@ impl Cached {
             meta,
             file: OnceLock::new(),
             verified: std::sync::atomic::AtomicBool::new(false),
+            headers: OnceLock::new(),
         }
+    }
+
+    /// The record's answer headers, rendered by `render` the first time.
+    pub(crate) fn headers(
+        &self,
+        render: impl FnOnce() -> axum::http::HeaderMap,
+    ) -> &axum::http::HeaderMap {
+        self.headers.get_or_init(render)
     }
 
     pub(crate) fn verified(&self) -> bool {

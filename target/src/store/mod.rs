@@ -13,6 +13,7 @@
 //! generation suffix and becomes visible only when the index commit that references it lands.
 mod tuning;
 pub use tuning::StoreTuning;
+mod atimes;
 pub(crate) mod error;
 pub(crate) mod hot;
 
@@ -166,7 +167,7 @@ pub struct Store {
     usage: Arc<Usage>,
     /// Access times not yet written to the index, by (bucket uname, object name). Reads only
     /// touch this map; [`Store::flush_atimes`] writes them in one transaction per mountpath.
-    atimes: Mutex<HashMap<(String, String), i64>>,
+    atimes: atimes::Atimes,
     /// Records of recently read objects (shared with every mountpath's index, which drops
     /// changed keys): warm GETs skip the index and the blocking pool.
     hot: Arc<crate::store::hot::MetaCache>,
@@ -261,7 +262,7 @@ impl Store {
             generation: AtomicU64::new(now_ns() as u64),
             cluster_epoch: AtomicU64::new(0),
             usage: Arc::default(),
-            atimes: Mutex::new(HashMap::new()),
+            atimes: Default::default(),
             hot,
             tuning,
         });
@@ -319,31 +320,25 @@ impl Store {
     /// Records a read of an object (for LRU); written to the index by [`Self::flush_atimes`].
     /// Returns true when enough times are pending that a flush is due.
     pub fn touch(&self, bucket_uname: &str, name: &str) -> bool {
-        let mut atimes = self.atimes.lock().expect("atimes lock");
-        atimes.insert((bucket_uname.to_owned(), name.to_owned()), now_ns());
-        atimes.len() >= ATIME_FLUSH_AT
+        // One shard filling its share is as good a signal as the whole map filling up.
+        self.atimes.touch(bucket_uname, name, now_ns()) >= ATIME_FLUSH_AT / 16
     }
 
     /// The latest access time of an object: a pending read, else the stored atime.
     pub fn atime(&self, meta: &ObjectMeta) -> i64 {
-        let atimes = self.atimes.lock().expect("atimes lock");
-        atimes
-            .get(&(meta.bucket.clone(), meta.name.clone()))
-            .copied()
+        self.atimes
+            .get(&meta.bucket, &meta.name)
             .unwrap_or(0)
             .max(meta.atime_ns)
     }
 
     /// Writes pending access times to the indexes (one transaction per mountpath).
     pub async fn flush_atimes(&self) -> Result<usize, StoreError> {
-        let pending: Vec<((String, String), i64)> = {
-            let mut atimes = self.atimes.lock().expect("atimes lock");
-            atimes.drain().collect()
-        };
+        let pending = self.atimes.drain();
         let n = pending.len();
         let set = self.set();
         let mut by_mp: HashMap<usize, Vec<(String, String, i64)>> = HashMap::new();
-        for ((bucket, name), t) in pending {
+        for (bucket, name, t) in pending {
             let i = set.pick(&bucket, &name);
             by_mp.entry(i).or_default().push((bucket, name, t));
         }
