@@ -12,12 +12,16 @@
 //! object request that finds the lease run out first asks the primary for its map — one
 //! request for all waiters — and goes on with whatever map it has then: the fresh one marks
 //! the target as coming back if the cluster took it for silent (see `Target::switch_smap`).
-//! A primary that does not answer (an election under way) does not stop the data path: the
-//! request goes on with the map it has, as before the lease, and the next try waits a lease
-//! interval.
+//! A primary that does not answer within [`CATCH_UP_WAIT`] (an election under way, a
+//! partition) does not stop the data path: the request goes on with the map it has, as before
+//! the lease, and the next try waits five lease terms.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+/// How long requests wait for a catch-up with the primary (which answers in milliseconds
+/// when it can answer at all).
+pub(crate) const CATCH_UP_WAIT: Duration = Duration::from_secs(1);
 
 /// The map lease of one target.
 #[derive(Debug)]
@@ -29,7 +33,7 @@ pub(crate) struct MapLease {
     term: Duration,
     /// When the last confirmed map was asked for (ms since `origin`; 0: never).
     confirmed_ms: AtomicU64,
-    /// When a catch-up was last tried (ms since `origin`).
+    /// When a catch-up was last tried (ms since `origin`; 0: never).
     tried_ms: AtomicU64,
     /// One catch-up at a time (here and in `Target::catch_up_to`); the waiters behind it
     /// find the lease renewed or the map caught up.
@@ -82,12 +86,17 @@ impl MapLease {
             return true;
         }
         let now = self.stamp();
-        if now.saturating_sub(self.tried_ms.load(Ordering::SeqCst)) < self.term.as_millis() as u64 {
+        let tried = self.tried_ms.load(Ordering::SeqCst);
+        if tried > 0 && now.saturating_sub(tried) < 5 * self.term.as_millis() as u64 {
             return false; // tried a moment ago and failed: go on
         }
         self.tried_ms.store(now, Ordering::SeqCst);
-        if catch_up.await {
+        if tokio::time::timeout(CATCH_UP_WAIT, catch_up)
+            .await
+            .unwrap_or(false)
+        {
             self.confirmed(now);
+            self.tried_ms.store(0, Ordering::SeqCst); // only failures space the tries
             true
         } else {
             false
@@ -123,7 +132,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failed_catch_up_is_not_retried_within_a_term() {
+    async fn a_failed_catch_up_is_not_retried_at_once_and_a_hung_one_is_cut_short() {
         let lease = MapLease::new(Duration::from_millis(20));
         lease.confirmed(lease.stamp());
         tokio::time::sleep(Duration::from_millis(60)).await;
@@ -138,7 +147,14 @@ mod tests {
                 .await
         );
         assert!(!asked, "retried at once");
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        // Five terms (5 x 40 ms) after the failure: tried again.
+        tokio::time::sleep(Duration::from_millis(250)).await;
         assert!(lease.renew_if_expired(async { true }).await);
+
+        // A primary that never answers holds requests for CATCH_UP_WAIT at most.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let started = std::time::Instant::now();
+        assert!(!lease.renew_if_expired(std::future::pending()).await);
+        assert!(started.elapsed() < super::CATCH_UP_WAIT * 3);
     }
 }
