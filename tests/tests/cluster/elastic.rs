@@ -711,6 +711,36 @@ async fn decommission_and_remove_stay_out_until_added_back() {
         assert_eq!(r.bytes().await.unwrap(), content(i as u64, SIZE));
     }
 }
+/// A PUT of `data` to `url` that sends the first half of its body, then stalls until the
+/// returned sender fires (or is dropped): a write admitted and placed now that commits later.
+/// Checks that the PUT is still waiting half a second after it started.
+pub(crate) async fn stalled_put(
+    http: &reqwest::Client,
+    url: String,
+    data: &[u8],
+) -> (
+    tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let (go_on, wait) = tokio::sync::oneshot::channel::<()>();
+    let half = data.len() / 2;
+    let (first, rest) = (data[..half].to_vec(), data[half..].to_vec());
+    let body = futures::stream::once(async move { Ok::<_, std::io::Error>(first) }).chain(
+        futures::stream::once(async move {
+            let _ = wait.await;
+            Ok(rest)
+        }),
+    );
+    let put = tokio::spawn(
+        http.put(url)
+            .header(reqwest::header::CONTENT_LENGTH, data.len())
+            .body(reqwest::Body::wrap_stream(body))
+            .send(),
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!put.is_finished(), "the PUT waits for the rest of its body");
+    (put, go_on)
+}
 
 /// Waits until target `t` has cluster map `version` or a newer one (pushes are not waited for).
 pub(crate) async fn has_map(c: &Cluster, t: &gristmill_core::Node, version: u64) {
@@ -1091,23 +1121,12 @@ async fn a_put_admitted_under_the_old_map_is_moved_by_the_next_rebalance() {
     let v2 = content(2_000, SIZE);
 
     // v1 goes straight to the owner, and stalls half-way until the map has changed.
-    let (go_on, wait) = tokio::sync::oneshot::channel::<()>();
-    let (first, rest) = (v1[..SIZE / 2].to_vec(), v1[SIZE / 2..].to_vec());
-    let body = futures::stream::once(async move { Ok::<_, std::io::Error>(first) }).chain(
-        futures::stream::once(async move {
-            let _ = wait.await;
-            Ok(rest)
-        }),
-    );
-    let put = tokio::spawn(
-        c.http
-            .put(format!("{}/v1/objects/gate/{victim}", owner.url()))
-            .header(reqwest::header::CONTENT_LENGTH, SIZE)
-            .body(reqwest::Body::wrap_stream(body))
-            .send(),
-    );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!put.is_finished(), "the PUT waits for the rest of its body");
+    let (put, go_on) = stalled_put(
+        &c.http,
+        format!("{}/v1/objects/gate/{victim}", owner.url()),
+        &v1,
+    )
+    .await;
 
     // The owner goes into maintenance: the object's owner is now another target.
     let r = c

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use gristmill_core::{Bck, ClusterMap, Provider};
 use gristmill_tests::{Cluster, content};
 
@@ -520,23 +519,12 @@ async fn a_hinted_write_that_commits_after_the_home_is_back_counts_as_hinted() {
 
     // Placed on the substitute now; the second half of its body waits for the home's return.
     let data = content(77, SIZE);
-    let (go_on, wait) = tokio::sync::oneshot::channel::<()>();
-    let (first, rest) = (data[..SIZE / 2].to_vec(), data[SIZE / 2..].to_vec());
-    let body = futures::stream::once(async move { Ok::<_, std::io::Error>(first) }).chain(
-        futures::stream::once(async move {
-            let _ = wait.await;
-            Ok(rest)
-        }),
-    );
-    let put = tokio::spawn(
-        c.http
-            .put(format!("{}/v1/objects/hw/{object}", substitute.url()))
-            .header(reqwest::header::CONTENT_LENGTH, SIZE)
-            .body(reqwest::Body::wrap_stream(body))
-            .send(),
-    );
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(!put.is_finished(), "the PUT waits for the rest of its body");
+    let (put, go_on) = super::elastic::stalled_put(
+        &c.http,
+        format!("{}/v1/objects/hw/{object}", substitute.url()),
+        &data,
+    )
+    .await;
     let back = c.restart_target(k).await.unwrap();
     assert!(!back.tmap[&id].is_inactive());
     super::elastic::has_map(&c, &substitute, back.version).await;
