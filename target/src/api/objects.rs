@@ -99,9 +99,8 @@ pub(crate) async fn object(
         }
         Method::PUT if remote => crate::write::remote::put_object(&t, &bck, &name, req).await,
         Method::PUT => {
-            let placed_by = admitted
-                .as_ref()
-                .map_or_else(|| t.smap(), |a| a.placed_by.clone());
+            let placed_by =
+                crate::cluster::gate::Admission::placed_by(admitted.as_ref(), || t.smap());
             let resp = crate::write::local::put_object(&t, &placed_by, &bck, &name, req).await?;
             crate::shards::after_put(&t, &bck, &name);
             Ok(resp)
@@ -317,9 +316,8 @@ pub(crate) async fn multipart(
             let meta =
                 crate::write::local::commit_with_replicas(&t, &bck, &name, assembled.pending)
                     .await?;
-            let placed_by = admitted
-                .as_ref()
-                .map_or_else(|| t.smap(), |a| a.placed_by.clone());
+            let placed_by =
+                crate::cluster::gate::Admission::placed_by(admitted.as_ref(), || t.smap());
             crate::cluster::placement::count_hinted(&t, &placed_by, &bck, &name, meta.size);
             crate::cluster::placement::retire_copies(&t, &bck, &name, &elsewhere).await;
             assembled.done.completed_ns = crate::store::now_ns();

@@ -42,6 +42,17 @@ impl std::fmt::Debug for Admission {
     }
 }
 
+impl Admission {
+    /// The map that placed a write: its admission's, or the current one for a request
+    /// admitted without one.
+    pub(crate) fn placed_by(
+        admission: Option<&Admission>,
+        current: impl FnOnce() -> Arc<ClusterMap>,
+    ) -> Arc<ClusterMap> {
+        admission.map_or_else(current, |a| a.placed_by.clone())
+    }
+}
+
 impl WriteGate {
     /// Admits a write under the current map. `current` is read under the gate's lock, so a
     /// walk that starts after a map switch either sees this write counted under the older

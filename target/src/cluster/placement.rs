@@ -81,14 +81,13 @@ pub(crate) fn count_hinted(
     name: &str,
     size: u64,
 ) {
-    let current = placed_by;
-    if !current.has_restarting() {
+    if !placed_by.has_restarting() {
         return;
     }
     let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
     let uname = bck.object_uname(name);
-    let homes = current.owners_counting_restarting(&uname, copies);
-    let hinted = current
+    let homes = placed_by.owners_counting_restarting(&uname, copies);
+    let hinted = placed_by
         .owners(&uname, copies)
         .iter()
         .filter(|n| !homes.iter().any(|h| h.daemon_id == n.daemon_id))
