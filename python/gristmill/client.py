@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import io
 import json
 import logging
@@ -1353,7 +1354,7 @@ class ObjectRangeReader(io.RawIOBase):
             try:
                 n = 0
                 while n < want:
-                    got = resp.readinto(view[n:want])
+                    got = _readinto(resp, view[n:want])
                     if not got:
                         raise OSError(f"{self._obj.name}: range answer ended at {n} of {want} bytes")
                     n += got
@@ -1503,6 +1504,25 @@ def _remaining(f: Any) -> Optional[int]:
         f.seek(cur)
         return end - cur
     return None
+
+
+def _readinto(resp: urllib3.BaseHTTPResponse, view: memoryview) -> int:
+    """Reads part of a body straight into ``view``. urllib3's ``readinto`` reads into a new
+    ``bytes`` and copies it (two extra copies of every byte of a large read, which bounded
+    checkpoint loads); a plain body of known length is read from the socket's own file into
+    ``view``, and urllib3's count is kept, so the connection still goes back to the pool."""
+    fp = getattr(resp, "_fp", None)
+    remaining = getattr(resp, "length_remaining", None)
+    if (fp is None or remaining is None or resp.headers.get("Content-Encoding")
+            or not hasattr(fp, "readinto") or not hasattr(resp, "_fp_bytes_read")):
+        return resp.readinto(view)
+    try:
+        n = fp.readinto(view[:remaining])
+    except (OSError, http.client.HTTPException) as e:  # as urllib3 would have raised it
+        raise ProtocolError(f"reading the body: {e}") from e
+    resp.length_remaining = remaining - n
+    resp._fp_bytes_read += n
+    return n
 
 
 def _discard(resp: urllib3.BaseHTTPResponse) -> None:

@@ -279,6 +279,36 @@ def test_range_reader_seeks_like_a_file(bucket):
         r.read(10)
 
 
+def test_range_reader_reads_large_parts_straight_into_the_callers_buffer(bucket, monkeypatch):
+    """A large read goes from the socket into the caller's buffer (urllib3's own read makes a
+    new bytes and copies it: checkpoint loads were bound by that), and the connection goes
+    back to the pool after each range."""
+    import urllib3
+
+    data = os.urandom(8 * MIB + 5)
+    obj = bucket.object("big-reads")
+    obj.put(data)
+    pools = bucket.client._http.pools
+
+    def connections_made():
+        return sum(pools[k].num_connections for k in pools.keys())
+
+    copied = []
+    plain_read = urllib3.HTTPResponse.read
+    monkeypatch.setattr(urllib3.HTTPResponse, "read",
+                        lambda self, amt=None, *a, **kw: copied.append(amt) or plain_read(self, amt, *a, **kw))
+    buf = bytearray(len(data))
+    view = memoryview(buf)
+    with obj.open_reader(buffer_size=64 * 1024) as r:
+        r.readinto(view[:10])  # opens the pooled connection
+        before = connections_made()
+        for at in range(10, len(data), MIB):
+            r.readinto(view[at:at + MIB])
+    assert buf == data
+    assert not [amt for amt in copied if amt and amt >= MIB], copied
+    assert connections_made() - before <= 1
+
+
 def test_delete_objects_by_names_template_and_prefix(bucket):
     for i in range(40):
         bucket.object(f"del/{i:02d}").put(b"x")
