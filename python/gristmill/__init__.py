@@ -37,6 +37,7 @@ from .errors import (
     GristError,
     NotFound,
     ObjectNotFound,
+    PreconditionFailed,
     RangeNotSatisfiable,
     ServiceUnavailable,
     TooManyRequests,
@@ -52,6 +53,6 @@ __all__ = [
     "Client", "Bucket", "Object", "ObjectProps", "ObjectReader", "ListEntry", "ListPage",
     "Batch", "BatchItem", "RetryPolicy", "expand_template", "Job", "JobFailed", "Etl", "EtlError",
     "GristError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "BucketNotFound",
-    "ObjectNotFound", "Conflict", "BucketExists", "RangeNotSatisfiable", "TooManyRequests",
+    "ObjectNotFound", "Conflict", "BucketExists", "PreconditionFailed", "RangeNotSatisfiable", "TooManyRequests",
     "ServiceUnavailable", "ConnectionFailed",
 ]

@@ -1053,17 +1053,23 @@ class Object:
         return self.bucket.client._request(method, url, subject="object", routed=routed, **kw)
 
     def put(self, data: Union[bytes, bytearray, memoryview, BinaryIO, str, os.PathLike], *,
-            size: Optional[int] = None) -> ObjectProps:
+            size: Optional[int] = None, if_none_match: Optional[str] = None,
+            if_match: Optional[str] = None) -> ObjectProps:
         """Stores the object, replacing any previous content.
 
         ``data`` is the content (bytes-like), an open binary file (streamed from its current
         position; ``size`` bytes if given), or a ``str``/path-like naming a local file to stream.
         The body goes straight to the owning target (HRW), so it is sent once. Returns the new
         object's properties.
+
+        A conditional write (decided by the owner atomically with the commit): ``if_none_match
+        ="*"`` stores only if the object does not exist, ``if_match="<etag>"`` only if it still
+        has that ETag (``"*"``: exists). Raises ``PreconditionFailed`` (412) when it does not hold,
+        ``ObjectNotFound`` for ``if_match`` on a missing object (as S3 answers).
         """
         if isinstance(data, (str, os.PathLike)):
             with open(data, "rb") as f:
-                return self.put(f, size=size)
+                return self.put(f, size=size, if_none_match=if_none_match, if_match=if_match)
         if isinstance(data, (bytearray, memoryview)):
             data = bytes(data)
         if not isinstance(data, bytes):
@@ -1074,7 +1080,15 @@ class Object:
         if isinstance(data, bytes):
             size = len(data)
         headers = {"Content-Length": str(size), "Content-Type": "application/octet-stream"}
-        resp = self._send("PUT", body=data, headers=headers, direct=True)
+        if if_none_match is not None:
+            headers["If-None-Match"] = if_none_match
+        if if_match is not None:
+            headers["If-Match"] = if_match
+        # A conditional write replayed after a lost answer would fail on its own success: it
+        # is retried only when it surely was not sent.
+        conditional = if_none_match is not None or if_match is not None
+        resp = self._send("PUT", body=data, headers=headers, direct=True,
+                          idempotent=False if conditional else None)
         return ObjectProps.from_headers(resp.headers, size=size)
 
     def append_member(self, member: str, data: Union[bytes, bytearray, memoryview]) -> None:

@@ -8,10 +8,15 @@
 
 Every rank writes its own files straight to the targets that own them (a chunked upload per
 file, several files at once with ``thread_count``); each object appears only once it is whole.
-The checkpoint's ``.metadata`` object is written last, by the coordinator, after every rank
-finished: a save that dies part-way leaves no ``.metadata``, so the partial checkpoint does not
-load, and earlier checkpoints (other paths) are untouched. Reads use range requests, several
-files at once (``thread_count``).
+The files of one save are named with a save id of their own (``__<rank>_<save id>_<n>.distcp``),
+so a save never rewrites the files of a checkpoint that loads. The checkpoint's ``.metadata``
+object, which names its files, is written last, by the coordinator, after every rank finished,
+in one PUT that replaces any previous one (never deleted first): a save that dies part-way
+leaves the path as it was — no ``.metadata`` for a new path (the partial checkpoint does not
+load), the previous checkpoint for an existing one. With ``overwrite=False`` the commit is a
+conditional write (``If-None-Match: *``): of two saves racing to one path, exactly one commits
+and the other raises. After a commit that replaced a checkpoint, the files only the replaced
+one named are deleted. Reads use range requests, several files at once (``thread_count``).
 """
 
 from __future__ import annotations
@@ -19,28 +24,48 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import pickle
+import re
+import secrets
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, Dict, Generator, List, Optional, Union
 
-from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner
+from torch.distributed.checkpoint.filesystem import (
+    FileSystemBase,
+    FileSystemReader,
+    FileSystemWriter,
+    _StoragePrefix,
+)
+from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, SavePlan
 from torch.futures import Future
 
 from .checkpoint import object_of
 from .client import Client
-from .errors import ObjectNotFound
+from .errors import ObjectNotFound, PreconditionFailed
 
-__all__ = ["GristmillFileSystem", "GristmillStorageReader", "GristmillStorageWriter"]
+__all__ = ["CheckpointExists", "GristmillFileSystem", "GristmillStorageReader", "GristmillStorageWriter"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class GristmillFileSystem(FileSystemBase):
-    """DCP's file-system interface over objects named by URIs (``ais://bucket/path``)."""
+_METADATA = ".metadata"
+# A data file of one save: `__<rank>_<save id>_<n>.distcp` (group 1: the save id).
+_SAVE_FILE = re.compile(r"__\d+_([0-9a-f]{8})_\d+\.distcp")
 
-    def __init__(self, client: Optional[Client] = None):
+
+class CheckpointExists(RuntimeError):
+    """A save with ``overwrite=False`` found its path committed by another save."""
+
+
+class GristmillFileSystem(FileSystemBase):
+    """DCP's file-system interface over objects named by URIs (``ais://bucket/path``).
+    ``overwrite`` (the writer's): whether a commit may replace a committed checkpoint."""
+
+    def __init__(self, client: Optional[Client] = None, overwrite: bool = True):
         self.client = client
+        self.overwrite = overwrite
+        self._replaced: Optional[bytes] = None  # the `.metadata` the commit replaces
 
     def _object(self, path: PathLike):
         return object_of(str(path), self.client)
@@ -71,10 +96,44 @@ class GristmillFileSystem(FileSystemBase):
 
     def rename(self, path: PathLike, new_path: PathLike) -> None:
         # Only the small `.metadata` is renamed (written under a temporary name, then put in
-        # place): the new object appears whole, in one PUT.
+        # place): the commit. The new object appears whole, in one PUT, conditional unless
+        # overwriting is allowed.
         src = self._object(path)
-        self._object(new_path).put(src.get())
+        try:
+            self._object(new_path).put(src.get(), if_none_match=None if self.overwrite else "*")
+        except PreconditionFailed as e:
+            src.delete()
+            raise CheckpointExists(f"{new_path}: committed by another save meanwhile (overwrite=False)") from e
         src.delete()
+        replaced, self._replaced = self._replaced, None
+        if replaced is not None and str(new_path).endswith("/" + _METADATA):
+            self._drop_files_of(replaced, keep=self._object(new_path).get(), under=str(new_path)[: -len(_METADATA)])
+
+    def _drop_files_of(self, replaced: bytes, keep: bytes, under: str) -> None:
+        """Deletes the files of the replaced checkpoint that the new one does not name: every
+        file of its saves (a rank writes files with no items too), or, for a checkpoint of
+        files without save ids, the ones it named."""
+        def files(metadata: bytes) -> set:
+            try:
+                md = pickle.loads(metadata)  # DCP's own format: the checkpoint's metadata
+                return {d.relative_path for d in (md.storage_data or {}).values()}
+            except Exception:  # not ours to judge: keep everything
+                return set()
+
+        kept = files(keep)
+        gone = files(replaced) - kept
+        saves = {m.group(1) for m in map(_SAVE_FILE.fullmatch, gone) if m} - {
+            m.group(1) for m in map(_SAVE_FILE.fullmatch, kept) if m}
+        if saves:
+            scheme, _, rest = under.partition("://")
+            bucket, _, prefix = rest.partition("/")
+            b = object_of(f"{scheme}://{bucket}/x", self.client).bucket
+            for e in b.list_objects_iter(prefix=prefix):
+                m = _SAVE_FILE.fullmatch(e.name[len(prefix):])
+                if m and m.group(1) in saves:
+                    gone.add(e.name[len(prefix):])
+        for name in gone - kept:
+            self.rm_file(under + name)
 
     def mkdir(self, path: PathLike) -> None:
         pass  # object names need no directories
@@ -88,6 +147,17 @@ class GristmillFileSystem(FileSystemBase):
         return self._object(path).exists()
 
     def rm_file(self, path: PathLike) -> None:
+        if str(path).endswith("/" + _METADATA):
+            # DCP removes the committed `.metadata` before it renames the new one in place: a
+            # crash between the two would leave no checkpoint at all. The commit's PUT replaces
+            # it instead; its files are deleted after that.
+            if not self.overwrite:
+                raise CheckpointExists(f"{path}: committed by another save meanwhile (overwrite=False)")
+            try:
+                self._replaced = self._object(path).get()
+            except ObjectNotFound:
+                self._replaced = None
+            return
         try:
             self._object(path).delete()
         except ObjectNotFound:
@@ -110,8 +180,16 @@ class GristmillStorageWriter(FileSystemWriter):
                  **kwargs: Any) -> None:
         kwargs.setdefault("sync_files", False)
         super().__init__(path, thread_count=thread_count, **kwargs)
-        self.fs = GristmillFileSystem(client)
+        self.fs = GristmillFileSystem(client, overwrite=self.overwrite)
         self.path = self.fs.init_path(path)
+
+    def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
+        # The coordinator names this save's files (the plans reach every rank): a save id in
+        # each rank's prefix keeps them apart from every other save's files of this path.
+        save_id = secrets.token_hex(4)
+        return [dataclasses.replace(plan, storage_data=_StoragePrefix(f"__{rank}_{save_id}_"))
+                if plan.storage_data is None else plan
+                for rank, plan in enumerate(plans)]
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: PathLike) -> bool:

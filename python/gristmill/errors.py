@@ -75,6 +75,10 @@ class RangeNotSatisfiable(GristError):
     """416: the requested byte range selects nothing in the object."""
 
 
+class PreconditionFailed(GristError):
+    """412: a conditional request's condition (``If-None-Match``, ``If-Match``) did not hold."""
+
+
 class TooManyRequests(GristError):
     """429: the cluster asks the client to slow down (retried with backoff first)."""
 
@@ -95,7 +99,7 @@ class ConnectionFailed(GristError):
 
 _BY_STATUS = {
     400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict,
-    416: RangeNotSatisfiable, 429: TooManyRequests,
+    412: PreconditionFailed, 416: RangeNotSatisfiable, 429: TooManyRequests,
     502: ServiceUnavailable, 503: ServiceUnavailable, 504: ServiceUnavailable,
 }
 

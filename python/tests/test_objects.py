@@ -322,3 +322,24 @@ def test_delete_objects_by_names_template_and_prefix(bucket):
         bucket.delete_objects()
     with pytest.raises(ValueError):
         bucket.delete_objects(names=["a"], prefix="b")
+
+
+def test_conditional_puts(bucket):
+    from gristmill import PreconditionFailed
+
+    obj = bucket.object("cond")
+    obj.put(b"one", if_none_match="*")
+    with pytest.raises(PreconditionFailed):
+        obj.put(b"two", if_none_match="*")
+    with pytest.raises(PreconditionFailed):
+        obj.put(b"two", if_match='"not-the-etag"')
+    assert obj.get() == b"one"
+    etag = obj.head().checksum_value  # a native object's ETag
+    obj.put(b"three", if_match=f'"{etag}"')
+    assert obj.get() == b"three"
+    with pytest.raises(PreconditionFailed):
+        obj.put(b"x", if_match=f'"{etag}"')  # the ETag moved on
+    with pytest.raises(ObjectNotFound):  # S3's answer to If-Match on a missing object
+        bucket.object("cond-absent").put(b"x", if_match="*")
+    obj.put(b"four", if_match="*")
+    assert obj.get() == b"four"

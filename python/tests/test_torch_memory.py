@@ -220,3 +220,60 @@ def test_dcp_save_by_two_ranks_loads_and_a_killed_save_does_not(cluster, client)
         assert all(torch.equal(got[k], want[k]) for k in want)
     finally:
         b.delete(missing_ok=True)
+
+
+def test_dcp_saves_to_one_path_never_break_the_checkpoint_that_loads(client, monkeypatch):
+    """Saves to an existing path: each save's files carry its own save id, so a save that dies
+    at its commit leaves the previous checkpoint loadable (it used to rewrite that checkpoint's
+    files in place); a commit replaces `.metadata` in one PUT and then deletes the replaced
+    checkpoint's files; with ``overwrite=False`` the commit is conditional, so a save racing
+    another one past DCP's existence check fails instead of replacing it."""
+    import torch.distributed.checkpoint as dcp
+
+    from gristmill import dcp as gdcp
+
+    b = client.bucket(f"dcp-{uuid.uuid4().hex[:8]}")
+    b.create()
+    path = f"ais://{b.name}/ckpt"
+
+    def save(value: float, **kw) -> None:
+        dcp.save({"w": torch.full((4096,), value)}, storage_writer=gdcp.GristmillStorageWriter(path, client, **kw))
+
+    def loaded() -> float:
+        got = {"w": torch.empty(4096)}
+        dcp.load(got, storage_reader=gdcp.GristmillStorageReader(path, client))
+        assert torch.equal(got["w"], torch.full((4096,), got["w"][0].item()))
+        return got["w"][0].item()
+
+    def files() -> set:
+        return {e.name for e in b.list_all_objects(prefix="ckpt/") if e.name.endswith(".distcp")}
+
+    try:
+        save(1.0)
+        first = files()
+        save(2.0)
+        assert loaded() == 2.0
+        second = files()
+        assert second and not second & first, (first, second)  # replaced files deleted
+
+        def crash(self, path, new_path):
+            raise OSError("killed at the commit")
+
+        with monkeypatch.context() as m:
+            m.setattr(gdcp.GristmillFileSystem, "rename", crash)
+            with pytest.raises(BaseException, match="killed at the commit"):
+                save(3.0)
+        assert loaded() == 2.0
+        assert second <= files()
+
+        with monkeypatch.context() as m:
+            # As if another save committed right after this one's existence check.
+            m.setattr(gdcp.GristmillFileSystem, "exists", lambda self, path: False)
+            with pytest.raises(BaseException, match="committed by another save"):
+                save(4.0, overwrite=False)
+        assert loaded() == 2.0
+        with pytest.raises(BaseException, match="already exists"):
+            save(5.0, overwrite=False)
+        assert loaded() == 2.0
+    finally:
+        b.delete(missing_ok=True)
