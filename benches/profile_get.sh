@@ -43,7 +43,7 @@ bench --workers "$workers" --duration 3s >/dev/null
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 t0=$(cpu "$target")
 if [ "$perf" = 1 ]; then
-  perf record -e cpu-clock -F 2000 -g -p "$target" -o "$dir/perf.data" -- sleep $((duration - 2)) >/dev/null 2>&1 &
+  perf record -e cpu-clock -F 999 --call-graph dwarf,32768 -p "$target" -o "$dir/perf.data" -- sleep $((duration - 2)) >/dev/null 2>&1 &
   rec=$!
 fi
 bench --workers "$workers" --duration "${duration}s" --json >"$dir/result.json"

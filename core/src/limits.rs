@@ -35,6 +35,9 @@ pub const MAX_UNFRAMED_PUT: usize = 16 << 20;
 /// Most parts one multipart upload may have (S3's limit).
 pub const MAX_PARTS: usize = 10_000;
 
+/// The header count hyper parses without a heap allocation (its default limit).
+pub const HYPER_MAX_HEADERS: usize = 100;
+
 /// Per-node limits on connections and request heads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
@@ -62,7 +65,9 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_headers: 128,
+            // hyper's own default: up to 100 the parser's tables live on the stack; any other
+            // limit makes it allocate them for every request.
+            max_headers: HYPER_MAX_HEADERS,
             max_header_bytes: 64 << 10,
             max_url_bytes: 16 << 10,
             header_read_timeout: Duration::from_secs(30),
@@ -107,7 +112,7 @@ fn duration(v: &str) -> Result<Duration, String> {
 const KNOBS: &[Knob] = &[
     Knob {
         key: "max_headers",
-        help: "most header fields in one request (431 above it); default 128",
+        help: "most header fields in one request (431 above it); default 100",
         set: |l, v| {
             l.max_headers = count(v)?;
             Ok(())

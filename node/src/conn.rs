@@ -106,8 +106,11 @@ pub async fn serve(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
-        .max_headers(limits.max_headers)
         .keep_alive(true);
+    if limits.max_headers != gristmill_core::limits::HYPER_MAX_HEADERS {
+        // (hyper's default is the same limit, parsed without a heap allocation per request)
+        http.max_headers(limits.max_headers);
+    }
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
         let (tcp, peer) = tokio::select! {

@@ -5,10 +5,11 @@
 //!   lookup) checks size and xxhash before any byte is sent; a streamed whole-object GET hashes
 //!   as it reads and holds back its last chunk until the hash is checked, so a mismatch ends
 //!   the body with an error (the client sees a broken response, never a complete one with
-//!   wrong bytes). A streamed GET is verified once per cached record (the first whole read
-//!   after a write, a restart or the record's eviction marks it, [`crate::store::hot`]); later
-//!   ones, and range reads of streamed objects, are not (they go zero-copy; the scrub job
-//!   covers them). `?validate_checksum=true` always verifies.
+//!   wrong bytes). Both are verified once per cached record (the first whole read after a
+//!   write, a restart or the record's eviction marks it, [`crate::store::hot`]); later reads,
+//!   and range reads of streamed objects, are not (they go zero-copy on plain HTTP — a small
+//!   object is then not read into memory at all, [`small_object`]; the scrub job covers
+//!   them). `?validate_checksum=true` always verifies.
 //! - **Corruption**: the copy is quarantined ([`crate::store::Store::quarantine`]: the data
 //!   file moves to `<mountpath>/quarantine/`, the index record goes), counted in `/metrics`,
 //!   then repaired: from another holder of the object's HRW set (`mirror.copies > 1`; the
@@ -51,6 +52,25 @@ pub(crate) fn validates(t: &Target, bck: &Bck, params: &HashMap<String, String>)
         || t.bmd()
             .get(bck)
             .is_none_or(|r| r.props.checksum.validate_warm_get)
+}
+
+/// How a GET wants a small object opened: its bytes left in the file when it can send them
+/// zero-copy (a plain-HTTP connection) and nothing will check them — validation off, or on
+/// and the cached record already verified by an earlier whole read (the policy of streamed
+/// reads, see the module doc); read into memory otherwise.
+pub(crate) fn small_object(
+    t: &Target,
+    bck: &Bck,
+    req: &crate::read::local::ReadRequest<'_>,
+) -> crate::store::SmallObject {
+    use crate::store::SmallObject;
+    if req.zero_copy.is_none() || explicit(req.params) {
+        SmallObject::Read
+    } else if validates(t, bck, req.params) {
+        SmallObject::FromFileIfVerified
+    } else {
+        SmallObject::FromFile
+    }
 }
 
 /// `?validate_checksum=true`: verify even a range (the whole file is read first).

@@ -244,7 +244,15 @@ pub(crate) async fn serve_local(
         // Checks that run before the first byte: a small object (already in memory), or any
         // object when the request asked (`?validate_checksum=true`, even for a range).
         let corrupt = match &open.data {
-            Some(data) if validate => crate::verify::check_bytes(&open.meta, data).err(),
+            Some(data) if validate => {
+                let verdict = crate::verify::check_bytes(&open.meta, data).err();
+                if verdict.is_none()
+                    && let Some(record) = &open.record
+                {
+                    record.mark_verified();
+                }
+                verdict
+            }
             None if validate && range.is_some() && crate::verify::explicit(params) => {
                 crate::verify::check_open(&open).await?.err()
             }

@@ -32,6 +32,9 @@ pub(crate) async fn get_object(
     if bck.is_remote() {
         return remote::get_object(t, bck, name, req).await;
     }
-    let open = t.store.open_object(bck, name).await?;
+    let open = t
+        .store
+        .open_to_send(bck, name, crate::verify::small_object(t, bck, req))
+        .await?;
     serve_local(t, bck, open, req).await
 }

@@ -69,7 +69,8 @@ pub(crate) async fn get_object(
     let flag = |k: &str| params.get(k).is_some_and(|v| v == "true" || v == "1");
     let sync = flag(q::SYNC) || versioning.synchronize;
     let latest = sync || flag(q::LATEST) || flag(q::LATEST_VER) || versioning.validate_warm_get;
-    let open = match t.store.open_object(bck, name).await {
+    let small = crate::verify::small_object(t, bck, req);
+    let open = match t.store.open_to_send(bck, name, small).await {
         Ok(open) => Some(open),
         Err(e) if is_not_found(&e) => None,
         Err(e) => return Err(e.into()),

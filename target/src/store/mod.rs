@@ -132,6 +132,17 @@ pub struct OpenObject {
     pub(crate) record: Option<Arc<crate::store::hot::Cached>>,
 }
 
+/// Whether opening a small object (up to [`PREFETCH_MAX`]) reads its bytes into memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmallObject {
+    /// Read them (the caller checks or transforms them).
+    Read,
+    /// Leave them in the file if the cached record was verified by an earlier whole read.
+    FromFileIfVerified,
+    /// Leave them in the file (a warm record; nothing will check them).
+    FromFile,
+}
+
 /// Generations carry the cluster epoch in their high 32 bits: the version of the cluster map
 /// under which the owner assigned them (the low 32 bits count writes within it). A map that
 /// removes a target has a higher version than any map that target acted under, so whatever is
@@ -580,9 +591,22 @@ impl Store {
     /// concurrent overwrite replaced the file between the lookup and the open. A recently read
     /// object whose bytes are in the page cache is served without the trip (see `hot`).
     pub async fn open_object(&self, bck: &Bck, name: &str) -> Result<OpenObject, StoreError> {
+        self.open_to_send(bck, name, SmallObject::Read).await
+    }
+
+    /// [`Store::open_object`] for a GET that says how it will send a small object: with
+    /// [`SmallObject::FromFile`] a warm record's bytes are not read into memory (the GET sends
+    /// them from the file, zero-copy); `FromFileIfVerified` only once a whole read since the
+    /// record was cached checked them.
+    pub async fn open_to_send(
+        &self,
+        bck: &Bck,
+        name: &str,
+        small: SmallObject,
+    ) -> Result<OpenObject, StoreError> {
         use std::os::unix::fs::FileExt;
         let bucket = bck.uname();
-        if let Some(open) = self.open_hot(&bucket, name) {
+        if let Some(open) = self.open_hot(&bucket, name, small) {
             return Ok(open);
         }
         let mps = self.lookup_order(bck, name);
@@ -628,12 +652,17 @@ impl Store {
     /// The warm path of [`Store::open_object`], on the calling (async) thread: only for a cached
     /// record whose small content is entirely in the page cache (or a large object, whose
     /// body streams through the blocking pool anyway). `None`: take the blocking path.
-    fn open_hot(&self, bucket: &str, name: &str) -> Option<OpenObject> {
+    fn open_hot(&self, bucket: &str, name: &str, small: SmallObject) -> Option<OpenObject> {
         let hit = self.hot.get(bucket, name)?;
         // Opening a file whose directory entries were just used is a cached lookup; a file
         // gone (overwritten, moved) sends us to the slow path, which looks again.
         let file = self.hot.open_file(&hit).ok()?;
-        let data = if hit.meta.size <= PREFETCH_MAX {
+        let from_file = match small {
+            SmallObject::Read => false,
+            SmallObject::FromFileIfVerified => hit.verified(),
+            SmallObject::FromFile => true,
+        };
+        let data = if hit.meta.size <= PREFETCH_MAX && !from_file {
             let mut buf = vec![0u8; hit.meta.size as usize];
             if !crate::store::hot::read_if_cached(&file, &mut buf, 0).ok()? {
                 return None;

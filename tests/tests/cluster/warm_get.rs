@@ -278,52 +278,72 @@ async fn http11_stays_exact_around_zero_copy_bodies() {
 }
 
 /// What the documented policy verifies is never served corrupt: the first whole read after a
-/// write, any read with `?validate_checksum=true`, and the first whole read after a restart.
+/// write, any read with `?validate_checksum=true`, and the first whole read after a restart —
+/// for streamed objects and for small ones (read whole before they are sent); a small
+/// object's later plain reads skip the check and go zero-copy, as streamed ones do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reads_the_policy_verifies_never_serve_a_corrupt_copy() {
     let mut c = Cluster::start(1, 1).await.unwrap();
     c.create_bucket("zv").await.unwrap();
-    let smap = c.smap().await.unwrap();
-    let layout = mountpaths_by_id(&c, &smap).await;
     let broken_or_refused = |status: u16, body: &Option<Vec<u8>>| status != 200 || body.is_none();
 
-    // (1) Flipped before its first read: that read is verified.
-    let first = content(11, LARGE);
-    put(&c, "zv", "first", &first).await;
-    flip(&copies_of(&layout, &first)[0].1, LARGE - 3);
-    let (status, body) = get(&c, &obj(&c, "zv", "first")).await;
-    assert!(
-        broken_or_refused(status, &body),
-        "corrupt first read served"
-    );
+    for (size, kind, seed) in [(LARGE, "large", 11), (16 * 1024, "small", 21)] {
+        // (after the restart of the round before: the target's address is new)
+        let smap = c.smap().await.unwrap();
+        let layout = mountpaths_by_id(&c, &smap).await;
+        // (1) Flipped before its first read: that read is verified.
+        let first = content(seed, size);
+        put(&c, "zv", &format!("first-{kind}"), &first).await;
+        flip(&copies_of(&layout, &first)[0].1, size - 3);
+        let (status, body) = get(&c, &obj(&c, "zv", &format!("first-{kind}"))).await;
+        assert!(
+            broken_or_refused(status, &body),
+            "{kind}: corrupt first read served"
+        );
 
-    // (2) Verified once, then flipped: an explicit check still catches it.
-    let later = content(12, LARGE);
-    put(&c, "zv", "later", &later).await;
-    let (status, body) = get(&c, &obj(&c, "zv", "later")).await;
-    assert!(status == 200 && body.as_deref() == Some(&later[..]));
-    flip(&copies_of(&layout, &later)[0].1, 17);
-    let checked = format!("{}?validate_checksum=true", obj(&c, "zv", "later"));
-    let (status, body) = get(&c, &checked).await;
-    assert!(
-        broken_or_refused(status, &body),
-        "explicit check served corrupt"
-    );
+        // (2) Verified once, then flipped: an explicit check still catches it.
+        let later = content(seed + 1, size);
+        let url = obj(&c, "zv", &format!("later-{kind}"));
+        put(&c, "zv", &format!("later-{kind}"), &later).await;
+        let zero_copy = metric(&c, &smap, "grist_get_zero_copy_total").await;
+        let (status, body) = get(&c, &url).await;
+        assert!(status == 200 && body.as_deref() == Some(&later[..]));
+        assert_eq!(
+            metric(&c, &smap, "grist_get_zero_copy_total").await,
+            zero_copy,
+            "{kind}: the verified first read was not zero-copy"
+        );
+        let (status, body) = get(&c, &url).await;
+        assert!(status == 200 && body.as_deref() == Some(&later[..]));
+        assert_eq!(
+            metric(&c, &smap, "grist_get_zero_copy_total").await,
+            zero_copy + 1,
+            "{kind}: a read after the verified one goes zero-copy"
+        );
+        flip(&copies_of(&layout, &later)[0].1, 17);
+        let checked = format!("{url}?validate_checksum=true");
+        let (status, body) = get(&c, &checked).await;
+        assert!(
+            broken_or_refused(status, &body),
+            "{kind}: explicit check served corrupt"
+        );
 
-    // (3) Verified once, flipped, node restarted: the first read after it is verified again.
-    let restarted = content(13, LARGE);
-    put(&c, "zv", "restarted", &restarted).await;
-    let (status, body) = get(&c, &obj(&c, "zv", "restarted")).await;
-    assert!(status == 200 && body.as_deref() == Some(&restarted[..]));
-    let file = copies_of(&layout, &restarted)[0].1.clone();
-    c.targets[0].stop();
-    flip(&file, 4096);
-    c.restart_target(0).await.unwrap();
-    let (status, body) = get(&c, &obj(&c, "zv", "restarted")).await;
-    assert!(
-        broken_or_refused(status, &body),
-        "corrupt read after restart served"
-    );
+        // (3) Verified once, flipped, node restarted: the first read after it is verified again.
+        let restarted = content(seed + 2, size);
+        put(&c, "zv", &format!("restarted-{kind}"), &restarted).await;
+        let url = obj(&c, "zv", &format!("restarted-{kind}"));
+        let (status, body) = get(&c, &url).await;
+        assert!(status == 200 && body.as_deref() == Some(&restarted[..]));
+        let file = copies_of(&layout, &restarted)[0].1.clone();
+        c.targets[0].stop();
+        flip(&file, 4096);
+        c.restart_target(0).await.unwrap();
+        let (status, body) = get(&c, &obj(&c, "zv", &format!("restarted-{kind}"))).await;
+        assert!(
+            broken_or_refused(status, &body),
+            "{kind}: corrupt read after restart served"
+        );
+    }
 }
 
 /// Zero-copy bodies stay whole and exact while their objects are overwritten: readers on
