@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: Gristmill vs baselines on this machine, in the same run.
 #
-# Starts a `gristd playground` (1 proxy + 3 targets) and an nginx (its own config, 127.0.0.1
+# Starts a `gristd playground` (1 proxy + 3 targets, or --targets N) and an nginx (its own config, 127.0.0.1
 # only, sendfile on) on free ports, writes the SAME object files for nginx that it PUTs into
 # Gristmill, and drives both with the same load generator (grist-bench; http mode for nginx).
 # Rows: warm GET 1 MiB and 16 KiB (through the proxy's 307 and direct by HRW) vs nginx; PUT
@@ -21,12 +21,15 @@
 #   --keep       keep the work directory (logs, raw JSON results).
 #   --out FILE   also write the report (markdown) to FILE.
 #   --bin-dir D  use gristd and grist-bench from D instead of building them.
+#   --targets N  targets in the playground (default 3). With 1, the server side is what one
+#                host of a deployment runs (a proxy and its target) against one nginx.
 # Needs: cargo (unless --bin-dir), python3, curl; installs nginx (and fio, wrk unless --smoke)
 # with apt-get when missing (as root, or through sudo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
+targets=3
 smoke=0 rounds="" duration="" workdir="" keep=0 out="" bindir=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -37,6 +40,7 @@ while [ $# -gt 0 ]; do
     --keep) keep=1 ;;
     --out) out=$2; shift ;;
     --bin-dir) bindir=$2; shift ;;
+    --targets) targets=$2; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "compare.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
   esac
@@ -187,7 +191,7 @@ nginx_hop_url=http://127.0.0.1:$nginx_hop_port
 
 # --- start Gristmill -----------------------------------------------------------------------
 log "starting gristd playground on $endpoint (data in $workdir/grist)"
-"$GRISTD" playground --data-dir "$workdir/grist" --port "$port" >"$workdir/playground.out" 2>&1 &
+"$GRISTD" playground --data-dir "$workdir/grist" --port "$port" --targets "$targets" >"$workdir/playground.out" 2>&1 &
 pg_pid=$!
 for _ in $(seq 600); do
   grep -q '^endpoint:' "$workdir/playground.out" 2>/dev/null && break
@@ -485,7 +489,7 @@ report() {
   fi
   echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), $(awk '/^MemTotal:/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) RAM, kernel $(uname -r);" \
     "data on $(df -T "$workdir" | awk 'NR==2 {print $2}'); load generator, servers and baselines share the machine."
-  echo "Binaries: $bindir. GET rows: median of $rounds round(s) of $duration each, warm page cache."
+  echo "Binaries: $bindir. Playground: 1 proxy + $targets target(s). GET rows: median of $rounds round(s) of $duration each, warm page cache."
   echo "Load average (1/5/15 min) before the run: $load_start; after: $(cut -d' ' -f1-3 /proc/loadavg)" \
     "(anything above ~0 before the run is other work competing for the same CPUs)."
   echo

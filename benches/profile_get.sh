@@ -5,10 +5,10 @@
 # `perf report -i <dir>/perf.data`). Environment such as GRISTD_OPEN_FILES=0 reaches the nodes,
 # which is how A/B runs of one binary are made.
 # Usage: benches/profile_get.sh [--size 16KiB] [--objects 3000] [--workers 32] [--duration 10]
-#                               [--perf] [--bin-dir DIR] [--keep]
+#                               [--targets 1] [--perf] [--bin-dir DIR] [--keep]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-size=16KiB objects=3000 workers=32 duration=10 perf=0 keep=0 bin=build/release
+size=16KiB objects=3000 workers=32 duration=10 perf=0 keep=0 bin=build/release targets=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) size=$2; shift 2 ;;
@@ -17,6 +17,7 @@ while [ $# -gt 0 ]; do
     --duration) duration=$2; shift 2 ;;
     --perf) perf=1; shift ;;
     --bin-dir) bin=$2; shift 2 ;;
+    --targets) targets=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     *) echo "unknown option $1" >&2; exit 1 ;;
   esac
@@ -24,7 +25,7 @@ done
 [ -x "$bin/gristd" ] && [ -x "$bin/grist-bench" ] || cargo build --release --bin gristd --bin grist-bench
 dir=$(mktemp -d /tmp/grist-profile.XXXXXX)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$bin/gristd" playground --data-dir "$dir/data" --port "$port" --targets 1 --proxies 1 >"$dir/playground.log" 2>&1 &
+"$bin/gristd" playground --data-dir "$dir/data" --port "$port" --targets "$targets" --proxies 1 >"$dir/playground.log" 2>&1 &
 play=$!
 cleanup() {
   kill "$play" 2>/dev/null || true
@@ -39,15 +40,17 @@ bench() { "$bin/grist-bench" --mode direct --endpoint "$ep" --bucket prof --obje
 curl -sf -X POST "$ep/v1/buckets/prof" -H 'Content-Type: application/json' -d '{"action":"create-bck"}' >/dev/null
 bench --pct-put 100 --count "$objects" --workers 8 >/dev/null
 target=$(pgrep -f "gristd target .*$dir" | head -1)
+all_targets=$(pgrep -f "gristd target .*$dir" | tr '\n' ' ')
 bench --workers "$workers" --duration 3s >/dev/null
-cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-t0=$(cpu "$target")
+# CPU of every target (perf records the first one).
+cpu() { local sum=0 p; for p in $all_targets; do sum=$((sum + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $sum; }
+t0=$(cpu)
 if [ "$perf" = 1 ]; then
   perf record -e cpu-clock -F 999 --call-graph dwarf,32768 -p "$target" -o "$dir/perf.data" -- sleep $((duration - 2)) >/dev/null 2>&1 &
   rec=$!
 fi
 bench --workers "$workers" --duration "${duration}s" --json >"$dir/result.json"
-t1=$(cpu "$target")
+t1=$(cpu)
 [ "$perf" = 1 ] && wait "$rec"
 ticks=$(getconf CLK_TCK)
 python3 - "$dir/result.json" "$t0" "$t1" "$ticks" <<'PY'

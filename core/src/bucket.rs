@@ -87,7 +87,16 @@ impl Namespace {
 
     /// The `@uuid#name` form used in unames (`@#` for global).
     pub fn uname(&self) -> String {
-        format!("@{}#{}", self.uuid, self.name)
+        let mut s = String::with_capacity(2 + self.uuid.len() + self.name.len());
+        self.push_uname(&mut s);
+        s
+    }
+
+    fn push_uname(&self, s: &mut String) {
+        s.push('@');
+        s.push_str(&self.uuid);
+        s.push('#');
+        s.push_str(&self.name);
     }
 
     /// Parses `@uuid#name`, `#name`, `@uuid` or the empty string.
@@ -189,12 +198,19 @@ impl Bck {
 
     /// `provider/@uuid#ns/name`: the bucket part of every object uname, and its index key.
     pub fn uname(&self) -> String {
-        format!(
-            "{}/{}/{}",
-            self.provider.as_str(),
-            self.namespace.uname(),
-            self.name
-        )
+        // Built without the formatting machinery: it names the bucket in every object
+        // request's lookups.
+        let provider = self.provider.as_str();
+        let ns = &self.namespace;
+        let mut s = String::with_capacity(
+            provider.len() + ns.uuid.len() + ns.name.len() + self.name.len() + 4,
+        );
+        s.push_str(provider);
+        s.push('/');
+        ns.push_uname(&mut s);
+        s.push('/');
+        s.push_str(&self.name);
+        s
     }
 
     /// The placement name of one object: `provider/@uuid#ns/bucket/object`.

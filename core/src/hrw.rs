@@ -69,6 +69,61 @@ where
     scored.into_iter().map(|(_, i)| i).collect()
 }
 
+/// The weight a node has when it states none: all nodes equal (and placement AIStore's).
+pub const DEFAULT_WEIGHT: u32 = 100;
+
+/// Weighted rendezvous key of one candidate: `weight / -ln(u)`, with `u` the candidate's HRW
+/// score mapped to (0, 1) (its top 53 bits, centred in their interval). The candidate with
+/// the largest key wins, and each wins a share of names in proportion to its weight. Used
+/// only when the candidates' weights differ: with equal weights the plain integer score
+/// decides (bit-identical with AIStore).
+pub fn weighted_key(score: u64, weight: u32) -> f64 {
+    let u = ((score >> 11) as f64 + 0.5) * (1.0 / (1u64 << 53) as f64);
+    f64::from(weight.max(1)) / -u.ln()
+}
+
+/// [`pick`] over `(digest, weight)` candidates: plain HRW when every weight is the same,
+/// weighted rendezvous ([`weighted_key`]) otherwise.
+pub fn pick_weighted<I>(object_digest: u64, candidates: I) -> Option<usize>
+where
+    I: IntoIterator<Item = (u64, u32)> + Clone,
+{
+    if uniform(candidates.clone()) {
+        return pick(object_digest, candidates.into_iter().map(|(d, _)| d));
+    }
+    let mut best: Option<(usize, f64)> = None;
+    for (i, (d, w)) in candidates.into_iter().enumerate() {
+        let k = weighted_key(score(d, object_digest), w);
+        if best.is_none_or(|(_, b)| k > b) {
+            best = Some((i, k));
+        }
+    }
+    best.map(|(i, _)| i)
+}
+
+/// [`rank`] over `(digest, weight)` candidates, as [`pick_weighted`] orders them.
+pub fn rank_weighted<I>(object_digest: u64, candidates: I) -> Vec<usize>
+where
+    I: IntoIterator<Item = (u64, u32)> + Clone,
+{
+    if uniform(candidates.clone()) {
+        return rank(object_digest, candidates.into_iter().map(|(d, _)| d));
+    }
+    let mut keyed: Vec<(f64, usize)> = candidates
+        .into_iter()
+        .enumerate()
+        .map(|(i, (d, w))| (weighted_key(score(d, object_digest), w), i))
+        .collect();
+    keyed.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    keyed.into_iter().map(|(_, i)| i).collect()
+}
+
+fn uniform<I: IntoIterator<Item = (u64, u32)>>(candidates: I) -> bool {
+    let mut weights = candidates.into_iter().map(|(_, w)| w);
+    let first = weights.next();
+    weights.all(|w| Some(w) == first)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +187,97 @@ mod tests {
             }
         }
         assert!(checked > 500, "only {checked} placements checked");
+    }
+
+    /// Equal weights are plain HRW, whatever the weight: AIStore's placement.
+    #[test]
+    fn equal_weights_place_as_aistore() {
+        let nodes: Vec<u64> = (0..7).map(|i| digest(&format!("t{i}"))).collect();
+        for w in [1, DEFAULT_WEIGHT, 12345] {
+            for i in 0..2000 {
+                let d = digest(&format!("ais/@#/b/obj-{i}"));
+                let weighted = nodes.iter().map(|&n| (n, w));
+                assert_eq!(
+                    pick_weighted(d, weighted.clone()),
+                    pick(d, nodes.iter().copied())
+                );
+                assert_eq!(rank_weighted(d, weighted), rank(d, nodes.iter().copied()));
+            }
+        }
+    }
+
+    /// Unequal weights place names in proportion to the weights: within 2 % of each node's
+    /// share over 1,000,000 names; ranks start with the pick.
+    #[test]
+    fn unequal_weights_place_in_proportion() {
+        let weights = [100u32, 200, 300, 400, 50];
+        let nodes: Vec<(u64, u32)> = weights
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| (digest(&format!("target-{i}")), w))
+            .collect();
+        let total: u32 = weights.iter().sum();
+        let names = 1_000_000;
+        let mut won = [0u64; 5];
+        for i in 0..names {
+            let d = digest(&format!("ais/@#/train/shard-{i:07}.tar"));
+            let w = pick_weighted(d, nodes.iter().copied()).unwrap();
+            won[w] += 1;
+            if i % 1000 == 0 {
+                assert_eq!(rank_weighted(d, nodes.iter().copied())[0], w);
+            }
+        }
+        for (i, &w) in weights.iter().enumerate() {
+            let want = names as f64 * f64::from(w) / f64::from(total);
+            let got = won[i] as f64;
+            assert!(
+                (got - want).abs() <= 0.02 * want,
+                "node {i} (weight {w}): {got} names, want {want:.0} ± 2 %"
+            );
+        }
+    }
+
+    /// `testdata/hrw_weighted.json`: weighted placements as this code computes them, which the
+    /// Python SDK's test (`python/tests/test_hrw.py`) checks its own implementation against.
+    /// `GRIST_WRITE_GOLDEN=1` rewrites the file.
+    #[test]
+    fn weighted_vectors_match_the_committed_file() {
+        let sets: [&[(&str, u32)]; 3] = [
+            &[("t1", 100), ("t2", 100), ("t3", 300)],
+            &[("a", 1), ("b", 2), ("c", 3), ("d", 4), ("e", 5)],
+            &[("big", 16384), ("small", 512), ("mid", 4096), ("x", 100)],
+        ];
+        let mut cases = Vec::new();
+        for set in sets {
+            let nodes: Vec<(u64, u32)> = set.iter().map(|(id, w)| (digest(id), *w)).collect();
+            for i in 0..200 {
+                let uname = format!("ais/@#/bkt/obj-{i}");
+                let d = digest(&uname);
+                let ranked: Vec<&str> = rank_weighted(d, nodes.iter().copied())
+                    .into_iter()
+                    .map(|j| set[j].0)
+                    .collect();
+                assert_eq!(
+                    set[pick_weighted(d, nodes.iter().copied()).unwrap()].0,
+                    ranked[0]
+                );
+                cases.push(serde_json::json!({
+                    "nodes": set.iter().map(|(id, w)| serde_json::json!([id, w])).collect::<Vec<_>>(),
+                    "uname": uname,
+                    "ranked": ranked,
+                }));
+            }
+        }
+        let doc = serde_json::to_string(&serde_json::json!({ "cases": cases })).unwrap();
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/hrw_weighted.json");
+        if std::env::var_os("GRIST_WRITE_GOLDEN").is_some() {
+            std::fs::write(path, format!("{doc}\n")).unwrap();
+        }
+        assert_eq!(
+            std::fs::read_to_string(path).unwrap().trim_end(),
+            doc,
+            "weighted placement changed"
+        );
     }
 
     #[test]

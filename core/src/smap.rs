@@ -61,6 +61,11 @@ pub struct Node {
     /// field; omitted while 0.)
     #[serde(default, skip_serializing_if = "is_zero")]
     pub member_since: u64,
+    /// A target's capacity weight for placement (0: unset, [`hrw::DEFAULT_WEIGHT`]). Targets
+    /// of unequal weights own shares of the objects in proportion (weighted rendezvous);
+    /// with all weights equal placement is AIStore's. (Not an AIStore field; omitted while 0.)
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub weight: u32,
 }
 
 impl Node {
@@ -81,7 +86,21 @@ impl Node {
             flags: 0,
             id_digest: hrw::digest(id),
             member_since: 0,
+            weight: 0,
         }
+    }
+
+    /// The weight placement uses: the stated one, else [`hrw::DEFAULT_WEIGHT`].
+    pub fn placement_weight(&self) -> u32 {
+        if self.weight == 0 {
+            hrw::DEFAULT_WEIGHT
+        } else {
+            self.weight
+        }
+    }
+
+    fn placement(&self) -> (u64, u32) {
+        (self.id_digest, self.placement_weight())
     }
 
     pub fn url(&self) -> &str {
@@ -130,6 +149,10 @@ fn is_zero(v: &u64) -> bool {
     *v == 0
 }
 
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
+}
+
 impl ClusterMap {
     /// A new cluster with one (primary) proxy.
     pub fn new(primary: Node, uuid: String, creation_time: String) -> Self {
@@ -162,7 +185,7 @@ impl ClusterMap {
     }
 
     /// Targets eligible for placement, in id order.
-    pub fn active_targets(&self) -> impl Iterator<Item = &Node> {
+    pub fn active_targets(&self) -> impl Iterator<Item = &Node> + Clone {
         self.tmap.values().filter(|n| !n.is_inactive())
     }
 
@@ -170,7 +193,7 @@ impl ClusterMap {
     pub fn owner(&self, uname: &str) -> Option<&Node> {
         // Two passes over the map rather than a Vec of it: this runs for every request.
         let d = hrw::digest(crate::name::placement_name(uname));
-        let i = hrw::pick(d, self.active_targets().map(|t| t.id_digest))?;
+        let i = hrw::pick_weighted(d, self.active_targets().map(Node::placement))?;
         self.active_targets().nth(i)
     }
 
@@ -208,7 +231,7 @@ impl ClusterMap {
 /// The first `n` of `targets` for an object in HRW order.
 fn rank_among<'a>(targets: Vec<&'a Node>, uname: &str, n: usize) -> Vec<&'a Node> {
     let d = hrw::digest(crate::name::placement_name(uname));
-    hrw::rank(d, targets.iter().map(|t| t.id_digest))
+    hrw::rank_weighted(d, targets.iter().map(|t| t.placement()))
         .into_iter()
         .take(n)
         .map(|i| targets[i])

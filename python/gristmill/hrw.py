@@ -1,11 +1,15 @@
 """Rendezvous (highest-random-weight) placement, bit-compatible with AIStore and the servers.
 
-``digest(s) = XXH64(utf8(s), seed=1103515245)``; a node's weight for an object is
-``xoshiro256_mix(node.id_digest ^ digest(uname))`` and the heaviest active node owns it.
+``digest(s) = XXH64(utf8(s), seed=1103515245)``; a node's score for an object is
+``xoshiro256_mix(node.id_digest ^ digest(uname))`` and the highest-scoring active node owns it.
+Targets with unequal capacity weights (the map's ``weight``, default 100) use weighted
+rendezvous: the largest ``weight / -ln(u)`` wins, ``u`` the score mapped to (0, 1) — as the
+servers compute it (``core/src/hrw.rs``); with equal weights placement is AIStore's.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import xxhash
@@ -18,6 +22,8 @@ _GOLDEN = 0x9E3779B97F4A7C15
 _C1 = 0xBF58476D1CE4E5B9
 _C2 = 0x94D049BB133111EB
 _INACTIVE = (1 << 2) | (1 << 3)  # maintenance, decommission
+DEFAULT_WEIGHT = 100
+"""A target's placement weight when the map states none."""
 MAX_COUNTED = 100_000
 """Items of a get-batch whose owners are counted to pick its target (as the proxy does)."""
 
@@ -55,11 +61,31 @@ def pick(object_digest: int, node_digests: Iterable[int]) -> Optional[int]:
     return best_i
 
 
-def _targets(smap: Mapping[str, Any]) -> Tuple[List[Mapping[str, Any]], List[int]]:
-    """The active targets of a map in daemon-id order, and their id digests."""
+def weighted_key(score: int, weight: int) -> float:
+    """Weighted rendezvous key: ``weight / -ln(u)``, ``u`` = the score's top 53 bits in (0, 1)."""
+    u = ((score >> 11) + 0.5) * (1.0 / (1 << 53))
+    return max(weight, 1) / -math.log(u)
+
+
+def pick_weighted(object_digest: int, candidates: Sequence[Tuple[int, int]]) -> Optional[int]:
+    """``pick`` over ``(digest, weight)`` candidates: plain HRW when all weights are equal,
+    weighted rendezvous otherwise (first one wins exact ties)."""
+    if len({w for _, w in candidates}) <= 1:
+        return pick(object_digest, (d for d, _ in candidates))
+    best_i, best = None, -1.0
+    for i, (d, w) in enumerate(candidates):
+        k = weighted_key(xoshiro256_mix(d ^ object_digest), w)
+        if k > best:
+            best_i, best = i, k
+    return best_i
+
+
+def _targets(smap: Mapping[str, Any]) -> Tuple[List[Mapping[str, Any]], List[Tuple[int, int]]]:
+    """The active targets of a map in daemon-id order, and their (id digest, weight)."""
     tmap = smap.get("tmap") or {}
     nodes = [tmap[k] for k in sorted(tmap) if not int(tmap[k].get("flags") or 0) & _INACTIVE]
-    return nodes, [int(n.get("id_digest") or digest(n["daemon_id"])) for n in nodes]
+    return nodes, [(int(n.get("id_digest") or digest(n["daemon_id"])), int(n.get("weight") or DEFAULT_WEIGHT))
+                   for n in nodes]
 
 
 def owner(smap: Mapping[str, Any], object_uname: str) -> Optional[Mapping[str, Any]]:
@@ -68,8 +94,8 @@ def owner(smap: Mapping[str, Any], object_uname: str) -> Optional[Mapping[str, A
     Targets in maintenance or being decommissioned are skipped; candidates are taken in
     daemon-id order, as the servers do.
     """
-    nodes, digests = _targets(smap)
-    i = pick(digest(object_uname), digests)
+    nodes, candidates = _targets(smap)
+    i = pick_weighted(digest(object_uname), candidates)
     return None if i is None else nodes[i]
 
 
@@ -79,12 +105,13 @@ def designated(smap: Mapping[str, Any], unames: Sequence[str]) -> Optional[Mappi
     by HRW of ``moss/<first uname>`` among the tied targets (the proxy breaks it at random), so
     the same batch always goes to the same target and different batches spread. None when
     the map has no active target."""
-    nodes, digests = _targets(smap)
+    nodes, candidates = _targets(smap)
     if not nodes:
         return None
+    digests = [d for d, _ in candidates]
     counts = [0] * len(nodes)
     for un in unames[:MAX_COUNTED]:
-        counts[pick(digest(un), digests)] += 1  # type: ignore[index]
+        counts[pick_weighted(digest(un), candidates)] += 1  # type: ignore[index]
     top = max(counts)
     tied = [i for i, c in enumerate(counts) if c == top]
     if len(tied) == 1:

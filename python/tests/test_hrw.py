@@ -52,3 +52,27 @@ def test_sample_scores():
 
 def test_no_targets():
     assert hrw.owner({"tmap": {}}, "ais/@#/b/o") is None
+
+
+def test_weighted_placement_matches_the_servers():
+    """Weighted rendezvous as the servers compute it (`core/testdata/hrw_weighted.json`, written
+    by core's `hrw::tests::weighted_vectors_match_the_committed_file`), and equal weights are
+    AIStore's placement."""
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parents[2] / "core/testdata/hrw_weighted.json").read_text())
+    assert len(doc["cases"]) >= 600
+    for case in doc["cases"]:
+        ids = [n[0] for n in case["nodes"]]
+        tmap = {i: {"daemon_id": i, "weight": w} for i, w in case["nodes"]}
+        got = hrw.owner({"tmap": tmap}, case["uname"])
+        assert got["daemon_id"] == case["ranked"][0], case
+        cands = [(hrw.digest(i), w) for i, w in case["nodes"]]
+        assert ids[hrw.pick_weighted(hrw.digest(case["uname"]), cands)] == case["ranked"][0]
+    # Equal weights (stated or not): plain HRW.
+    tmap = {i: {"daemon_id": i, "weight": 7} for i in ("t1", "t2", "t3")}
+    for k in range(500):
+        un = f"ais/@#/b/o-{k}"
+        plain = hrw.pick(hrw.digest(un), [hrw.digest(i) for i in ("t1", "t2", "t3")])
+        assert hrw.owner({"tmap": tmap}, un)["daemon_id"] == ("t1", "t2", "t3")[plain]

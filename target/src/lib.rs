@@ -50,6 +50,30 @@ pub use store::StoreTuning;
 pub use store::meta::ObjectMeta;
 pub use store::space::{SharedSpaceConfig, SpaceConfig};
 
+/// A target's placement weight (`gristmill_core::hrw::pick_weighted`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Weight {
+    /// This weight (0: unset, the default every target has).
+    Fixed(u32),
+    /// The total size of the mountpaths in GiB (at least 1), measured at start.
+    Capacity,
+}
+
+impl Weight {
+    fn resolve(self, mountpaths: &[PathBuf]) -> u32 {
+        match self {
+            Weight::Fixed(w) => w,
+            Weight::Capacity => {
+                let bytes: u64 = mountpaths
+                    .iter()
+                    .filter_map(|m| fs4::total_space(m).ok())
+                    .sum();
+                u32::try_from(bytes >> 30).unwrap_or(u32::MAX).max(1)
+            }
+        }
+    }
+}
+
 /// Runtime configuration of a target.
 #[derive(Debug, Clone)]
 pub struct TargetConfig {
@@ -72,6 +96,8 @@ pub struct TargetConfig {
     pub store: StoreTuning,
     /// How long scrub keeps quarantined copies for inspection.
     pub quarantine_keep: Duration,
+    /// This target's placement weight, stated in its map entry when it joins.
+    pub weight: Weight,
     /// ETL workers: interpreter, sandbox, dependency environments.
     pub etl: gristmill_etl::EtlConfig,
     /// Limits, TLS and access control (auth off by default).
@@ -106,6 +132,8 @@ pub(crate) struct Target {
     etls: gristmill_etl::Etls,
     /// Age at which scrub deletes quarantined copies.
     quarantine_keep: Duration,
+    /// Placement weight stated in this target's map entry (0: unset).
+    weight: u32,
     /// Shard indexes, appends in progress and reshard sessions.
     shards: Arc<shards::State>,
     /// Recent earlier cluster maps (objects may still sit where they placed them).
@@ -280,7 +308,10 @@ impl Target {
     }
 
     pub(crate) fn node(&self) -> Node {
-        Node::new(&self.id, smap::TARGET, &self.url)
+        Node {
+            weight: self.weight,
+            ..Node::new(&self.id, smap::TARGET, &self.url)
+        }
     }
 
     /// Persists a newer cluster map, switches to it, remembers the one it replaces, and starts
@@ -473,6 +504,7 @@ impl Target {
                 ..config.etl.clone()
             }),
             quarantine_keep: config.quarantine_keep,
+            weight: config.weight.resolve(&config.mountpaths),
             shards: Arc::default(),
             // Persisted: a target restarted mid-rebalance still knows where objects may sit (a
             // DELETE must reach them, a GET may be served from them).

@@ -44,6 +44,8 @@ mod restarts;
 mod returns;
 #[path = "cluster/s3.rs"]
 mod s3;
+#[path = "cluster/scale.rs"]
+mod scale;
 #[path = "cluster/scrub.rs"]
 mod scrub;
 #[path = "cluster/shards.rs"]

@@ -301,6 +301,14 @@ pub struct TargetSettings {
         value_name = "DAYS"
     )]
     pub quarantine_keep_days: Option<u64>,
+    /// Placement weight: a target of weight 200 owns twice the objects of one of 100; `capacity` = the mountpaths' total size in GiB (default 100 on every target: equal shares, AIStore's placement).
+    #[arg(
+        id = "target.weight",
+        long = "weight",
+        env = "GRISTD_WEIGHT",
+        value_name = "N|capacity"
+    )]
+    pub weight: Option<String>,
 }
 
 /// `[space]`: cache space of targets (watermarks, quotas, LRU).

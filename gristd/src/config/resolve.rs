@@ -121,6 +121,19 @@ impl TargetSettings {
         })
     }
 
+    /// The placement weight: a number above 0, or `capacity`.
+    pub fn weight(&self) -> anyhow::Result<gristmill_target::Weight> {
+        use gristmill_target::Weight;
+        Ok(match self.weight.as_deref().map(str::trim) {
+            None | Some("") => Weight::Fixed(0),
+            Some("capacity") => Weight::Capacity,
+            Some(n) => match n.parse::<u32>() {
+                Ok(w) if w > 0 => Weight::Fixed(w),
+                _ => bail!("target.weight = {n}: a whole number above 0, or `capacity`"),
+            },
+        })
+    }
+
     pub fn quarantine_keep(&self) -> Duration {
         Duration::from_secs(
             self.quarantine_keep_days

@@ -30,11 +30,11 @@ async fn cluster(targets: usize) -> Cluster {
     .unwrap()
 }
 
-fn name(i: usize) -> String {
+pub(super) fn name(i: usize) -> String {
     format!("el-{i:05}")
 }
 
-async fn fill(c: &Cluster, bucket: &str, n: usize, size: usize) {
+pub(super) async fn fill(c: &Cluster, bucket: &str, n: usize, size: usize) {
     c.create_bucket(bucket).await.unwrap();
     futures::stream::iter(0..n)
         .map(|i| {

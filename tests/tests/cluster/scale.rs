@@ -1,0 +1,113 @@
+//! Placement at scale: capacity weights, and a 20-target cluster where adding one target moves
+//! only its share of the objects.
+
+use std::collections::BTreeMap;
+
+use gristmill_core::ClusterMap;
+use gristmill_tests::Cluster;
+
+use super::elastic::{fill, name, rebalanced};
+
+/// Which target holds each object of `bucket`, asking every target of `smap`.
+async fn holders(c: &Cluster, smap: &ClusterMap, bucket: &str) -> BTreeMap<String, Vec<String>> {
+    let mut held: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (id, t) in &smap.tmap {
+        for n in c.names_on(t.url(), bucket).await {
+            held.entry(n).or_default().push(id.clone());
+        }
+    }
+    held
+}
+
+/// Every object is held once, by the target the map names (the same weighted rendezvous on
+/// the test's side as on the servers').
+fn assert_placed_by(smap: &ClusterMap, bucket: &str, held: &BTreeMap<String, Vec<String>>) {
+    let bck = gristmill_core::Bck::new(bucket, gristmill_core::Provider::Ais).unwrap();
+    for (n, ids) in held {
+        let owner = smap.owner(&bck.object_uname(n)).unwrap();
+        assert_eq!(
+            ids,
+            &vec![owner.daemon_id.clone()],
+            "{n}: held by {ids:?}, owner {}",
+            owner.daemon_id
+        );
+    }
+}
+
+/// Targets started with `--weight` (here `GRISTD_WEIGHT` 100, 100, 100 and 300) state it in
+/// the map, and own objects in proportion: the heavy one about half of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn weighted_targets_own_shares_in_proportion() {
+    const N: usize = 1200;
+    let weights = [100u32, 100, 100, 300];
+    let c = Cluster::start_each(4, 1, &[], |i| {
+        vec![("GRISTD_WEIGHT".to_owned(), weights[i].to_string())]
+    })
+    .await
+    .unwrap();
+    let smap = c.wait_for_targets(4).await.unwrap();
+    let mut stated: Vec<u32> = smap.tmap.values().map(|t| t.weight).collect();
+    stated.sort();
+    assert_eq!(stated, vec![100, 100, 100, 300], "weights in the map");
+    fill(&c, "wt", N, 1).await;
+    let held = holders(&c, &smap, "wt").await;
+    assert_eq!(held.len(), N);
+    assert_placed_by(&smap, "wt", &held);
+    let heavy = smap.tmap.values().find(|t| t.weight == 300).unwrap();
+    let on_heavy = held
+        .values()
+        .filter(|ids| ids[0] == heavy.daemon_id)
+        .count();
+    // Expected N/2 = 600; binomial sd ~17: a wide margin that unweighted HRW (N/4) fails.
+    assert!(
+        (510..=690).contains(&on_heavy),
+        "the weight-300 target holds {on_heavy} of {N}"
+    );
+}
+
+/// Twenty targets, then one more: the objects that move are about 1/N of them (between 0.5/N
+/// and 2/N), all to the new target, and every object ends on its owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn adding_one_target_to_twenty_moves_only_its_share() {
+    const N: usize = 2000;
+    let mut c = Cluster::start(20, 1).await.unwrap();
+    c.wait_for_targets(20).await.unwrap();
+    fill(&c, "twenty", N, 1).await;
+    let before_map = c.smap().await.unwrap();
+    let before = holders(&c, &before_map, "twenty").await;
+    assert_eq!(before.len(), N);
+    assert_placed_by(&before_map, "twenty", &before);
+
+    c.add_target().await.unwrap();
+    let (after_map, _) = rebalanced(&c).await;
+    assert_eq!(after_map.tmap.len(), 21);
+    let after = holders(&c, &after_map, "twenty").await;
+    assert_eq!(after.len(), N, "every object still held");
+    assert_placed_by(&after_map, "twenty", &after);
+    let new_id = after_map
+        .tmap
+        .keys()
+        .find(|id| !before_map.tmap.contains_key(*id))
+        .unwrap();
+    let moved: Vec<&String> = (0..N)
+        .map(name)
+        .filter(|n| before[n] != after[n])
+        .map(|n| after.get_key_value(&n).unwrap().0)
+        .collect();
+    assert!(
+        moved.iter().all(|n| &after[*n][0] == new_id),
+        "objects moved between old targets"
+    );
+    let per = 1.0 / 21.0;
+    let fraction = moved.len() as f64 / N as f64;
+    println!(
+        "scale: adding the 21st target moved {} of {N} objects ({fraction:.4}; 1/N = {per:.4})",
+        moved.len()
+    );
+    assert!(
+        (0.5 * per..=2.0 * per).contains(&fraction),
+        "moved {fraction:.4} of the objects, not within [{:.4}, {:.4}]",
+        0.5 * per,
+        2.0 * per
+    );
+}
