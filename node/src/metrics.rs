@@ -105,6 +105,18 @@ const SERIES: &[(&str, Kind, Unit, &str)] = &[
         "Bytes of cached objects evicted by LRU.",
     ),
     (
+        "grist_lru_scans_total",
+        Kind::Counter,
+        Unit::Count,
+        "Eviction passes that walked the index for candidates.",
+    ),
+    (
+        "grist_lru_nothing_evictable",
+        Kind::Gauge,
+        Unit::Count,
+        "1 while a limit is reached and nothing may be evicted (fills that need room get 507).",
+    ),
+    (
         "grist_cache_hits_total",
         Kind::Counter,
         Unit::Count,

@@ -14,6 +14,13 @@
 //! Eviction takes the least-recently-read objects first (atime: the latest GET, tracked in
 //! memory and flushed to the index), skips objects read within `dont_evict_time`, and never
 //! touches native `ais://` buckets, which hold the only copy of their data.
+//!
+//! A pass that needs room and finds nothing it may evict (native data over the mark, or
+//! everything read within `dont_evict_time`) says so once (a warning, the gauge
+//! `grist_lru_nothing_evictable`), and until that can have changed — the bucket metadata or
+//! the settings change, the first cached object it saw ages past its `dont_evict_time`, or
+//! newer cached objects do — later passes return at once instead of walking the index again
+//! (`grist_lru_scans_total` counts the walks), and fills that need the room get 507.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,7 +31,7 @@ use gristmill_core::{ApiError, Bck, BucketMetadata, ErrorKind};
 use crate::store::{Store, now_ns};
 
 /// Space settings of a target (environment: see `docs/operations.md`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpaceConfig {
     /// Start evicting above this percentage (of a filesystem, or of an absolute limit).
     pub high_wm: u8,
@@ -137,6 +144,23 @@ pub struct Incoming<'a> {
 pub struct Evicted {
     pub objects: u64,
     pub bytes: u64,
+    /// Room was needed and nothing could be evicted (this pass, or the one it stands for).
+    pub nothing_evictable: bool,
+}
+
+/// What a pass that could evict nothing saw: until it changes, another pass would walk the
+/// index for nothing.
+#[derive(Debug, Clone)]
+struct Futile {
+    bmd_version: u64,
+    config: SpaceConfig,
+    at_ns: i64,
+    /// When the first cached object it saw becomes old enough to evict (`i64::MAX`: none).
+    next_eligible_ns: i64,
+    /// Cached bytes then: more since are newer objects, evictable no sooner than
+    /// `at_ns + min_keep_ns` (the shortest `dont_evict_time` of the cached buckets).
+    cached_bytes: u64,
+    min_keep_ns: i64,
 }
 
 /// Space checks and eviction of one target.
@@ -147,6 +171,8 @@ pub struct Space {
     evicting: tokio::sync::Mutex<()>,
     /// Wakes the worker early (a cold GET crossed a high mark).
     wake: tokio::sync::Notify,
+    /// Set by a pass that could evict nothing (see the module doc).
+    futile: std::sync::Mutex<Option<Futile>>,
 }
 
 impl Space {
@@ -156,7 +182,41 @@ impl Space {
             store,
             evicting: tokio::sync::Mutex::new(()),
             wake: tokio::sync::Notify::new(),
+            futile: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Whether the last pass could evict nothing and nothing since can have changed that.
+    fn still_futile(&self, bmd: &BucketMetadata, c: &SpaceConfig) -> bool {
+        let futile = self.futile.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(f) = futile.as_ref() else {
+            return false;
+        };
+        let now = now_ns();
+        f.bmd_version == bmd.version
+            && f.config == *c
+            && now < f.next_eligible_ns
+            && (self.cached_bytes(bmd) <= f.cached_bytes
+                || now < f.at_ns.saturating_add(f.min_keep_ns))
+    }
+
+    /// Records the outcome of a pass that walked the index: futile or not.
+    fn record_pass(&self, futile: Option<Futile>) {
+        let mut state = self.futile.lock().unwrap_or_else(|e| e.into_inner());
+        match (&*state, &futile) {
+            (None, Some(_)) => {
+                tracing::warn!(
+                    "space: over a limit and nothing is evictable (native data, or every cached object read within dont_evict_time); fills that need room get 507 until that changes"
+                );
+                metrics::gauge!("grist_lru_nothing_evictable").set(1.0);
+            }
+            (Some(_), None) => {
+                tracing::info!("space: cached objects are evictable again");
+                metrics::gauge!("grist_lru_nothing_evictable").set(0.0);
+            }
+            _ => {}
+        }
+        *state = futile;
     }
 
     /// The current settings (they change at run time).
@@ -231,7 +291,28 @@ impl Space {
                 mountpath: mp,
                 size,
             };
-            self.evict(bmd, false, Some(incoming)).await;
+            if self
+                .evict(bmd, false, Some(incoming))
+                .await
+                .nothing_evictable
+            {
+                self.check_room(bck, name, size)?; // out of space says so first
+                let full = [
+                    (over_quota, "the bucket's cache quota (lru.quota)"),
+                    (over_cache, "the node's cache limit"),
+                    (over_fs, "the mountpath's high watermark"),
+                ]
+                .into_iter()
+                .filter_map(|(over, what)| over.then_some(what))
+                .collect::<Vec<_>>()
+                .join(", ");
+                return Err(ApiError::new(
+                    ErrorKind::InsufficientStorage,
+                    format!(
+                        "no room to cache {bck}/{name} ({size} bytes): {full} is reached and nothing is evictable (native data, or every cached object read within dont_evict_time)"
+                    ),
+                ));
+            }
         }
         self.check_room(bck, name, size)?;
         if self.over_high_mark(bmd) {
@@ -330,16 +411,28 @@ impl Space {
             && cache_need <= 0
             && bucket_need.values().all(|n| *n <= 0);
         if nothing_to_do {
+            self.record_pass(None);
             return Evicted::default();
         }
+        if !force && self.still_futile(bmd, &c) {
+            return Evicted {
+                nothing_evictable: true,
+                ..Evicted::default()
+            };
+        }
+        metrics::counter!("grist_lru_scans_total").increment(1);
+        let cached_then = self.cached_bytes(bmd);
 
         // Candidates: cached objects not read recently, oldest access first.
         let now = now_ns();
         let default_keep = c.dont_evict_time;
         let store = self.store.clone();
         let bmd_owned = bmd.clone();
-        let candidates = tokio::task::spawn_blocking(move || {
+        let (candidates, next_eligible_ns, min_keep_ns) = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
+            // When the first object too young to evict ages past its cutoff; the shortest
+            // keep time of the cached buckets seen.
+            let (mut next_eligible, mut min_keep) = (i64::MAX, i64::MAX);
             let mut rules: HashMap<String, Option<(Bck, i64)>> = HashMap::new();
             let walked =
                 store.for_each_object(|mp, meta| {
@@ -356,21 +449,34 @@ impl Space {
                         });
                     if let Some((bck, cutoff)) = rule {
                         let atime = store.atime(&meta);
+                        let keep = now - *cutoff;
+                        min_keep = min_keep.min(keep);
                         if atime <= *cutoff {
                             out.push((atime, mp, bck.clone(), meta.name, meta.size));
+                        } else {
+                            next_eligible = next_eligible.min(atime.saturating_add(keep));
                         }
                     }
                 });
             if let Err(e) = walked {
                 tracing::warn!(error = %e, "LRU scan failed");
+                // Not known to be futile: the next pass walks again.
+                next_eligible = i64::MIN;
             }
             out.sort_by_key(|c| c.0);
-            out
+            (out, next_eligible, min_keep)
         })
         .await
-        .unwrap_or_default();
+        .unwrap_or((Vec::new(), i64::MIN, 0));
 
         let mut done = Evicted::default();
+        // Candidates that did not help (other limits) or failed to go: look again after a
+        // check interval rather than at their `dont_evict_time`.
+        let next_eligible_ns = if candidates.is_empty() {
+            next_eligible_ns
+        } else {
+            next_eligible_ns.min(now.saturating_add(c.check_interval.as_nanos() as i64))
+        };
         for (_, mp, bck, name, size) in candidates {
             let uname = bck.uname();
             let helps = mp_need.get(mp).is_some_and(|n| *n > 0)
@@ -402,6 +508,25 @@ impl Space {
                     tracing::debug!(object = %name, size, error = %e, "LRU: not evicted");
                 }
             }
+        }
+        if done.objects == 0 {
+            // No keep time seen (no cached objects): anything cached later may go at once.
+            let min_keep_ns = if min_keep_ns == i64::MAX {
+                0
+            } else {
+                min_keep_ns
+            };
+            self.record_pass(Some(Futile {
+                bmd_version: bmd.version,
+                config: c.clone(),
+                at_ns: now,
+                next_eligible_ns,
+                cached_bytes: cached_then,
+                min_keep_ns,
+            }));
+            done.nothing_evictable = true;
+        } else {
+            self.record_pass(None);
         }
         if done.objects > 0 {
             tracing::info!(
