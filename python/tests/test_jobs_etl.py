@@ -43,6 +43,11 @@ def test_prefetch_evict_and_cached_flags(remote_cluster, origin):
     assert b.object(names[3]).get() == files[names[3]]
     b.evict(names=names[:10]).wait()
     assert {e.name for e in b.list_cached()} == set(names[10:30])
+    # By brace template, both ways.
+    b.evict(template="d/f-{10..19}.bin").wait()
+    assert {e.name for e in b.list_cached()} == set(names[20:30])
+    b.prefetch(template="d/f-{30..34}.bin").wait()
+    assert {e.name for e in b.list_cached()} == set(names[20:35])
     # A failing object is reported by name, and wait() raises.
     with pytest.raises(JobFailed) as e:
         b.prefetch(names=["d/no-such-file.bin"]).wait()
@@ -63,6 +68,10 @@ def test_copy_with_prefix_rewrite_and_aistore_job_wait(remote_cluster, origin):
     result = AisClient(remote_cluster).job(job_id=job.id).wait(timeout=60, verbose=False)
     assert result.success
     assert dst.object("copied/d/f-01.bin").get() == files["d/f-01.bin"]
+    # A native bucket's selection by prefix.
+    again = c.bucket(f"copy2-{uuid.uuid4().hex[:8]}")
+    dst.copy(again, prefix="copied/d/f-02").wait(timeout=60)
+    assert [e.name for e in again.list_all_objects()] == ["copied/d/f-02.bin"]
     assert {j["id"] for j in c.jobs(kind="copy")} >= {job.id}
 
 
