@@ -73,12 +73,13 @@ where
 pub const DEFAULT_WEIGHT: u32 = 100;
 
 /// Weighted rendezvous key of one candidate: `weight / -ln(u)`, with `u` the candidate's HRW
-/// score mapped to (0, 1) (its top 53 bits, centred in their interval). The candidate with
+/// score mapped to (0, 1) (its top 52 bits, centred in their interval: exact in an f64, never
+/// 0 or 1). The candidate with
 /// the largest key wins, and each wins a share of names in proportion to its weight. Used
 /// only when the candidates' weights differ: with equal weights the plain integer score
 /// decides (bit-identical with AIStore).
 pub fn weighted_key(score: u64, weight: u32) -> f64 {
-    let u = ((score >> 11) as f64 + 0.5) * (1.0 / (1u64 << 53) as f64);
+    let u = ((score >> 12) as f64 + 0.5) * (1.0 / (1u64 << 52) as f64);
     f64::from(weight.max(1)) / -u.ln()
 }
 
@@ -190,6 +191,15 @@ mod tests {
     }
 
     /// Equal weights are plain HRW, whatever the weight: AIStore's placement.
+    #[test]
+    fn weighted_keys_stay_finite_at_the_ends() {
+        for score in [0, 1, u64::MAX, u64::MAX - 1, 1 << 63] {
+            let k = weighted_key(score, 100);
+            assert!(k.is_finite() && k > 0.0, "{score}: {k}");
+        }
+        assert!(weighted_key(u64::MAX, 1) > weighted_key(u64::MAX - (1 << 13), 1));
+    }
+
     #[test]
     fn equal_weights_place_as_aistore() {
         let nodes: Vec<u64> = (0..7).map(|i| digest(&format!("t{i}"))).collect();

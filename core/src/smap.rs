@@ -103,6 +103,15 @@ impl Node {
         (self.id_digest, self.placement_weight())
     }
 
+    /// The node as placement sees it: its id, and `@weight` when that is not the default.
+    /// Two maps whose active targets have equal placement ids place every object alike.
+    pub fn placement_id(&self) -> String {
+        match self.placement_weight() {
+            hrw::DEFAULT_WEIGHT => self.daemon_id.clone(),
+            w => format!("{}@{w}", self.daemon_id),
+        }
+    }
+
     pub fn url(&self) -> &str {
         &self.public_net.direct_url
     }
@@ -182,6 +191,12 @@ impl ClusterMap {
     /// A strict majority of the map's nodes.
     pub fn majority(&self) -> usize {
         self.node_count() / 2 + 1
+    }
+
+    /// What placement depends on: the active targets' placement ids ([`Node::placement_id`]).
+    /// A map change that alters it moves objects.
+    pub fn active_placement(&self) -> Vec<String> {
+        self.active_targets().map(Node::placement_id).collect()
     }
 
     /// Targets eligible for placement, in id order.

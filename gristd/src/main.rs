@@ -111,7 +111,7 @@ async fn run() -> anyhow::Result<()> {
                 space,
                 store: c.target.store()?,
                 quarantine_keep: c.target.quarantine_keep(),
-                weight: c.target.weight()?,
+                weight: c.target.weight(),
                 etl: c.etl.resolve()?,
                 serve: gristmill_daemon::security::serve_options(&c, &state_dir, false)?,
                 state_dir,

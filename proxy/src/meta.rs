@@ -291,9 +291,7 @@ impl Proxy {
 
     /// Remembers the version of a map that changes the active targets (objects move).
     fn note_active_change(&self, old: &ClusterMap, new: &ClusterMap) {
-        let active = |m: &ClusterMap| -> Vec<String> {
-            m.active_targets().map(|n| n.daemon_id.clone()).collect()
-        };
+        let active = ClusterMap::active_placement;
         if active(old) != active(new) {
             self.active_changed_at
                 .store(new.version, std::sync::atomic::Ordering::SeqCst);

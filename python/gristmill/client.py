@@ -369,6 +369,7 @@ class Client:
         idempotent: Optional[bool] = None,
         raise_for_status: bool = True,
         chunked: bool = False,
+        conditional: bool = False,
     ) -> urllib3.BaseHTTPResponse:
         """Sends a request with retries, proxy failover and redirects followed by hand.
 
@@ -377,12 +378,16 @@ class Client:
         cached map: a redirect then means the map is stale, so it is dropped; a connection
         failure drops it too and sends the request through a proxy instead. ``idempotent``
         overrides the method's default (True for GET/HEAD/PUT/DELETE). ``chunked`` sends an
-        iterable body with ``Transfer-Encoding: chunked`` (never re-sent). Raises a ``GristError``
+        iterable body with ``Transfer-Encoding: chunked`` (never re-sent). ``conditional`` marks a
+        conditional write: replayed after 429/503 (not carried out), never after a lost answer
+        (it would fail on its own success). Raises a ``GristError``
         on 4xx/5xx (unless ``raise_for_status`` is False) and ``ConnectionFailed`` when the
         retry policy gives up on a connection error.
         """
         policy = self.retry
-        if idempotent is None:
+        if conditional:
+            idempotent = False
+        elif idempotent is None:
             idempotent = method in IDEMPOTENT_METHODS
         pos = None
         replayable = True
@@ -408,7 +413,9 @@ class Client:
                 if resp.status not in policy.statuses:
                     break
                 retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-                may_retry = idempotent and replayable
+                # 429 and 503 say the request was not carried out: a conditional write may
+                # go again. (502/504 do not: it may have been.)
+                may_retry = (idempotent or (conditional and resp.status in (429, 503))) and replayable
             else:
                 may_retry = isinstance(error, _NOT_SENT) or (idempotent and replayable)
             # A failure: may we try again, and where?
@@ -1084,11 +1091,8 @@ class Object:
             headers["If-None-Match"] = if_none_match
         if if_match is not None:
             headers["If-Match"] = if_match
-        # A conditional write replayed after a lost answer would fail on its own success: it
-        # is retried only when it surely was not sent.
         conditional = if_none_match is not None or if_match is not None
-        resp = self._send("PUT", body=data, headers=headers, direct=True,
-                          idempotent=False if conditional else None)
+        resp = self._send("PUT", body=data, headers=headers, direct=True, conditional=conditional)
         return ObjectProps.from_headers(resp.headers, size=size)
 
     def append_member(self, member: str, data: Union[bytes, bytearray, memoryview]) -> None:

@@ -11,18 +11,22 @@ file, several files at once with ``thread_count``); each object appears only onc
 The files of one save are named with a save id of their own (``__<rank>_<save id>_<n>.distcp``),
 so a save never rewrites the files of a checkpoint that loads. The checkpoint's ``.metadata``
 object, which names its files, is written last, by the coordinator, after every rank finished,
-in one PUT that replaces any previous one (never deleted first): a save that dies part-way
-leaves the path as it was — no ``.metadata`` for a new path (the partial checkpoint does not
-load), the previous checkpoint for an existing one. With ``overwrite=False`` the commit is a
-conditional write (``If-None-Match: *``): of two saves racing to one path, exactly one commits
-and the other raises. After a commit that replaced a checkpoint, the files only the replaced
-one named are deleted. Reads use range requests, several files at once (``thread_count``).
+in one PUT that replaces any previous one (no temporary object, never deleted first): a save
+that dies part-way leaves the path as it was — no ``.metadata`` for a new path (the partial
+checkpoint does not load), the previous checkpoint for an existing one. With
+``overwrite=False`` the commit is a conditional write (``If-None-Match: *``): of two saves
+racing to one path, one commits and the other fails (``dcp.save`` raises torch's
+``CheckpointException`` with a ``CheckpointExists`` among its failures). After a commit that
+replaced a checkpoint, the files of the replaced one are deleted (a failure there is logged:
+the save stands). Files of saves that died before their commit are named by no metadata and
+stay until deleted by hand. Reads use range requests, several files at once (``thread_count``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import io
+import logging
 import os
 import pickle
 import re
@@ -37,7 +41,9 @@ from torch.distributed.checkpoint.filesystem import (
     FileSystemWriter,
     _StoragePrefix,
 )
+from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, SavePlan
+from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from .checkpoint import object_of
@@ -47,6 +53,7 @@ from .errors import ObjectNotFound, PreconditionFailed
 __all__ = ["CheckpointExists", "GristmillFileSystem", "GristmillStorageReader", "GristmillStorageWriter"]
 
 PathLike = Union[str, "os.PathLike[str]"]
+log = logging.getLogger("gristmill")
 
 
 _METADATA = ".metadata"
@@ -59,13 +66,10 @@ class CheckpointExists(RuntimeError):
 
 
 class GristmillFileSystem(FileSystemBase):
-    """DCP's file-system interface over objects named by URIs (``ais://bucket/path``).
-    ``overwrite`` (the writer's): whether a commit may replace a committed checkpoint."""
+    """DCP's file-system interface over objects named by URIs (``ais://bucket/path``)."""
 
-    def __init__(self, client: Optional[Client] = None, overwrite: bool = True):
+    def __init__(self, client: Optional[Client] = None):
         self.client = client
-        self.overwrite = overwrite
-        self._replaced: Optional[bytes] = None  # the `.metadata` the commit replaces
 
     def _object(self, path: PathLike):
         return object_of(str(path), self.client)
@@ -95,45 +99,10 @@ class GristmillFileSystem(FileSystemBase):
         return str(path).rstrip("/")
 
     def rename(self, path: PathLike, new_path: PathLike) -> None:
-        # Only the small `.metadata` is renamed (written under a temporary name, then put in
-        # place): the commit. The new object appears whole, in one PUT, conditional unless
-        # overwriting is allowed.
+        # (The writer commits `.metadata` itself, in one PUT; this is DCP's general rename.)
         src = self._object(path)
-        try:
-            self._object(new_path).put(src.get(), if_none_match=None if self.overwrite else "*")
-        except PreconditionFailed as e:
-            src.delete()
-            raise CheckpointExists(f"{new_path}: committed by another save meanwhile (overwrite=False)") from e
+        self._object(new_path).put(src.get())
         src.delete()
-        replaced, self._replaced = self._replaced, None
-        if replaced is not None and str(new_path).endswith("/" + _METADATA):
-            self._drop_files_of(replaced, keep=self._object(new_path).get(), under=str(new_path)[: -len(_METADATA)])
-
-    def _drop_files_of(self, replaced: bytes, keep: bytes, under: str) -> None:
-        """Deletes the files of the replaced checkpoint that the new one does not name: every
-        file of its saves (a rank writes files with no items too), or, for a checkpoint of
-        files without save ids, the ones it named."""
-        def files(metadata: bytes) -> set:
-            try:
-                md = pickle.loads(metadata)  # DCP's own format: the checkpoint's metadata
-                return {d.relative_path for d in (md.storage_data or {}).values()}
-            except Exception:  # not ours to judge: keep everything
-                return set()
-
-        kept = files(keep)
-        gone = files(replaced) - kept
-        saves = {m.group(1) for m in map(_SAVE_FILE.fullmatch, gone) if m} - {
-            m.group(1) for m in map(_SAVE_FILE.fullmatch, kept) if m}
-        if saves:
-            scheme, _, rest = under.partition("://")
-            bucket, _, prefix = rest.partition("/")
-            b = object_of(f"{scheme}://{bucket}/x", self.client).bucket
-            for e in b.list_objects_iter(prefix=prefix):
-                m = _SAVE_FILE.fullmatch(e.name[len(prefix):])
-                if m and m.group(1) in saves:
-                    gone.add(e.name[len(prefix):])
-        for name in gone - kept:
-            self.rm_file(under + name)
 
     def mkdir(self, path: PathLike) -> None:
         pass  # object names need no directories
@@ -147,17 +116,6 @@ class GristmillFileSystem(FileSystemBase):
         return self._object(path).exists()
 
     def rm_file(self, path: PathLike) -> None:
-        if str(path).endswith("/" + _METADATA):
-            # DCP removes the committed `.metadata` before it renames the new one in place: a
-            # crash between the two would leave no checkpoint at all. The commit's PUT replaces
-            # it instead; its files are deleted after that.
-            if not self.overwrite:
-                raise CheckpointExists(f"{path}: committed by another save meanwhile (overwrite=False)")
-            try:
-                self._replaced = self._object(path).get()
-            except ObjectNotFound:
-                self._replaced = None
-            return
         try:
             self._object(path).delete()
         except ObjectNotFound:
@@ -180,8 +138,15 @@ class GristmillStorageWriter(FileSystemWriter):
                  **kwargs: Any) -> None:
         kwargs.setdefault("sync_files", False)
         super().__init__(path, thread_count=thread_count, **kwargs)
-        self.fs = GristmillFileSystem(client, overwrite=self.overwrite)
+        self.fs = GristmillFileSystem(client)
         self.path = self.fs.init_path(path)
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        plan = super().prepare_local_plan(plan)
+        if self.rank is not None and not self.use_collectives:
+            # Each rank names its own files (no coordinator): a save id of its own too.
+            plan = dataclasses.replace(plan, storage_data=_StoragePrefix(f"__{self.rank}_{secrets.token_hex(4)}_"))
+        return plan
 
     def prepare_global_plan(self, plans: List[SavePlan]) -> List[SavePlan]:
         # The coordinator names this save's files (the plans reach every rank): a save id in
@@ -190,6 +155,63 @@ class GristmillStorageWriter(FileSystemWriter):
         return [dataclasses.replace(plan, storage_data=_StoragePrefix(f"__{rank}_{save_id}_"))
                 if plan.storage_data is None else plan
                 for rank, plan in enumerate(plans)]
+
+    def finish(self, metadata: Metadata, results: List[List[WriteResult]]) -> None:
+        # DCP's own finish writes a temporary object every save names alike, deletes the
+        # committed `.metadata` and renames: concurrent saves mix their metadata, and a crash
+        # in between leaves no checkpoint. Here: one PUT, conditional without overwrite.
+        storage_md: Dict[Any, Any] = {}
+        for wr_list in results:
+            storage_md.update({wr.index: wr.storage_data for wr in wr_list})
+        metadata.storage_data = storage_md
+        metadata.storage_meta = self.storage_meta()
+        if not self.use_collectives and self.rank is not None:
+            path = str(self._get_metadata_path(self.rank))
+        else:
+            path = str(self._get_metadata_path())
+        obj = self.fs._object(path)
+        replaced: Optional[bytes] = None
+        if self.overwrite:
+            try:
+                replaced = obj.get()
+            except ObjectNotFound:
+                pass
+        body = pickle.dumps(metadata)
+        try:
+            obj.put(body, if_none_match=None if self.overwrite else "*")
+        except PreconditionFailed as e:
+            raise CheckpointExists(f"{path}: committed by another save meanwhile (overwrite=False)") from e
+        if replaced is not None:
+            try:
+                self._drop_files_of(replaced, keep=body, under=path[: path.rindex("/") + 1])
+            except Exception as e:  # the new checkpoint is committed: it stands
+                log.warning("%s: committed; deleting the replaced checkpoint's files failed: %s", path, e)
+
+    def _drop_files_of(self, replaced: bytes, keep: bytes, under: str) -> None:
+        """Deletes the files of the replaced checkpoint that the new one does not name: every
+        file of its saves (a rank writes files with no items too), or, for a checkpoint of
+        files without save ids, the ones it named."""
+        def files(metadata: bytes) -> set:
+            try:
+                md = pickle.loads(metadata)  # DCP's own format: the checkpoint's metadata
+                return {d.relative_path for d in (md.storage_data or {}).values()}
+            except Exception:  # not ours to judge: keep everything
+                return set()
+
+        kept = files(keep)
+        gone = files(replaced) - kept
+        saves = {m.group(1) for m in map(_SAVE_FILE.fullmatch, gone) if m} - {
+            m.group(1) for m in map(_SAVE_FILE.fullmatch, kept) if m}
+        if saves:
+            scheme, _, rest = under.partition("://")
+            bucket, _, prefix = rest.partition("/")
+            b = object_of(f"{scheme}://{bucket}/x", self.fs.client).bucket
+            for e in b.list_objects_iter(prefix=prefix):
+                m = _SAVE_FILE.fullmatch(e.name[len(prefix):])
+                if m and m.group(1) in saves:
+                    gone.add(e.name[len(prefix):])
+        for name in gone - kept:
+            self.fs.rm_file(under + name)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: PathLike) -> bool:

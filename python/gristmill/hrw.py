@@ -62,8 +62,9 @@ def pick(object_digest: int, node_digests: Iterable[int]) -> Optional[int]:
 
 
 def weighted_key(score: int, weight: int) -> float:
-    """Weighted rendezvous key: ``weight / -ln(u)``, ``u`` = the score's top 53 bits in (0, 1)."""
-    u = ((score >> 11) + 0.5) * (1.0 / (1 << 53))
+    """Weighted rendezvous key: ``weight / -ln(u)``, ``u`` = the score's top 52 bits in (0, 1)
+    (exact in a float, never 0 or 1)."""
+    u = ((score >> 12) + 0.5) * (1.0 / (1 << 52))
     return max(weight, 1) / -math.log(u)
 
 

@@ -225,9 +225,10 @@ def test_dcp_save_by_two_ranks_loads_and_a_killed_save_does_not(cluster, client)
 def test_dcp_saves_to_one_path_never_break_the_checkpoint_that_loads(client, monkeypatch):
     """Saves to an existing path: each save's files carry its own save id, so a save that dies
     at its commit leaves the previous checkpoint loadable (it used to rewrite that checkpoint's
-    files in place); a commit replaces `.metadata` in one PUT and then deletes the replaced
-    checkpoint's files; with ``overwrite=False`` the commit is conditional, so a save racing
-    another one past DCP's existence check fails instead of replacing it."""
+    files in place); a commit replaces `.metadata` in one PUT (no temporary object, which
+    concurrent saves shared) and then deletes the replaced checkpoint's files; with
+    ``overwrite=False`` the commit is conditional, so a save racing another one past DCP's
+    existence check fails instead of replacing it."""
     import torch.distributed.checkpoint as dcp
 
     from gristmill import dcp as gdcp
@@ -256,15 +257,17 @@ def test_dcp_saves_to_one_path_never_break_the_checkpoint_that_loads(client, mon
         second = files()
         assert second and not second & first, (first, second)  # replaced files deleted
 
-        def crash(self, path, new_path):
+        def crash(self, metadata, results):
             raise OSError("killed at the commit")
 
         with monkeypatch.context() as m:
-            m.setattr(gdcp.GristmillFileSystem, "rename", crash)
+            m.setattr(gdcp.GristmillStorageWriter, "finish", crash)
             with pytest.raises(BaseException, match="killed at the commit"):
                 save(3.0)
         assert loaded() == 2.0
         assert second <= files()
+        names = {e.name for e in b.list_all_objects(prefix="ckpt/")}
+        assert not [n for n in names if n.endswith(".tmp")], names  # no temporary metadata
 
         with monkeypatch.context() as m:
             # As if another save committed right after this one's existence check.

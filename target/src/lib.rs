@@ -64,11 +64,28 @@ impl Weight {
         match self {
             Weight::Fixed(w) => w,
             Weight::Capacity => {
-                let bytes: u64 = mountpaths
-                    .iter()
-                    .filter_map(|m| fs4::total_space(m).ok())
-                    .sum();
-                u32::try_from(bytes >> 30).unwrap_or(u32::MAX).max(1)
+                use std::os::unix::fs::MetadataExt;
+                // Each filesystem once, however many mountpaths it holds.
+                let mut seen = std::collections::HashSet::new();
+                let mut bytes = 0u64;
+                for m in mountpaths {
+                    match std::fs::metadata(m)
+                        .map(|md| md.dev())
+                        .and_then(|dev| fs4::total_space(m).map(|total| (dev, total)))
+                    {
+                        Ok((dev, total)) => {
+                            if seen.insert(dev) {
+                                bytes += total;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(mountpath = %m.display(), error = %e, "weight = capacity: cannot measure this mountpath; it counts for nothing")
+                        }
+                    }
+                }
+                let gib = u32::try_from(bytes >> 30).unwrap_or(u32::MAX).max(1);
+                tracing::info!(weight = gib, "placement weight from capacity (GiB)");
+                gib
             }
         }
     }

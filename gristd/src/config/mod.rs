@@ -308,7 +308,7 @@ pub struct TargetSettings {
         env = "GRISTD_WEIGHT",
         value_name = "N|capacity"
     )]
-    pub weight: Option<String>,
+    pub weight: Option<values::WeightSetting>,
 }
 
 /// `[space]`: cache space of targets (watermarks, quotas, LRU).
@@ -603,6 +603,32 @@ mod tests {
     }
 
     #[test]
+    fn a_weight_is_a_number_or_capacity_in_the_file() {
+        let dir = tempfile_dir("weight");
+        let path = dir.join("c.toml");
+        for (text, want) in [
+            (
+                "[target]\nweight = 200\n",
+                gristmill_target::Weight::Fixed(200),
+            ),
+            (
+                "[target]\nweight = \"300\"\n",
+                gristmill_target::Weight::Fixed(300),
+            ),
+            (
+                "[target]\nweight = \"capacity\"\n",
+                gristmill_target::Weight::Capacity,
+            ),
+            ("[target]\n", gristmill_target::Weight::Fixed(0)),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let file = FileConfig::load(Some(&path)).unwrap();
+            assert_eq!(file.target.weight(), want, "{text}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_value_of_the_wrong_type_in_the_file_is_an_error() {
         let dir = tempfile_dir("wrong-type");
         for text in [
@@ -610,6 +636,8 @@ mod tests {
             "[space]\ndont_evict_time = \"soon\"\n",
             "[backend]\ncold_get_chunk = \"big\"\n",
             "[target]\nopen_files = -1\n",
+            "[target]\nweight = 0\n",
+            "[target]\nweight = \"most\"\n",
         ] {
             let path = dir.join("c.toml");
             std::fs::write(&path, text).unwrap();

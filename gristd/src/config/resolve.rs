@@ -121,17 +121,10 @@ impl TargetSettings {
         })
     }
 
-    /// The placement weight: a number above 0, or `capacity`.
-    pub fn weight(&self) -> anyhow::Result<gristmill_target::Weight> {
-        use gristmill_target::Weight;
-        Ok(match self.weight.as_deref().map(str::trim) {
-            None | Some("") => Weight::Fixed(0),
-            Some("capacity") => Weight::Capacity,
-            Some(n) => match n.parse::<u32>() {
-                Ok(w) if w > 0 => Weight::Fixed(w),
-                _ => bail!("target.weight = {n}: a whole number above 0, or `capacity`"),
-            },
-        })
+    /// The placement weight (unset: the default every target has).
+    pub fn weight(&self) -> gristmill_target::Weight {
+        self.weight
+            .map_or(gristmill_target::Weight::Fixed(0), |w| w.0)
     }
 
     pub fn quarantine_keep(&self) -> Duration {

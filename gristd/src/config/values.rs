@@ -70,6 +70,50 @@ impl<'de> Deserialize<'de> for Size {
     }
 }
 
+/// A target's placement weight: a whole number above 0, or `capacity` (the mountpaths'
+/// size in GiB). `weight = 200` and `weight = "capacity"` in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WeightSetting(pub gristmill_target::Weight);
+
+impl FromStr for WeightSetting {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "capacity" => Ok(Self(gristmill_target::Weight::Capacity)),
+            n => match n.parse::<u32>() {
+                Ok(w) if w > 0 => Ok(Self(gristmill_target::Weight::Fixed(w))),
+                _ => Err(format!(
+                    "weight {n:?}: a whole number above 0, or `capacity`"
+                )),
+            },
+        }
+    }
+}
+
+impl fmt::Display for WeightSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            gristmill_target::Weight::Capacity => f.write_str("capacity"),
+            gristmill_target::Weight::Fixed(w) => write!(f, "{w}"),
+        }
+    }
+}
+
+impl Serialize for WeightSetting {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for WeightSetting {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match NumberOrText::deserialize(d)? {
+            NumberOrText::Number(n) => n.to_string().parse().map_err(serde::de::Error::custom),
+            NumberOrText::Text(t) => t.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum NumberOrText {

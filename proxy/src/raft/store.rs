@@ -350,9 +350,7 @@ impl MetaState {
             return self.reply(Outcome::Conflict);
         }
         if let Some(smap) = cmd.smap {
-            let active = |m: &ClusterMap| -> Vec<String> {
-                m.active_targets().map(|n| n.daemon_id.clone()).collect()
-            };
+            let active = ClusterMap::active_placement;
             if self
                 .maps
                 .smap

@@ -326,16 +326,17 @@ async fn delete_on_other_holders(
     Ok(held)
 }
 
-/// Active target ids of a map, and restarting ones marked with a leading `~`: what a change
-/// must alter for objects to move (see [`only_went_restarting`]).
+/// Active targets of a map (their placement ids: id, and weight when not the default), and
+/// restarting ones marked with a leading `~`: what a change must alter for objects to move
+/// (see [`only_went_restarting`]).
 pub(crate) fn placement_key(smap: &ClusterMap) -> Vec<String> {
     smap.tmap
         .values()
         .filter_map(|n| {
             if n.is_restarting() {
-                Some(format!("~{}", n.daemon_id))
+                Some(format!("~{}", n.placement_id()))
             } else if !n.is_inactive() {
-                Some(n.daemon_id.clone())
+                Some(n.placement_id())
             } else {
                 None
             }

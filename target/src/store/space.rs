@@ -152,8 +152,12 @@ pub struct Evicted {
 /// index for nothing.
 #[derive(Debug, Clone)]
 struct Futile {
+    /// The limits that needed room (a later pass that needs room elsewhere walks).
+    needs: Needs,
     bmd_version: u64,
     config: SpaceConfig,
+    /// The mountpaths then (one attached or enabled since may bring evictable objects).
+    mountpaths: Vec<std::path::PathBuf>,
     at_ns: i64,
     /// When the first cached object it saw becomes old enough to evict (`i64::MAX`: none).
     next_eligible_ns: i64,
@@ -161,6 +165,24 @@ struct Futile {
     /// `at_ns + min_keep_ns` (the shortest `dont_evict_time` of the cached buckets).
     cached_bytes: u64,
     min_keep_ns: i64,
+    /// Bytes used on the mountpaths' filesystems then.
+    fs_used: u64,
+}
+
+/// Which limits a pass must make room under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Needs {
+    mountpaths: Vec<usize>,
+    cache: bool,
+    buckets: Vec<String>,
+}
+
+impl Needs {
+    fn within(&self, other: &Needs) -> bool {
+        self.mountpaths.iter().all(|m| other.mountpaths.contains(m))
+            && (!self.cache || other.cache)
+            && self.buckets.iter().all(|b| other.buckets.contains(b))
+    }
 }
 
 /// Space checks and eviction of one target.
@@ -187,17 +209,68 @@ impl Space {
     }
 
     /// Whether the last pass could evict nothing and nothing since can have changed that.
-    fn still_futile(&self, bmd: &BucketMetadata, c: &SpaceConfig) -> bool {
+    fn still_futile(&self, bmd: &BucketMetadata, c: &SpaceConfig, needs: &Needs) -> bool {
         let futile = self.futile.lock().unwrap_or_else(|e| e.into_inner());
         let Some(f) = futile.as_ref() else {
             return false;
         };
         let now = now_ns();
-        f.bmd_version == bmd.version
+        needs.within(&f.needs)
+            && f.bmd_version == bmd.version
             && f.config == *c
+            && f.mountpaths == self.mountpath_paths()
             && now < f.next_eligible_ns
             && (self.cached_bytes(bmd) <= f.cached_bytes
                 || now < f.at_ns.saturating_add(f.min_keep_ns))
+    }
+
+    /// Whether what made the last pass futile has eased without a pass: bytes were freed,
+    /// or the metadata, settings or mountpaths changed (the worker then clears the state and
+    /// its gauge even when no pass is due).
+    fn relieved(&self, bmd: &BucketMetadata, c: &SpaceConfig) -> bool {
+        let futile = self.futile.lock().unwrap_or_else(|e| e.into_inner());
+        futile.as_ref().is_some_and(|f| {
+            f.bmd_version != bmd.version
+                || f.config != *c
+                || f.mountpaths != self.mountpath_paths()
+                || self.cached_bytes(bmd) < f.cached_bytes
+                // (filesystems only when one needed room: others' files come and go)
+                || (!f.needs.mountpaths.is_empty() && self.fs_used() < f.fs_used)
+        })
+    }
+
+    fn fs_used(&self) -> u64 {
+        self.store
+            .mountpaths()
+            .iter()
+            .filter_map(|m| capacity(&m.path))
+            .map(|(total, avail)| total.saturating_sub(avail))
+            .sum()
+    }
+
+    fn mountpath_paths(&self) -> Vec<std::path::PathBuf> {
+        self.store
+            .mountpaths()
+            .iter()
+            .map(|m| m.path.clone())
+            .collect()
+    }
+
+    /// The shortest time any cached bucket keeps what was read (`dont_evict_time`): how soon
+    /// an object cached now may be evicted.
+    fn min_keep_ns(bmd: &BucketMetadata, default_keep: Duration) -> i64 {
+        bmd.buckets
+            .keys()
+            .filter_map(|b| evictable(bmd, b))
+            .map(|(_, keep, _)| {
+                if keep == Duration::MAX {
+                    default_keep
+                } else {
+                    keep
+                }
+            })
+            .min()
+            .map_or(i64::MAX, |k| k.as_nanos().min(i64::MAX as u128) as i64)
     }
 
     /// Records the outcome of a pass that walked the index: futile or not.
@@ -414,7 +487,16 @@ impl Space {
             self.record_pass(None);
             return Evicted::default();
         }
-        if !force && self.still_futile(bmd, &c) {
+        let needs = Needs {
+            mountpaths: (0..mp_need.len()).filter(|i| mp_need[*i] > 0).collect(),
+            cache: cache_need > 0,
+            buckets: bucket_need
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(b, _)| b.clone())
+                .collect(),
+        };
+        if !force && self.still_futile(bmd, &c, &needs) {
             return Evicted {
                 nothing_evictable: true,
                 ..Evicted::default()
@@ -428,11 +510,10 @@ impl Space {
         let default_keep = c.dont_evict_time;
         let store = self.store.clone();
         let bmd_owned = bmd.clone();
-        let (candidates, next_eligible_ns, min_keep_ns) = tokio::task::spawn_blocking(move || {
+        let (candidates, next_eligible_ns) = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
-            // When the first object too young to evict ages past its cutoff; the shortest
-            // keep time of the cached buckets seen.
-            let (mut next_eligible, mut min_keep) = (i64::MAX, i64::MAX);
+            // When the first object too young to evict ages past its cutoff.
+            let mut next_eligible = i64::MAX;
             let mut rules: HashMap<String, Option<(Bck, i64)>> = HashMap::new();
             let walked =
                 store.for_each_object(|mp, meta| {
@@ -449,11 +530,10 @@ impl Space {
                         });
                     if let Some((bck, cutoff)) = rule {
                         let atime = store.atime(&meta);
-                        let keep = now - *cutoff;
-                        min_keep = min_keep.min(keep);
                         if atime <= *cutoff {
                             out.push((atime, mp, bck.clone(), meta.name, meta.size));
                         } else {
+                            let keep = now - *cutoff;
                             next_eligible = next_eligible.min(atime.saturating_add(keep));
                         }
                     }
@@ -464,10 +544,10 @@ impl Space {
                 next_eligible = i64::MIN;
             }
             out.sort_by_key(|c| c.0);
-            (out, next_eligible, min_keep)
+            (out, next_eligible)
         })
         .await
-        .unwrap_or((Vec::new(), i64::MIN, 0));
+        .unwrap_or((Vec::new(), i64::MIN));
 
         let mut done = Evicted::default();
         // Candidates that did not help (other limits) or failed to go: look again after a
@@ -510,19 +590,16 @@ impl Space {
             }
         }
         if done.objects == 0 {
-            // No keep time seen (no cached objects): anything cached later may go at once.
-            let min_keep_ns = if min_keep_ns == i64::MAX {
-                0
-            } else {
-                min_keep_ns
-            };
             self.record_pass(Some(Futile {
+                needs,
                 bmd_version: bmd.version,
                 config: c.clone(),
+                mountpaths: self.mountpath_paths(),
                 at_ns: now,
                 next_eligible_ns,
                 cached_bytes: cached_then,
-                min_keep_ns,
+                min_keep_ns: Self::min_keep_ns(bmd, c.dont_evict_time),
+                fs_used: self.fs_used(),
             }));
             done.nothing_evictable = true;
         } else {
@@ -609,6 +686,9 @@ where
         metrics::gauge!("grist_cache_bytes").set(self.space.cached_bytes(&bmd) as f64);
         if self.space.over_high_mark(&bmd) {
             self.space.evict(&bmd, false, None).await;
+        } else if self.space.relieved(&bmd, &self.space.config()) {
+            // Bytes freed, or a larger quota: the next fill that needs room looks again.
+            self.space.record_pass(None);
         }
     }
 

@@ -594,16 +594,18 @@ async fn lru_keeps_a_small_filesystem_under_the_high_watermark() {
     assert_lru_order(&c, "gm-wm", &last_read).await;
 }
 
-/// A quota full of objects read within `dont_evict_time`: the first fill that needs room walks
-/// the index once, finds nothing evictable, warns once and gets 507; later fills get 507
-/// without walking again (`grist_lru_scans_total` stays put) and cached objects still read.
-/// A bucket change (a shorter `lru.dont_evict_time`) makes them evictable: the next fill walks,
-/// evicts and succeeds.
+/// A quota full of objects read within `dont_evict_time`: the LRU worker walks the index
+/// once, finds nothing evictable, warns once; its later rounds and the fills that need room
+/// (507) do not walk again (`grist_lru_scans_total` stays put), and cached objects still read.
+/// Another bucket's fill, over its own quota with old objects, still walks and evicts. A bucket
+/// change (a shorter `lru.dont_evict_time`) makes the first bucket evictable: its next fill
+/// walks, evicts and succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_evictable_warns_once_refuses_fills_and_does_not_rescan() {
     let weed = Weed::start().await;
     let s3 = weed.client();
     put_dataset(&s3, "gm-full", 12).await;
+    put_dataset(&s3, "gm-other", 4).await;
     let relay = Relay::start(&weed.endpoint).await;
     let mut c = remote_cluster_with(
         &relay,
@@ -614,31 +616,51 @@ async fn nothing_evictable_warns_once_refuses_fills_and_does_not_rescan() {
         ],
     )
     .await;
-    c.grist_ok(&["bucket", "props", "set", "s3://gm-full", "lru.quota=3MiB"]);
-    let get = |i: usize| {
-        let (http, url) = (c.http.clone(), obj_url(&c, "gm-full", &name(i)));
+    let get = |bucket: &'static str, i: usize| {
+        let (http, url) = (c.http.clone(), obj_url(&c, bucket, &name(i)));
         async move {
             let r = http.get(url).send().await.unwrap();
             let status = r.status().as_u16();
             (status, r.bytes().await.unwrap())
         }
     };
-    // Two fit under the high mark (90 % of 3 MiB); the third needs room nobody can give.
-    for i in 0..2 {
-        let (status, body) = get(i).await;
+    let smap = c.smap().await.unwrap();
+    let scans = || super::scrub::metric(&c, &smap, "grist_lru_scans_total");
+    for i in 0..3 {
+        let (status, body) = get("gm-full", i).await;
         assert!(
             status == 200 && body == content(i as u64, MIB),
             "object {i}"
         );
     }
-    let smap = c.smap().await.unwrap();
-    let scans = super::scrub::metric(&c, &smap, "grist_lru_scans_total").await;
-    let (status, _) = get(2).await;
-    assert_eq!(status, 507, "a fill with no room and nothing evictable");
-    let after_first = super::scrub::metric(&c, &smap, "grist_lru_scans_total").await;
-    assert!(after_first > scans, "the first refusal walked the index");
+    c.grist_ok(&[
+        "bucket",
+        "props",
+        "set",
+        "s3://gm-other",
+        "lru.quota=2MiB",
+        "lru.dont_evict_time=0s",
+    ]);
+    // 3 MiB cached under a 3 MiB quota: over its high mark (90 %), all read just now.
+    let before = scans().await;
+    c.grist_ok(&["bucket", "props", "set", "s3://gm-full", "lru.quota=3MiB"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while scans().await == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker never walked"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let walked = scans().await;
+    tokio::time::sleep(Duration::from_millis(600)).await; // three more worker rounds
+    assert_eq!(
+        scans().await,
+        walked,
+        "worker rounds walked the index again"
+    );
     for i in 3..10 {
-        let (status, body) = get(i).await;
+        let (status, body) = get("gm-full", i).await;
         assert_eq!(
             status,
             507,
@@ -647,18 +669,17 @@ async fn nothing_evictable_warns_once_refuses_fills_and_does_not_rescan() {
         );
         assert!(String::from_utf8_lossy(&body).contains("nothing is evictable"));
     }
-    tokio::time::sleep(Duration::from_millis(600)).await; // worker rounds too
     assert_eq!(
-        super::scrub::metric(&c, &smap, "grist_lru_scans_total").await,
-        after_first,
-        "refusals and worker rounds walked the index again"
+        scans().await,
+        walked,
+        "refused fills walked the index again"
     );
     assert_eq!(
         super::scrub::metric(&c, &smap, "grist_lru_nothing_evictable").await,
         1
     );
-    for i in 0..2 {
-        let (status, body) = get(i).await;
+    for i in 0..3 {
+        let (status, body) = get("gm-full", i).await;
         assert!(
             status == 200 && body == content(i as u64, MIB),
             "cached {i}"
@@ -670,6 +691,13 @@ async fn nothing_evictable_warns_once_refuses_fills_and_does_not_rescan() {
         .count();
     assert_eq!(warnings, 1, "one warning");
 
+    // Another bucket's limit: its fills look for themselves.
+    for i in 0..3 {
+        let (status, body) = get("gm-other", i).await;
+        assert!(status == 200 && body == content(i as u64, MIB), "other {i}");
+    }
+    assert!(scans().await > walked, "the other bucket's fill walked");
+
     c.grist_ok(&[
         "bucket",
         "props",
@@ -677,9 +705,8 @@ async fn nothing_evictable_warns_once_refuses_fills_and_does_not_rescan() {
         "s3://gm-full",
         "lru.dont_evict_time=0s",
     ]);
-    let (status, body) = get(10).await;
+    let (status, body) = get("gm-full", 10).await;
     assert!(status == 200 && body == content(10, MIB), "room made");
-    assert!(super::scrub::metric(&c, &smap, "grist_lru_scans_total").await > after_first);
     assert_eq!(
         super::scrub::metric(&c, &smap, "grist_lru_nothing_evictable").await,
         0

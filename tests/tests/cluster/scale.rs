@@ -111,3 +111,45 @@ async fn adding_one_target_to_twenty_moves_only_its_share() {
         2.0 * per
     );
 }
+
+/// A target that comes back at once (killed and started before anyone marked it) with another
+/// weight changes the map, and the rebalance moves what changed owner: every object ends on
+/// the owner of the new map (a weight-only change used to look like no change of placement).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_target_back_with_another_weight_moves_what_changed_owner() {
+    const N: usize = 600;
+    let mut c = Cluster::start(3, 1).await.unwrap();
+    c.wait_for_targets(3).await.unwrap();
+    fill(&c, "rw", N, 1).await;
+    let before = c.smap().await.unwrap();
+    assert_placed_by(&before, "rw", &holders(&c, &before, "rw").await);
+    let id = c.target_id(0).await.unwrap();
+    c.targets[0].kill9();
+    c.targets[0]
+        .env
+        .push(("GRISTD_WEIGHT".to_owned(), "400".to_owned()));
+    c.targets[0].start().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let smap = c.smap().await.unwrap();
+        if smap
+            .tmap
+            .get(&id)
+            .is_some_and(|t| t.weight == 400 && !t.is_inactive())
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new weight never reached the map"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (after, _) = rebalanced(&c).await;
+    let held = holders(&c, &after, "rw").await;
+    assert_eq!(held.len(), N, "every object still held");
+    assert_placed_by(&after, "rw", &held);
+    let on_heavy = held.values().filter(|ids| ids[0] == id).count();
+    // Weight 400 among two 100s: two thirds (400 expected); it held about a third before.
+    assert!((340..=460).contains(&on_heavy), "{on_heavy} of {N}");
+}
