@@ -117,3 +117,46 @@ async fn refusals_are_clear() {
     let (status, _) = call(&app, "GET", "/v1/objects/b/y", b"").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+/// A returning target serves what its check judged: the index. A delete (here a tombstone a
+/// rebalance brings) commits in the index before the record cache forgets the object; a GET
+/// in between used to be served from the cache — the deleted object's old bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returning_target_never_serves_a_record_the_index_dropped() {
+    let (_dir, t, app) = target().await;
+    assert_eq!(
+        call(&app, "PUT", "/v1/objects/b/o", b"old").await.0,
+        StatusCode::OK
+    );
+    for _ in 0..2 {
+        let (status, body) = call(&app, "GET", "/v1/objects/b/o", b"").await;
+        assert_eq!((status, body.as_slice()), (StatusCode::OK, &b"old"[..]));
+    }
+    t.set_returning("test");
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    *crate::store::index::HOLD_FORGET.lock().unwrap() = Some(gate.clone());
+    let bck = Bck::new("b", Provider::Ais).unwrap();
+    let deleting = {
+        let (t, bck) = (t.clone(), bck.clone());
+        tokio::spawn(async move { t.store.delete(&bck, "o").await.map(|_| ()) })
+    };
+    // The index has dropped it; the cache has not yet.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while t.store.head(&bck, "o").is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the delete never committed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let (status, body) = call(&app, "GET", "/v1/objects/b/o", b"").await;
+    *crate::store::index::HOLD_FORGET.lock().unwrap() = None;
+    gate.add_permits(1000);
+    deleting.await.unwrap().unwrap();
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "served {:?}",
+        String::from_utf8_lossy(&body)
+    );
+}

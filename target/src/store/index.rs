@@ -316,6 +316,8 @@ impl ObjectIndex {
     }
 
     async fn submit(&self, op: IndexOp, durable: bool) -> IndexReply {
+        // (Tests may hold a committed change here, before the record cache forgets it: the
+        // moment another task can find the cache ahead of the index, see `HOLD_FORGET`.)
         let changes = Changes::of(&op);
         let (done, wait) = oneshot::channel();
         self.commits
@@ -325,6 +327,8 @@ impl ObjectIndex {
         let reply = wait
             .await
             .map_err(|_| StoreError::Index("index committer dropped a change".into()))?;
+        #[cfg(test)]
+        hold_forget().await;
         if let (Ok(applied), Changes::Object(bucket, _)) = (&reply, &changes) {
             for name in &applied.touched {
                 self.hot.forget(bucket, name);
@@ -759,5 +763,19 @@ fn apply_one(
                 ..Default::default()
             })
         }
+    }
+}
+
+/// Tests: while set, every committed index change waits here for a permit before the record
+/// cache forgets the keys it touched.
+#[cfg(test)]
+pub(crate) static HOLD_FORGET: std::sync::Mutex<Option<std::sync::Arc<tokio::sync::Semaphore>>> =
+    std::sync::Mutex::new(None);
+
+#[cfg(test)]
+async fn hold_forget() {
+    let gate = HOLD_FORGET.lock().expect("hold lock").clone();
+    if let Some(gate) = gate {
+        drop(gate.acquire().await);
     }
 }

@@ -604,9 +604,27 @@ impl Store {
         name: &str,
         small: SmallObject,
     ) -> Result<OpenObject, StoreError> {
+        self.open_with(bck, name, Some(small)).await
+    }
+
+    /// [`Store::open_object`] from the index alone, past the record cache. A returning
+    /// target reads this way: its checks judge what the index holds, and the cache may still
+    /// hold a record the index has just dropped (a delete commits before the cache forgets).
+    pub async fn open_indexed(&self, bck: &Bck, name: &str) -> Result<OpenObject, StoreError> {
+        self.open_with(bck, name, None).await
+    }
+
+    async fn open_with(
+        &self,
+        bck: &Bck,
+        name: &str,
+        hot: Option<SmallObject>,
+    ) -> Result<OpenObject, StoreError> {
         use std::os::unix::fs::FileExt;
         let bucket = bck.uname();
-        if let Some(open) = self.open_hot(&bucket, name, small) {
+        if let Some(small) = hot
+            && let Some(open) = self.open_hot(&bucket, name, small)
+        {
             return Ok(open);
         }
         let mps = self.lookup_order(bck, name);

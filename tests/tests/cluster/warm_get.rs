@@ -335,6 +335,10 @@ async fn reads_the_policy_verifies_never_serve_a_corrupt_copy() {
         let (status, body) = get(&c, &url).await;
         assert!(status == 200 && body.as_deref() == Some(&restarted[..]));
         let file = copies_of(&layout, &restarted)[0].1.clone();
+        let back_before = c.targets[0]
+            .log_text()
+            .matches("back in the cluster")
+            .count();
         c.targets[0].stop();
         flip(&file, 4096);
         c.restart_target(0).await.unwrap();
@@ -343,6 +347,21 @@ async fn reads_the_policy_verifies_never_serve_a_corrupt_copy() {
             broken_or_refused(status, &body),
             "{kind}: corrupt read after restart served"
         );
+        // A restarted target checks its copies against the index until placement is
+        // confirmed (reads then skip the record cache): the next round starts after that.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while c.targets[0]
+            .log_text()
+            .matches("back in the cluster")
+            .count()
+            <= back_before
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not back after its restart"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 
