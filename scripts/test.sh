@@ -143,6 +143,7 @@ fi
 scripts/fuzz.sh 10
 
 step "Python tests"
+df -h "$root" /tmp || true # (a disk past 90 % once showed as 507s here)
 export GRISTD_BIN="$root/build/debug/gristd"
 .venv/bin/python -m pytest -q python/tests
 

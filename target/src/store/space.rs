@@ -20,7 +20,10 @@
 //! `grist_lru_nothing_evictable`), and until that can have changed — the bucket metadata or
 //! the settings change, the first cached object it saw ages past its `dont_evict_time`, or
 //! newer cached objects do — later passes return at once instead of walking the index again
-//! (`grist_lru_scans_total` counts the walks), and fills that need the room get 507.
+//! (`grist_lru_scans_total` counts the walks), and fills past a quota or the cache limit get
+//! 507. A filesystem's high mark only starts eviction: with nothing to evict, fills go on until
+//! the out-of-space mark (other programs' files share the disk; refusing at 90 % of it would
+//! stop a cache the disk still has room for).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -279,7 +282,7 @@ impl Space {
         match (&*state, &futile) {
             (None, Some(_)) => {
                 tracing::warn!(
-                    "space: over a limit and nothing is evictable (native data, or every cached object read within dont_evict_time); fills that need room get 507 until that changes"
+                    "space: over a limit and nothing is evictable (native data, or every cached object read within dont_evict_time); fills past a quota or the cache limit get 507 until that changes (a filesystem takes them up to its out-of-space mark)"
                 );
                 metrics::gauge!("grist_lru_nothing_evictable").set(1.0);
             }
@@ -364,16 +367,20 @@ impl Space {
                 mountpath: mp,
                 size,
             };
+            // A filesystem past its high mark with nothing to evict (native data, other
+            // programs' files) still takes fills up to the out-of-space mark, as AIStore's
+            // does: the high mark starts eviction, only the quota and the cache limit are
+            // hard limits of the cache.
             if self
                 .evict(bmd, false, Some(incoming))
                 .await
                 .nothing_evictable
+                && (over_quota || over_cache)
             {
                 self.check_room(bck, name, size)?; // out of space says so first
                 let full = [
                     (over_quota, "the bucket's cache quota (lru.quota)"),
                     (over_cache, "the node's cache limit"),
-                    (over_fs, "the mountpath's high watermark"),
                 ]
                 .into_iter()
                 .filter_map(|(over, what)| over.then_some(what))

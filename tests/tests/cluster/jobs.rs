@@ -713,3 +713,46 @@ async fn nothing_evictable_warns_once_refuses_fills_and_does_not_rescan() {
     );
     c.targets.clear();
 }
+
+/// A filesystem past its high mark with nothing evictable (here: a 1 % mark on a disk other
+/// programs fill, every cached object read within `dont_evict_time`) still caches up to the
+/// out-of-space mark: the high mark starts eviction, it is not a limit of the cache. (CI's
+/// disk was 90–95 % full and every cold GET answered 507 before this.)
+#[tokio::test]
+async fn a_filesystem_over_its_high_mark_with_nothing_evictable_still_caches() {
+    let weed = Weed::start().await;
+    put_dataset(&weed.client(), "gm-disk", 3).await;
+    let relay = Relay::start(&weed.endpoint).await;
+    let c = remote_cluster_with(
+        &relay,
+        1,
+        &[
+            ("GRISTD_LRU_HIGH_WM", "1"),
+            ("GRISTD_LRU_LOW_WM", "1"),
+            ("GRISTD_OUT_OF_SPACE_WM", "100"),
+            ("GRISTD_LRU_DONT_EVICT_TIME", "1h"),
+        ],
+    )
+    .await;
+    for i in 0..3 {
+        let r = c
+            .http
+            .get(obj_url(&c, "gm-disk", &name(i)))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let body = r.bytes().await.unwrap();
+        assert!(
+            status == 200 && body == content(i as u64, MIB),
+            "object {i}: {status} {:?}",
+            String::from_utf8_lossy(&body[..body.len().min(300)])
+        );
+    }
+    let smap = c.smap().await.unwrap();
+    assert_eq!(
+        super::scrub::metric(&c, &smap, "grist_lru_nothing_evictable").await,
+        1,
+        "the node still says nothing is evictable"
+    );
+}
