@@ -112,6 +112,7 @@ async fn run() -> anyhow::Result<()> {
                 store: c.target.store()?,
                 quarantine_keep: c.target.quarantine_keep(),
                 weight: c.target.weight(),
+                rebalance_bandwidth: c.target.rebalance_bandwidth(),
                 etl: c.etl.resolve()?,
                 serve: gristmill_daemon::security::serve_options(&c, &state_dir, false)?,
                 state_dir,

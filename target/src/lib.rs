@@ -115,6 +115,8 @@ pub struct TargetConfig {
     pub quarantine_keep: Duration,
     /// This target's placement weight, stated in its map entry when it joins.
     pub weight: Weight,
+    /// Most bytes per second a rebalance sends from this target (0: no limit).
+    pub rebalance_bandwidth: u64,
     /// ETL workers: interpreter, sandbox, dependency environments.
     pub etl: gristmill_etl::EtlConfig,
     /// Limits, TLS and access control (auth off by default).
@@ -149,6 +151,7 @@ pub(crate) struct Target {
     etls: gristmill_etl::Etls,
     /// Age at which scrub deletes quarantined copies.
     quarantine_keep: Duration,
+    rebalance_bandwidth: u64,
     /// Placement weight stated in this target's map entry (0: unset).
     weight: u32,
     /// Shard indexes, appends in progress and reshard sessions.
@@ -521,6 +524,7 @@ impl Target {
                 ..config.etl.clone()
             }),
             quarantine_keep: config.quarantine_keep,
+            rebalance_bandwidth: config.rebalance_bandwidth,
             weight: config.weight.resolve(&config.mountpaths),
             shards: Arc::default(),
             // Persisted: a target restarted mid-rebalance still knows where objects may sit (a

@@ -309,6 +309,14 @@ pub struct TargetSettings {
         value_name = "N|capacity"
     )]
     pub weight: Option<values::WeightSetting>,
+    /// Most bytes per second a rebalance sends from this target, e.g. `100MiB`; 0 = no limit (default).
+    #[arg(
+        id = "target.rebalance_bandwidth",
+        long = "rebalance-bandwidth",
+        env = "GRISTD_REBALANCE_BANDWIDTH",
+        value_name = "BYTES"
+    )]
+    pub rebalance_bandwidth: Option<Size>,
 }
 
 /// `[space]`: cache space of targets (watermarks, quotas, LRU).

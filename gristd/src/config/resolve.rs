@@ -127,6 +127,11 @@ impl TargetSettings {
             .map_or(gristmill_target::Weight::Fixed(0), |w| w.0)
     }
 
+    /// Bytes per second a rebalance may send (0: no limit).
+    pub fn rebalance_bandwidth(&self) -> u64 {
+        self.rebalance_bandwidth.map_or(0, |s| s.0)
+    }
+
     pub fn quarantine_keep(&self) -> Duration {
         Duration::from_secs(
             self.quarantine_keep_days

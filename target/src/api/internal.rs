@@ -75,7 +75,14 @@ pub(crate) async fn internal_object(
             "a stage is written with PUT, committed with POST, given up with DELETE",
         )),
         (Method::PUT, None) => match params.get(q::TRANSFER).map(String::as_str) {
-            Some(api::internal::REBALANCE | api::internal::REPLICA) => {
+            Some(kind @ (api::internal::REBALANCE | api::internal::REPLICA)) => {
+                // Counted by the receiver: what a sender's restart made it send twice shows.
+                let kind = if kind == api::internal::REBALANCE {
+                    api::internal::REBALANCE
+                } else {
+                    api::internal::REPLICA
+                };
+                metrics::counter!("grist_transfers_received_total", "kind" => kind).increment(1);
                 crate::cluster::rebalance::receive(&t, &bck, &name, req).await
             }
             other => Err(ApiError::bad_request(format!(

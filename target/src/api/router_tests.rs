@@ -24,6 +24,7 @@ async fn target() -> (tempfile::TempDir, Arc<Target>, axum::Router) {
         space: Default::default(),
         store: Default::default(),
         quarantine_keep: std::time::Duration::from_secs(7 * 86_400),
+        rebalance_bandwidth: 0,
         weight: crate::Weight::Fixed(0),
         etl: Default::default(),
         serve: Default::default(),

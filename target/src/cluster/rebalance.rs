@@ -7,7 +7,9 @@
 //!
 //! A rebalance is a job with id `rb<map version>` on every target, so its progress shows up
 //! like any job's. A newer map aborts the running one and starts its own; an interrupted one
-//! (crash) is simply run again after the restart: the work is "whatever is misplaced now".
+//! (crash) runs again after the restart: the work is "whatever is misplaced now", less what
+//! the interrupted run delivered under the same placement ([`sent`]). `rebalance_bandwidth`
+//! caps the bytes per second a target sends.
 
 use crate::Target;
 use crate::cluster::peer::bucket_query;
@@ -23,9 +25,28 @@ use gristmill_core::api::header as h;
 use gristmill_core::api::internal::REBALANCE;
 use gristmill_core::{ApiError, Bck, ClusterMap, ErrorKind};
 use std::sync::Arc;
+use std::time::Duration;
+
+mod sent;
+use sent::{Entry, SentLog, Under};
+
+/// Records read from the index per step of the walk.
+const SCAN_PAGE: usize = 1024;
+/// Most misplaced records sent per batch: the log records a batch once it is delivered, so
+/// this bounds what a target killed mid-batch sends again when it resumes.
+const SEND_BATCH: usize = 32;
+/// How long transfers that fail are retried (in rounds, with a growing pause) at the
+/// start of a job; later batches still get [`BATCH_RETRY`].
+const JOB_RETRY: Duration = Duration::from_secs(60);
+const BATCH_RETRY: Duration = Duration::from_secs(5);
 
 /// Runs a rebalance (every bucket) or a `make-n-copies` job (the job's bucket only): the same
 /// walk, since both mean "bring every copy to where the map and `mirror.copies` want it".
+///
+/// The walk streams each mountpath's index in key order a page at a time and sends what is
+/// misplaced in batches; what it delivered is logged on disk ([`sent`]), so its memory does
+/// not grow with the object count and a target killed halfway resumes without sending again
+/// what was delivered.
 pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
     let smap = t.smap();
     // Writes admitted under an earlier map commit first, so the walk lists them.
@@ -37,62 +58,161 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
             return Ok(()); // superseded while waiting
         }
     }
-    let bmd = t.bmd();
-    let me = t.id.clone();
-    let store = t.store.clone();
-    let map = smap.clone();
-    let only = run.spec.bck.as_ref().map(|b| b.uname());
-    let misplaced: Vec<(Bck, ObjectMeta)> = tokio::task::spawn_blocking(move || {
-        let mut out = Vec::new();
-        let walked = store.for_each_object(|_, meta| {
-            if only.as_ref().is_some_and(|u| *u != meta.bucket) {
-                return;
-            }
-            let Some(rec) = bmd.buckets.get(&meta.bucket) else {
-                return; // a destroyed bucket: its objects go with it
-            };
-            let copies = rec.props.mirror.copies();
-            let owners = map.owners(&rec.bck.object_uname(&meta.name), copies);
-            let placed_here = owners.iter().any(|o| o.daemon_id == me);
-            let first = owners.first().is_some_and(|o| o.daemon_id == me);
-            // Misplaced objects move; with copies > 1 the first owner also re-creates
-            // missing replicas (after a target was lost).
-            if !placed_here || (copies > 1 && first) {
-                out.push((rec.bck.clone(), meta));
-            }
-        });
-        walked.map(|_| out)
+    let judge = Arc::new(Misplaced {
+        bmd: t.bmd(),
+        smap: smap.clone(),
+        me: t.id.clone(),
+        only: run.spec.bck.as_ref().map(|b| b.uname()),
+    });
+    let mountpaths = t.store.mountpaths();
+    let (state_dir, resumable) = (t.state_dir.clone(), judge.only.is_none());
+    let under = Under {
+        placement: smap.active_placement(),
+        mountpaths: mountpaths.iter().map(|m| m.path.clone()).collect(),
+    };
+    let (mps, j) = (mountpaths.clone(), judge.clone());
+    let (mut log, total) = blocking(move || {
+        let log = if resumable {
+            SentLog::open(&state_dir, &under)
+        } else {
+            SentLog::anonymous(&state_dir)
+        }
+        .map_err(|e| ApiError::internal(format!("rebalance log: {e}")))?;
+        let mut total = 0u64;
+        for mp in &mps {
+            mp.index
+                .for_each(|meta| total += j.bck(&meta).is_some() as u64)?;
+        }
+        Ok((log, total))
     })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))??;
+    .await?;
+    *run.total.lock().expect("job total lock") = Some(total);
+    if log.resumed_from() > 0 {
+        tracing::info!(job = %run.spec.id, delivered = log.resumed_from(), "rebalance: resuming; what the interrupted run delivered is not sent again");
+    }
+    let started = tokio::time::Instant::now();
+    let pace = Pace::new(t.rebalance_bandwidth);
+    let mut already_moved = 0u64;
+    for (m, mp) in mountpaths.iter().enumerate() {
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            // One page of the index, misplaced records not yet delivered (blocking: the
+            // index and the log are files).
+            let (mp2, j) = (mp.clone(), judge.clone());
+            let (page, todo, back) = blocking(move || {
+                let page = mp2.index.scan_after(after.as_deref(), SCAN_PAGE)?;
+                let mut todo = Vec::new();
+                let mut moved = Vec::new();
+                for (key, meta) in &page {
+                    let Some(bck) = j.bck(meta) else { continue };
+                    if log.delivered_before(m, key, meta) {
+                        moved.push(meta.name.clone());
+                    } else {
+                        todo.push((bck, meta.clone()));
+                    }
+                }
+                let last = page.last().map(|(k, _)| k.clone());
+                Ok(((last, moved), todo, log))
+            })
+            .await?;
+            log = back;
+            let (last, moved) = page;
+            let Some(last) = last else { break };
+            after = Some(last);
+            already_moved += moved.len() as u64;
+            for name in moved {
+                run.record(&name, Ok(Outcome::Skipped));
+            }
+            for batch in todo.chunks(SEND_BATCH) {
+                let deadline = (started + JOB_RETRY).max(tokio::time::Instant::now() + BATCH_RETRY);
+                let sent = send_batch(t, &smap, run, batch.to_vec(), deadline, &pace).await;
+                if run.cancel.is_cancelled() {
+                    // Superseded: the copies stay until a rebalance completes (the next
+                    // one, under another placement, walks and sends anew).
+                    return Ok(());
+                }
+                let mut entries: Vec<Entry> =
+                    sent.iter().map(|(_, meta)| Entry::of(m, meta)).collect();
+                log = blocking(move || {
+                    log.append(&mut entries)
+                        .map_err(|e| ApiError::internal(format!("rebalance log: {e}")))?;
+                    Ok(log)
+                })
+                .await?;
+            }
+        }
+    }
+    if already_moved > 0 {
+        run.count("already_moved", already_moved);
+    }
     // Deletes travel too: a target that comes back (or an owner that never saw the delete)
     // gets the tombstones of what was deleted while it was out, so its old copies go.
     let tombstones = send_tombstones(t, &smap, run).await?;
     if tombstones > 0 {
         tracing::info!(job = %run.spec.id, tombstones, "rebalance: tombstones sent to owners");
     }
-    *run.total.lock().expect("job total lock") = Some(misplaced.len() as u64);
-    if misplaced.is_empty() {
+    if run.cancel.is_cancelled() {
         return Ok(());
     }
-    tracing::info!(job = %run.spec.id, objects = misplaced.len(), "rebalance: sending misplaced objects");
-    // Transfers that fail (a receiver restarting, say) are retried in rounds, with a growing
-    // pause, for up to a minute; only the last round's failures count as the job's errors.
-    let mut todo = misplaced;
-    let mut sent: Vec<(Bck, ObjectMeta)> = Vec::new();
-    let mut pause = std::time::Duration::from_millis(500);
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    drop_delivered(t, &smap, log).await?;
+    if resumable {
+        let dir = t.state_dir.clone();
+        blocking(move || {
+            SentLog::remove(&dir);
+            Ok(())
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// Which records a job moves.
+struct Misplaced {
+    bmd: Arc<gristmill_core::BucketMetadata>,
+    smap: Arc<ClusterMap>,
+    me: String,
+    /// The job's bucket (`make-n-copies`), or every bucket.
+    only: Option<String>,
+}
+
+impl Misplaced {
+    /// The bucket of a record this target must send: misplaced ones move; with copies > 1
+    /// the first owner also re-creates missing replicas (after a target was lost). Objects
+    /// of a destroyed bucket go with it.
+    fn bck(&self, meta: &ObjectMeta) -> Option<Bck> {
+        if self.only.as_ref().is_some_and(|u| *u != meta.bucket) {
+            return None;
+        }
+        let rec = self.bmd.buckets.get(&meta.bucket)?;
+        let copies = rec.props.mirror.copies();
+        let owners = self.smap.owners(&rec.bck.object_uname(&meta.name), copies);
+        let placed_here = owners.iter().any(|o| o.daemon_id == self.me);
+        let first = owners.first().is_some_and(|o| o.daemon_id == self.me);
+        (!placed_here || (copies > 1 && first)).then(|| rec.bck.clone())
+    }
+}
+
+/// Sends one batch, retrying what fails in rounds until `deadline` (only the last round's
+/// failures count as the job's errors). Returns what was delivered.
+async fn send_batch(
+    t: &Arc<Target>,
+    smap: &Arc<ClusterMap>,
+    run: &Arc<JobRun>,
+    mut todo: Vec<(Bck, ObjectMeta)>,
+    deadline: tokio::time::Instant,
+    pace: &Pace,
+) -> Vec<(Bck, ObjectMeta)> {
+    let mut sent = Vec::new();
+    let mut pause = Duration::from_millis(500);
     loop {
         let last_round = tokio::time::Instant::now() + pause >= deadline;
         let results: Vec<(Bck, ObjectMeta, Result<Outcome, ApiError>)> =
             futures::stream::iter(std::mem::take(&mut todo))
                 .take_until(run.cancel.cancelled())
-                .map(|(bck, meta)| {
-                    let (t, smap) = (t.clone(), smap.clone());
-                    async move {
-                        let result = send(&t, &smap, &bck, &meta, last_round).await;
-                        (bck, meta, result)
-                    }
+                .map(|(bck, meta)| async move {
+                    pace.take(meta.size).await;
+                    let result = send(t, smap, &bck, &meta, last_round).await;
+                    (bck, meta, result)
                 })
                 .buffer_unordered(8)
                 .collect()
@@ -113,38 +233,101 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
             }
         }
         if todo.is_empty() || run.cancel.is_cancelled() {
-            break;
+            return sent;
         }
         tokio::select! {
-            _ = run.cancel.cancelled() => break,
+            _ = run.cancel.cancelled() => return sent,
             _ = tokio::time::sleep(pause) => {}
         }
-        pause = (pause * 2).min(std::time::Duration::from_secs(8));
+        pause = (pause * 2).min(Duration::from_secs(8));
     }
-    if run.cancel.is_cancelled() {
-        // Superseded: the copies stay until a rebalance completes (the next one re-sends).
-        return Ok(());
-    }
-    // Every transfer is acknowledged: drop the moved copies (unless rewritten meanwhile, or
-    // this target is one of the object's replica holders).
+}
+
+/// Every transfer is acknowledged: drops the delivered copies the log names (unless
+/// rewritten meanwhile — another data file —, or this target is one of the object's replica
+/// holders).
+async fn drop_delivered(
+    t: &Arc<Target>,
+    smap: &Arc<ClusterMap>,
+    log: SentLog,
+) -> Result<(), ApiError> {
     let bmd = t.bmd();
-    for (bck, meta) in sent {
-        let copies = bmd.get(&bck).map_or(1, |r| r.props.mirror.copies());
-        if smap
-            .owners(&bck.object_uname(&meta.name), copies)
-            .iter()
-            .any(|o| o.daemon_id == t.id)
-        {
-            continue;
+    let mut entries = Some(Box::new(
+        blocking(move || {
+            log.entries()
+                .map_err(|e| ApiError::internal(format!("rebalance log: {e}")))
+        })
+        .await?,
+    ));
+    while let Some(mut it) = entries.take() {
+        let (chunk, it) = blocking(move || {
+            let chunk: Vec<Entry> = it.by_ref().take(SCAN_PAGE).filter_map(Result::ok).collect();
+            Ok((chunk, it))
+        })
+        .await?;
+        if chunk.is_empty() {
+            break;
         }
-        // Counted before the copy goes: a listing that read the counter earlier learns that
-        // a name may have left this target after the new owner's page was taken.
-        t.drops.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        // Only the very record that was sent (its data file names the write): a copy
-        // rewritten meanwhile stays.
-        let _ = t.store.delete_if_file(&bck, &meta.name, &meta.file).await;
+        entries = Some(it);
+        for e in chunk {
+            let Some(rec) = bmd.buckets.get(&e.b) else {
+                continue;
+            };
+            let copies = rec.props.mirror.copies();
+            if smap
+                .owners(&rec.bck.object_uname(&e.n), copies)
+                .iter()
+                .any(|o| o.daemon_id == t.id)
+            {
+                continue;
+            }
+            // Counted before the copy goes: a listing that read the counter earlier learns
+            // that a name may have left this target after the new owner's page was taken.
+            t.drops.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = t.store.delete_if_file(&rec.bck, &e.n, &e.f).await;
+        }
     }
     Ok(())
+}
+
+/// Runs blocking work (index walks, the log's file) off the async runtime.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+}
+
+/// Spreads a job's transfers to at most `rate` bytes per second (0: no limit), so a
+/// rebalance does not starve the reads it runs beside.
+struct Pace {
+    rate: u64,
+    next: std::sync::Mutex<tokio::time::Instant>,
+}
+
+impl Pace {
+    fn new(rate: u64) -> Self {
+        Self {
+            rate,
+            next: std::sync::Mutex::new(tokio::time::Instant::now()),
+        }
+    }
+
+    /// Waits for this transfer's turn: each one takes `bytes / rate` of the budget.
+    async fn take(&self, bytes: u64) {
+        if self.rate == 0 {
+            return;
+        }
+        let cost = Duration::from_secs_f64(bytes.max(1) as f64 / self.rate as f64);
+        let start = {
+            let mut next = self.next.lock().expect("pace lock");
+            let start = (*next).max(tokio::time::Instant::now());
+            *next = start + cost;
+            start
+        };
+        tokio::time::sleep_until(start).await;
+    }
 }
 
 /// Sends every tombstone this target holds for an object it does not own alone to the

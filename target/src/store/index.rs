@@ -18,6 +18,7 @@ use crate::store::meta::ObjectMeta;
 use crate::store::{DELETE_MARKER_KEY, MINT_VERSION_ID, NULL_VERSION_ID, VERSION_ID_KEY};
 use gristmill_core::name::{split_version_slot, version_slot};
 
+mod scan;
 mod versions;
 use versions::{delete_version, put_versioned, versions_of};
 pub use versions::{is_delete_marker, version_id, versions_gen};

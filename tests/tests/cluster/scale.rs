@@ -153,3 +153,112 @@ async fn a_target_back_with_another_weight_moves_what_changed_owner() {
     // Weight 400 among two 100s: two thirds (400 expected); it held about a third before.
     assert!((340..=460).contains(&on_heavy), "{on_heavy} of {N}");
 }
+
+/// A target killed halfway through its rebalance resumes when it is back: what it delivered
+/// before the kill is not sent again (counted by the receiver's
+/// `grist_transfers_received_total` and the job's `already_moved`), at most the batch in
+/// flight at the kill travels twice, and every object ends on its owner, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rebalance_killed_halfway_resumes_without_sending_again() {
+    const N: usize = 600;
+    // 2 MiB/s: the ~300 objects of 32 KiB that move take ~5 s, so the kill lands mid-way.
+    let mut c = Cluster::start_each(1, 1, &[], |_| {
+        vec![("GRISTD_REBALANCE_BANDWIDTH".into(), "2MiB".into())]
+    })
+    .await
+    .unwrap();
+    c.wait_for_targets(1).await.unwrap();
+    fill(&c, "resume", N, 32 * 1024).await;
+    c.add_target().await.unwrap();
+    let smap = c.wait_for_targets(2).await.unwrap();
+    let new_id = c.target_id(1).await.unwrap();
+    // Counted by the receiver (the sender's counters die with it).
+    let receiver = smap.tmap[&new_id].url().to_owned();
+    let http = c.http.clone();
+    let received = || {
+        let (http, url) = (http.clone(), format!("{receiver}/metrics"));
+        async move {
+            let text = http.get(url).send().await.unwrap().text().await.unwrap();
+            text.lines()
+                .filter(|l| l.starts_with("grist_transfers_received_total{kind=\"rebalance\"}"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum::<f64>() as u64
+        }
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while received().await < 100 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rebalance never got going"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    c.targets[0].kill9();
+    let before_kill = received().await;
+
+    let after_map = c.restart_target(0).await.unwrap();
+    // The restarted target's own share of the job (the receiver, whose placement did not
+    // change, runs none: the proxy's aggregate waits 30 s for it).
+    let old_id = c.target_id(0).await.unwrap();
+    let job = loop {
+        let r = c
+            .http
+            .get(c.url(&format!("/v1/jobs/rb{}", after_map.version)))
+            .send()
+            .await
+            .unwrap();
+        if r.status().is_success() {
+            let j: gristmill_core::job::JobStatus = r.json().await.unwrap();
+            if j.targets
+                .iter()
+                .any(|s| s.node == old_id && s.state == gristmill_core::job::JobState::Finished)
+            {
+                break j;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the resumed rebalance did not finish"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let held = holders(&c, &after_map, "resume").await;
+    assert_eq!(held.len(), N, "every object still held");
+    assert_placed_by(&after_map, "resume", &held);
+    let moved = held.values().filter(|ids| ids[0] == new_id).count() as u64;
+    let total = received().await;
+    println!(
+        "resume: {moved} objects moved; {before_kill} received before the kill, {total} in all; resumed job {:?}",
+        job.counters
+    );
+    assert!(
+        before_kill < moved,
+        "the kill came after the rebalance ({before_kill} of {moved})"
+    );
+    assert!(
+        total <= moved + 32,
+        "{total} transfers for {moved} objects: the resumed run sent again what was delivered"
+    );
+    let already = job.counters.get("already_moved").copied().unwrap_or(0);
+    assert!(
+        already + 32 >= before_kill,
+        "the resumed run counted {already} already moved of {before_kill} delivered"
+    );
+    for i in [0, N / 2, N - 1] {
+        let body = c
+            .http
+            .get(c.url(&format!("/v1/objects/resume/{}", name(i))))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert_eq!(
+            body,
+            gristmill_tests::content(i as u64, 32 * 1024),
+            "{}",
+            name(i)
+        );
+    }
+}
