@@ -16,7 +16,7 @@ use gristmill_core::job::{JobKind, JobSpec};
 
 use crate::Target;
 use crate::jobs::{JobRun, Outcome};
-use crate::store::{Moved, MpAction};
+use crate::store::{Moved, MpAction, WalkCursor};
 
 /// Objects moved at once.
 const WORKERS: usize = 4;
@@ -47,8 +47,8 @@ pub(crate) fn start(t: &Arc<Target>, why: &str) -> String {
 }
 
 /// Runs one resilver: waits for writes that picked their mountpath before the change, moves
-/// every misplaced object (in passes, until a pass finds none), then drops emptied detaching
-/// mountpaths and marks the set settled.
+/// every misplaced object (in passes, until a pass finds none; each pass walks the indexes a
+/// page at a time), then drops emptied detaching mountpaths and marks the set settled.
 pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
     let store = &t.store;
     let epoch = store.epoch();
@@ -58,36 +58,48 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
     let mut total = 0u64;
     let mut clean = false;
     for pass in 0..MAX_PASSES {
-        let misplaced = store.misplaced().await?;
-        if misplaced.is_empty() {
+        // One walk of every index, a page at a time (memory bounded by the page).
+        let mut found = 0u64;
+        let mut cursor = Some(WalkCursor::default());
+        while let Some(c) = cursor {
+            let (misplaced, next) = store.misplaced_page(c).await?;
+            cursor = next;
+            if misplaced.is_empty() {
+                continue;
+            }
+            if found == 0 {
+                tracing::info!(job = %run.spec.id, pass, "resilver: moving misplaced objects");
+            }
+            found += misplaced.len() as u64;
+            total += misplaced.len() as u64;
+            *run.total.lock().expect("job total lock") = Some(total);
+            let results: Vec<_> = futures::stream::iter(misplaced)
+                .take_until(run.cancel.cancelled())
+                .map(|m| {
+                    let store = store.clone();
+                    async move {
+                        let r = store.move_object(&m).await;
+                        (m.meta.name, r)
+                    }
+                })
+                .buffer_unordered(WORKERS)
+                .collect()
+                .await;
+            for (name, r) in results {
+                let outcome = match r {
+                    Ok(Moved::Moved(bytes)) => Ok(Outcome::Done(bytes)),
+                    Ok(Moved::DroppedOlder | Moved::Changed) => Ok(Outcome::Skipped),
+                    Err(e) => Err(ApiError::from(e)),
+                };
+                run.record(&name, outcome);
+            }
+            if run.cancel.is_cancelled() {
+                return Ok(());
+            }
+        }
+        if found == 0 {
             clean = true;
             break;
-        }
-        total += misplaced.len() as u64;
-        *run.total.lock().expect("job total lock") = Some(total);
-        tracing::info!(job = %run.spec.id, pass, objects = misplaced.len(), "resilver: moving misplaced objects");
-        let results: Vec<_> = futures::stream::iter(misplaced)
-            .take_until(run.cancel.cancelled())
-            .map(|m| {
-                let store = store.clone();
-                async move {
-                    let r = store.move_object(&m).await;
-                    (m.meta.name, r)
-                }
-            })
-            .buffer_unordered(WORKERS)
-            .collect()
-            .await;
-        for (name, r) in results {
-            let outcome = match r {
-                Ok(Moved::Moved(bytes)) => Ok(Outcome::Done(bytes)),
-                Ok(Moved::DroppedOlder | Moved::Changed) => Ok(Outcome::Skipped),
-                Err(e) => Err(ApiError::from(e)),
-            };
-            run.record(&name, outcome);
-        }
-        if run.cancel.is_cancelled() {
-            return Ok(());
         }
     }
     let dropped = store.finish_resilver(epoch, clean).await?;

@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 use xxhash_rust::xxh64::Xxh64;
 mod mountset;
-pub use mountset::{Changed, Misplaced, MountSet, Moved, MpAction, MpState};
+pub use mountset::{Changed, Misplaced, MountSet, Moved, MpAction, MpState, WalkCursor};
 
 mod pending;
 pub use pending::PendingWrite;

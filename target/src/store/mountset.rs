@@ -33,7 +33,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 mod plan;
+mod walk;
 pub(crate) use plan::plan;
+pub use walk::WalkCursor;
 #[cfg(test)]
 mod tests;
 
@@ -551,30 +553,6 @@ impl Store {
             }
         }
     }
-
-    /// Every object not on its HRW mountpath (a scan of every index; off the runtime).
-    pub async fn misplaced(&self) -> Result<Vec<Misplaced>, StoreError> {
-        let set = self.set();
-        tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
-            for mp in set.all() {
-                mp.index.for_each(|meta| {
-                    let to = set.owner(&meta.bucket, &meta.name);
-                    if !Arc::ptr_eq(to, mp) {
-                        out.push(Misplaced {
-                            from: mp.clone(),
-                            to: to.clone(),
-                            meta,
-                        });
-                    }
-                })?;
-            }
-            Ok(out)
-        })
-        .await
-        .map_err(|e| StoreError::Index(e.to_string()))?
-    }
-
     /// Moves one object to its HRW mountpath: copy the data file (same relative name, so the
     /// record stays as it is), fsync file and directory, commit the record on the destination
     /// only if it holds nothing (or the older record this move saw), then drop the source record
