@@ -18,11 +18,15 @@
 #   get      random GETs of the whole set through the proxy (grist-bench --mode proxy,
 #            32 workers, --get-seconds)
 #   list+get both at once
+#   rebalance  (with --rebalance) the target restarted, then a second target joins and the
+#            first sends it its share; the row's target columns are the sending target's
+#            (the walk streams the index, so its peak should not grow with the count)
 # Prints one table (phase, seconds, ops, and per node VmHWM / VmRSS in MiB) plus the sizes of
 # the index files. Stops everything it started by pid.
 #
 # Usage: benches/million.sh [--count N] [--size BYTES] [--workers N] [--get-seconds S]
 #                           [--dir DIR] [--reuse DIR] [--keep] [--out FILE] [--bin-dir DIR]
+#                           [--rebalance]
 #   --count N        objects (default 1000000). `--count 20000` is a ~30 s smoke run.
 #   --size B         bytes per object (default 16).
 #   --workers N      concurrent PUTs of the fill (default 64).
@@ -33,6 +37,7 @@
 #                    measure the other phases on its data (e.g. with other binaries).
 #   --keep           keep the work directory (with the data: N files of ~8 KiB on disk each).
 #   --out FILE       also write the report (markdown) to FILE.
+#   --rebalance      end with the rebalance phase (changes the data: not for a later --reuse).
 #   --bin-dir D      use gristd, grist and grist-bench from D (default: build/release, built
 #                    with `cargo build --release -p gristmill-daemon -p gristmill-cli -p gristmill-bench` if absent).
 # Needs: python3, curl; ~8.5 GiB of free disk and ~1 M free inodes for the default count.
@@ -40,7 +45,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-count=1000000 size=16 workers=64 get_s="" workdir="" reuse="" keep=0 out="" bindir=""
+count=1000000 size=16 workers=64 get_s="" workdir="" reuse="" keep=0 out="" bindir="" rebalance=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --count) count=$2; shift ;;
@@ -52,6 +57,7 @@ while [ $# -gt 0 ]; do
     --keep) keep=1 ;;
     --out) out=$2; shift ;;
     --bin-dir) bindir=$2; shift ;;
+    --rebalance) rebalance=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "million.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
   esac
@@ -92,7 +98,7 @@ else
   [ -z "$(ls -A "$workdir")" ] || die "--dir $workdir is not empty"
 fi
 
-proxy_pid="" target_pid="" bg_pids=""
+proxy_pid="" target_pid="" target2_pid="" bg_pids=""
 stop_pid() { # pid: SIGTERM, wait up to 15 s, then SIGKILL
   local p=$1
   [ -n "$p" ] || return 0
@@ -104,7 +110,7 @@ stop_pid() { # pid: SIGTERM, wait up to 15 s, then SIGKILL
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
-  for p in $bg_pids $target_pid $proxy_pid; do stop_pid "$p"; done
+  for p in $bg_pids $target2_pid $target_pid $proxy_pid; do stop_pid "$p"; done
   if [ "$keep" = 1 ] || [ "$rc" != 0 ]; then
     echo "work directory kept: $workdir" >&2
   else
@@ -115,7 +121,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Two consecutive free ports (proxy, target); a reused directory keeps its ports (the target
+# Three consecutive free ports (proxy, target, the target --rebalance adds); a reused directory keeps its ports (the target
 # rejoins under the same URL).
 if [ -f "$workdir/port" ]; then
   port=$(cat "$workdir/port")
@@ -126,7 +132,7 @@ for _ in range(500):
     base = random.randint(20000, 59990)
     socks = []
     try:
-        for p in range(base, base + 2):
+        for p in range(base, base + 3):
             s = socket.socket()
             socks.append(s)
             s.bind(("127.0.0.1", p))
@@ -144,6 +150,7 @@ EOF
 fi
 endpoint=http://127.0.0.1:$port
 target_url=http://127.0.0.1:$((port + 1))
+target2_url=http://127.0.0.1:$((port + 2))
 bucket=ais://million
 prefix=m/
 
@@ -266,6 +273,46 @@ wait "$gp" || die "GETs failed during the listing"
 bg_pids=""
 [ "$listed" = "$count" ] || die "listing returned $listed names, expected $count"
 row list+get "$(since "$t0")" "$listed names; $(bench_summary "$workdir/get2.json" GET)"
+
+# --- rebalance: a second target joins, the first sends it its share --------------------------
+if [ "$rebalance" = 1 ]; then
+  # A fresh process, so what the GET phases left in the allocator does not hide the walk's own.
+  stop_pid "$target_pid"
+  start_target
+  wait_listing
+  sleep 2
+  rss_before=$(mib "$(kib "$target_pid" VmRSS)")
+  reset_peak "$proxy_pid" "$target_pid"
+  t0=$(now)
+  "$GRISTD" target --listen "127.0.0.1:$((port + 2))" --state-dir "$workdir/target2" \
+    --join "$endpoint" --mountpath "$workdir/target2/mp0" >>"$workdir/target2.log" 2>&1 &
+  target2_pid=$!
+  wait_health "$target2_url" "$target2_pid" target2
+  moved=$(python3 - "$endpoint" <<'EOF2'
+import json, sys, time, urllib.request
+ep = sys.argv[1]
+def get(path):
+    with urllib.request.urlopen(ep + path, timeout=30) as r:
+        return json.load(r)
+deadline = time.time() + 3600
+while time.time() < deadline:
+    smap = get("/v1/daemon?what=smap")
+    if len(smap.get("tmap", {})) == 2:
+        try:
+            job = get(f"/v1/jobs/rb{smap['version']}")
+        except Exception:
+            job = None
+        if job and job["state"] == "finished" and len(job.get("targets", [])) == 2:
+            print(f"{job['objects'] - job['skipped']} objects moved, {job['errors']} errors")
+            sys.exit(0)
+    time.sleep(0.5)
+sys.exit("the rebalance did not finish")
+EOF2
+) || die "rebalance failed"
+  row rebalance "$(since "$t0")" "$moved; target VmRSS at the start $rss_before MiB"
+  listed=$("$GRIST" ls "$bucket" --endpoint "$endpoint" | grep -c "$prefix" || true)
+  [ "$listed" = "$count" ] || die "after the rebalance the listing returned $listed names, expected $count"
+fi
 
 index_mib=$(du -cm "$workdir"/target/mp*/index.redb | tail -1 | cut -f1)
 data_mib=$(du -sm "$workdir/target" | cut -f1)

@@ -35,10 +35,7 @@ impl Serialize for Dur {
 
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match NumberOrText::deserialize(d)? {
-            NumberOrText::Number(n) => Ok(Dur(Duration::from_secs(n))),
-            NumberOrText::Text(t) => t.parse().map_err(serde::de::Error::custom),
-        }
+        number_or_text(d, |n| Ok(Dur(Duration::from_secs(n))))
     }
 }
 
@@ -63,10 +60,7 @@ impl Serialize for Size {
 
 impl<'de> Deserialize<'de> for Size {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match NumberOrText::deserialize(d)? {
-            NumberOrText::Number(n) => Ok(Size(n)),
-            NumberOrText::Text(t) => t.parse().map_err(serde::de::Error::custom),
-        }
+        number_or_text(d, |n| Ok(Size(n)))
     }
 }
 
@@ -107,18 +101,30 @@ impl Serialize for WeightSetting {
 
 impl<'de> Deserialize<'de> for WeightSetting {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        match NumberOrText::deserialize(d)? {
-            NumberOrText::Number(n) => n.to_string().parse().map_err(serde::de::Error::custom),
-            NumberOrText::Text(t) => t.parse().map_err(serde::de::Error::custom),
-        }
+        number_or_text(d, |n| n.to_string().parse())
     }
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum NumberOrText {
-    Number(u64),
-    Text(String),
+/// A setting the file may give as a bare number (`from_number`) or as text (its `FromStr`).
+fn number_or_text<'de, D, T>(
+    d: D,
+    from_number: impl FnOnce(u64) -> Result<T, String>,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: FromStr<Err = String>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum NumberOrText {
+        Number(u64),
+        Text(String),
+    }
+    match NumberOrText::deserialize(d)? {
+        NumberOrText::Number(n) => from_number(n),
+        NumberOrText::Text(t) => t.parse(),
+    }
+    .map_err(serde::de::Error::custom)
 }
 
 /// The S3 users: `[{"access_key","secret_key","read":["*"],"write":["b1"]}]` as JSON on the
