@@ -180,6 +180,9 @@ pub(crate) struct Target {
     uploads: cluster::uploads::UploadLocks,
     /// Active targets the last rebalance was started for (None: none yet in this process).
     rebalanced_for: std::sync::Mutex<Option<Vec<String>>>,
+    /// Held by the rebalance writing `rebalance.sent`: a superseded one may still be
+    /// finishing its last batch when the next one starts the file over.
+    rebalance_log: tokio::sync::Mutex<()>,
     /// This target, for starting jobs from `&self` contexts.
     me: std::sync::OnceLock<std::sync::Weak<Target>>,
 }
@@ -541,6 +544,7 @@ impl Target {
             stages: Default::default(),
             gate: Default::default(),
             rebalanced_for: Default::default(),
+            rebalance_log: Default::default(),
             // Until its first join says otherwise, a target that starts with data may have
             // been out while it was rewritten or deleted elsewhere.
             returning: std::sync::atomic::AtomicBool::new(holds_objects),

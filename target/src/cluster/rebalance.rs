@@ -64,8 +64,18 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
         me: t.id.clone(),
         only: run.spec.bck.as_ref().map(|b| b.uname()),
     });
-    let mountpaths = t.store.mountpaths();
     let (state_dir, resumable) = (t.state_dir.clone(), judge.only.is_none());
+    // One writer of the named log at a time: a superseded run stops at its next check, but
+    // may be appending its last batch right now.
+    let _log = if resumable {
+        tokio::select! {
+            held = t.rebalance_log.lock() => Some(held),
+            _ = run.cancel.cancelled() => return Ok(()),
+        }
+    } else {
+        None
+    };
+    let mountpaths = t.store.mountpaths();
     let under = Under {
         placement: smap.active_placement(),
         mountpaths: mountpaths.iter().map(|m| m.path.clone()).collect(),
