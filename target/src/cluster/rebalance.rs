@@ -98,41 +98,35 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
     .await?;
     *run.total.lock().expect("job total lock") = Some(total);
     if log.resumed_from() > 0 {
-        tracing::info!(job = %run.spec.id, delivered = log.resumed_from(), "rebalance: resuming; what the interrupted run delivered is not sent again");
+        tracing::info!(job = %run.spec.id, delivered = log.resumed_from(), "rebalance: resuming; what the interrupted run delivered is confirmed with its owners, not sent again");
     }
     let started = tokio::time::Instant::now();
     let pace = Pace::new(t.rebalance_bandwidth);
-    let mut already_moved = 0u64;
     for (m, mp) in mountpaths.iter().enumerate() {
         let mut after: Option<Vec<u8>> = None;
         loop {
-            // One page of the index, misplaced records not yet delivered (blocking: the
-            // index and the log are files).
+            // One page of the index: its misplaced records, each marked when the log says
+            // an interrupted run delivered it (blocking: the index and the log are files).
             let (mp2, j) = (mp.clone(), judge.clone());
-            let (page, todo, back) = blocking(move || {
+            let (last, todo, back) = blocking(move || {
                 let page = mp2.index.scan_after(after.as_deref(), SCAN_PAGE)?;
                 let mut todo = Vec::new();
-                let mut moved = Vec::new();
                 for (key, meta) in &page {
                     let Some(bck) = j.bck(meta) else { continue };
-                    if log.delivered_before(m, key, meta) {
-                        moved.push(meta.name.clone());
-                    } else {
-                        todo.push((bck, meta.clone()));
-                    }
+                    let claimed = log.delivered_before(m, key, meta);
+                    todo.push(Move {
+                        bck,
+                        meta: meta.clone(),
+                        claimed,
+                    });
                 }
                 let last = page.last().map(|(k, _)| k.clone());
-                Ok(((last, moved), todo, log))
+                Ok((last, todo, log))
             })
             .await?;
             log = back;
-            let (last, moved) = page;
             let Some(last) = last else { break };
             after = Some(last);
-            already_moved += moved.len() as u64;
-            for name in moved {
-                run.record(&name, Ok(Outcome::Skipped));
-            }
             for batch in todo.chunks(SEND_BATCH) {
                 let deadline = (started + JOB_RETRY).max(tokio::time::Instant::now() + BATCH_RETRY);
                 let sent = send_batch(t, &smap, run, batch.to_vec(), deadline, &pace).await;
@@ -142,7 +136,7 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
                     return Ok(());
                 }
                 let mut entries: Vec<Entry> =
-                    sent.iter().map(|(_, meta)| Entry::of(m, meta)).collect();
+                    sent.iter().map(|mv| Entry::of(m, &mv.meta)).collect();
                 log = blocking(move || {
                     log.append(&mut entries)
                         .map_err(|e| ApiError::internal(format!("rebalance log: {e}")))?;
@@ -151,9 +145,6 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
                 .await?;
             }
         }
-    }
-    if already_moved > 0 {
-        run.count("already_moved", already_moved);
     }
     // Deletes travel too: a target that comes back (or an owner that never saw the delete)
     // gets the tombstones of what was deleted while it was out, so its old copies go.
@@ -202,44 +193,61 @@ impl Misplaced {
     }
 }
 
+/// One misplaced record to send.
+#[derive(Clone)]
+struct Move {
+    bck: Bck,
+    meta: ObjectMeta,
+    /// The log says an interrupted run delivered it: confirmed with the owners (a HEAD
+    /// each), not sent again — unless an owner lacks it (restored from an older state).
+    claimed: bool,
+}
+
 /// Sends one batch, retrying what fails in rounds until `deadline` (only the last round's
 /// failures count as the job's errors). Returns what was delivered.
 async fn send_batch(
     t: &Arc<Target>,
     smap: &Arc<ClusterMap>,
     run: &Arc<JobRun>,
-    mut todo: Vec<(Bck, ObjectMeta)>,
+    mut todo: Vec<Move>,
     deadline: tokio::time::Instant,
     pace: &Pace,
-) -> Vec<(Bck, ObjectMeta)> {
+) -> Vec<Move> {
     let mut sent = Vec::new();
     let mut pause = Duration::from_millis(500);
     loop {
         let last_round = tokio::time::Instant::now() + pause >= deadline;
-        let results: Vec<(Bck, ObjectMeta, Result<Outcome, ApiError>)> =
+        let results: Vec<(Move, Result<Outcome, ApiError>, bool)> =
             futures::stream::iter(std::mem::take(&mut todo))
                 .take_until(run.cancel.cancelled())
-                .map(|(bck, meta)| async move {
-                    pace.take(meta.size).await;
-                    let result = send(t, smap, &bck, &meta, last_round).await;
-                    (bck, meta, result)
+                .map(|mv| async move {
+                    if mv.claimed && held_by_owners(t, smap, &mv.bck, &mv.meta).await {
+                        return (mv, Ok(Outcome::Skipped), true);
+                    }
+                    pace.take(mv.meta.size).await;
+                    let result = send(t, smap, &mv.bck, &mv.meta, last_round).await;
+                    (mv, result, false)
                 })
                 .buffer_unordered(8)
                 .collect()
                 .await;
-        for (bck, meta, result) in results {
+        for (mv, result, already_moved) in results {
+            if already_moved {
+                run.count("already_moved", 1);
+            }
             match result {
                 Ok(outcome) => {
-                    if matches!(outcome, Outcome::Done(_)) {
-                        sent.push((bck, meta.clone()));
+                    let done = matches!(outcome, Outcome::Done(_));
+                    run.record(&mv.meta.name, Ok(outcome));
+                    if done {
+                        sent.push(mv);
                     }
-                    run.record(&meta.name, Ok(outcome));
                 }
                 Err(e) if !last_round => {
-                    tracing::debug!(object = %meta.name, error = %e.message, "rebalance: will retry");
-                    todo.push((bck, meta));
+                    tracing::debug!(object = %mv.meta.name, error = %e.message, "rebalance: will retry");
+                    todo.push(mv);
                 }
-                Err(e) => run.record(&meta.name, Err(e)),
+                Err(e) => run.record(&mv.meta.name, Err(e)),
             }
         }
         if todo.is_empty() || run.cancel.is_cancelled() {
@@ -251,6 +259,18 @@ async fn send_batch(
         }
         pause = (pause * 2).min(Duration::from_secs(8));
     }
+}
+
+/// Whether every owner of the object other than this target holds this copy (or a newer
+/// one).
+async fn held_by_owners(t: &Target, smap: &ClusterMap, bck: &Bck, meta: &ObjectMeta) -> bool {
+    let copies = t.bmd().get(bck).map_or(1, |r| r.props.mirror.copies());
+    for node in smap.owners(&bck.object_uname(&meta.name), copies) {
+        if node.daemon_id != t.id && !has_copy(t, node, bck, meta).await {
+            return false;
+        }
+    }
+    true
 }
 
 /// Every transfer is acknowledged: drops the delivered copies the log names (unless

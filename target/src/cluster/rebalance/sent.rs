@@ -6,10 +6,12 @@
 //! position, bucket, stored name, data file — appended batch by batch, in walk (key) order,
 //! and flushed to disk before the walk goes on. A rebalance under the same placement and
 //! mountpaths (the target restarted, or rejoined the same map) resumes: its walk merges the
-//! index with the log, and a misplaced record whose very data file is logged counts as
-//! already moved instead of being sent again. Everything else is sent — records written
-//! since (a hinted copy, a rewrite under a new data file) included, since the walk still
-//! reads the whole index: the index read is cheap, the transfers are what a resume saves.
+//! index with the log, and a misplaced record whose very data file is logged is confirmed
+//! with its owners (a HEAD each: an owner restored from an older state may lack it) and
+//! counted as already moved instead of being sent again. Everything else is sent — records
+//! written since (a hinted copy, a rewrite under a new data file) included, since the walk
+//! still reads the whole index: the index read is cheap, the transfers are what a resume
+//! saves.
 //! Any other rebalance starts the file over. The copies the log names are dropped when the
 //! rebalance completes, and the file goes with them.
 //!
