@@ -33,6 +33,9 @@ use gristmill_core::{ApiError, Bck, BucketMetadata, ErrorKind};
 
 use crate::store::{Store, now_ns};
 
+mod oldest;
+use oldest::{Candidate, Limits, Oldest};
+
 /// Space settings of a target (environment: see `docs/operations.md`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpaceConfig {
@@ -512,13 +515,23 @@ impl Space {
         metrics::counter!("grist_lru_scans_total").increment(1);
         let cached_then = self.cached_bytes(bmd);
 
-        // Candidates: cached objects not read recently, oldest access first.
+        // Candidates: cached objects not read recently, oldest access first — for each limit
+        // that needs room, only the oldest that cover its need (memory follows what a pass
+        // evicts, not the object count).
         let now = now_ns();
         let default_keep = c.dont_evict_time;
         let store = self.store.clone();
         let bmd_owned = bmd.clone();
-        let (candidates, next_eligible_ns) = tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
+        let mut oldest = Limits {
+            mountpaths: mp_need.iter().map(|n| Oldest::new(*n)).collect(),
+            cache: Oldest::new(cache_need),
+            buckets: bucket_need
+                .iter()
+                .map(|(b, n)| (b.clone(), Oldest::new(*n)))
+                .collect(),
+        };
+        let (candidates, any, next_eligible_ns) = tokio::task::spawn_blocking(move || {
+            let mut any = false;
             // When the first object too young to evict ages past its cutoff.
             let mut next_eligible = i64::MAX;
             let mut rules: HashMap<String, Option<(Bck, i64)>> = HashMap::new();
@@ -538,7 +551,14 @@ impl Space {
                     if let Some((bck, cutoff)) = rule {
                         let atime = store.atime(&meta);
                         if atime <= *cutoff {
-                            out.push((atime, mp, bck.clone(), meta.name, meta.size));
+                            any = true;
+                            oldest.offer(Candidate {
+                                atime,
+                                mp,
+                                bck: bck.clone(),
+                                name: meta.name,
+                                size: meta.size,
+                            });
                         } else {
                             let keep = now - *cutoff;
                             next_eligible = next_eligible.min(atime.saturating_add(keep));
@@ -550,21 +570,27 @@ impl Space {
                 // Not known to be futile: the next pass walks again.
                 next_eligible = i64::MIN;
             }
-            out.sort_by_key(|c| c.0);
-            (out, next_eligible)
+            (oldest.union(), any, next_eligible)
         })
         .await
-        .unwrap_or((Vec::new(), i64::MIN));
+        .unwrap_or((Vec::new(), false, i64::MIN));
 
         let mut done = Evicted::default();
         // Candidates that did not help (other limits) or failed to go: look again after a
         // check interval rather than at their `dont_evict_time`.
-        let next_eligible_ns = if candidates.is_empty() {
+        let next_eligible_ns = if !any {
             next_eligible_ns
         } else {
             next_eligible_ns.min(now.saturating_add(c.check_interval.as_nanos() as i64))
         };
-        for (_, mp, bck, name, size) in candidates {
+        for Candidate {
+            mp,
+            bck,
+            name,
+            size,
+            ..
+        } in candidates
+        {
             let uname = bck.uname();
             let helps = mp_need.get(mp).is_some_and(|n| *n > 0)
                 || cache_need > 0
