@@ -143,6 +143,8 @@ pub(crate) struct Target {
     backends: backend::Backends,
     /// Cold-GET downloads in flight.
     fills: read::cold::Fills,
+    /// Chunks of large remote objects read by range, not cached whole.
+    partials: read::chunks::Partials,
     /// Out-of-space checks and LRU eviction.
     space: Arc<store::space::Space>,
     /// Jobs this target runs or ran.
@@ -509,6 +511,7 @@ impl Target {
             apply_lock: tokio::sync::Mutex::new(()),
             backends: backend::Backends::new(&config.backend)?,
             fills: read::cold::Fills::default(),
+            partials: read::chunks::Partials::default(),
             space: space.clone(),
             jobs: jobs::Jobs::default(),
             etls: gristmill_etl::Etls::new(gristmill_etl::EtlConfig {

@@ -14,6 +14,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 mod auth;
 #[path = "cluster/backend.rs"]
 mod backend;
+#[path = "cluster/chunks.rs"]
+mod chunks;
 #[path = "cluster/coldfill.rs"]
 mod coldfill;
 #[path = "cluster/control_plane.rs"]

@@ -421,7 +421,7 @@ pub struct BackendSettings {
         value_name = "SIZE"
     )]
     pub cold_get_parallel_above: Option<Size>,
-    /// Part size of those parallel range requests (default 16MiB).
+    /// Part size of those parallel range requests, and the chunk a range GET of an uncached large object fetches and keeps (default 16MiB).
     #[arg(
         id = "backend.cold_get_chunk",
         long = "cold-get-chunk",

@@ -25,15 +25,13 @@ use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt};
 use gristmill_core::{ApiError, Bck};
 use tokio::sync::{OnceCell, mpsc, watch};
 use xxhash_rust::xxh64::Xxh64;
 
 use crate::Target;
-use crate::backend::{
-    Backend, BackendError, BackendErrorKind, ByteStream, ParallelDownload, RemoteAttrs,
-};
+use crate::backend::{Backend, ByteStream, ParallelDownload, RemoteAttrs};
 use crate::store::{ETAG_KEY, PutOptions};
 
 /// Custom-metadata keys of a cached remote object.
@@ -149,6 +147,11 @@ pub(crate) enum Start {
 }
 
 impl Fills {
+    /// Whether a download of `key` (an object uname) runs.
+    pub(crate) fn running(&self, key: &str) -> bool {
+        self.inflight.lock().expect("fills lock").contains_key(key)
+    }
+
     /// Joins the download of `bck/name`, starting it if none runs. With `refetch`, a cached
     /// copy does not stop a new download (it is replaced when the new one commits).
     pub(crate) async fn join(
@@ -207,16 +210,24 @@ async fn start(
     let store = &t.store;
     let idle_timeout = t.backends.idle_timeout;
     let fail = |e: ApiError| Start::Failed(e);
-    let (attrs, body) = backend
-        .get(bck, name, None)
-        .await
-        .map_err(|e| fail(e.into()))?;
     let parallel = &t.backends.parallel;
-    let mut body = if attrs.size > parallel.threshold && backend.supports_ranges() {
-        ranged_body(backend.clone(), bck, name, &attrs, body, parallel)
+    // The chunks a range GET left in a partial copy are not fetched again.
+    let mut body;
+    let attrs;
+    if let Some((a, b)) = super::chunks::whole_body(t, &backend, bck, name).await {
+        (attrs, body) = (a, b);
     } else {
-        body
-    };
+        let (a, b) = backend
+            .get(bck, name, None)
+            .await
+            .map_err(|e| fail(e.into()))?;
+        body = if a.size > parallel.threshold && backend.supports_ranges() {
+            ranged_body(backend.clone(), bck, name, &a, b, parallel)
+        } else {
+            b
+        };
+        attrs = a;
+    }
     // Room under the quotas (evicting if needed) and on the disk, before the first byte;
     // dropping `body` on refusal cancels the download.
     t.space
@@ -294,6 +305,7 @@ async fn start(
     let key = key.to_owned();
     let slot = slot.clone();
     let inflight = inflight.clone();
+    let partials = t.partials.clone();
     tokio::spawn(async move {
         let result: Result<u64, String> = async {
             let (wtx, wrx) = mpsc::channel::<Batch>(BATCHES_QUEUED);
@@ -424,6 +436,7 @@ async fn start(
                 metrics::counter!("grist_cold_fill_bytes_total", "provider" => provider)
                     .increment(size);
                 tracing::info!(object = %what, size, "remote object cached");
+                partials.remove(&key);
                 tx.send_replace(Progress::Done(size));
             }
             Err(why) => {
@@ -542,47 +555,10 @@ fn ranged_body(
         .map(|i| (i * chunk, chunk.min(size - i * chunk)))
         .collect();
     tracing::debug!(object = %name, size, chunks = ranges.len() + 1, "parallel cold GET");
-    let fetch = {
-        let (bck, name, etag) = (bck.clone(), name.to_owned(), attrs.etag.clone());
-        move |(start, len): (u64, u64)| {
-            let (backend, bck, name, etag) =
-                (backend.clone(), bck.clone(), name.clone(), etag.clone());
-            tokio::spawn(async move {
-                let (a, stream) = backend.get(&bck, &name, Some((start, len))).await?;
-                if !etag.is_empty() && !a.etag.is_empty() && a.etag != etag {
-                    return Err(BackendError::new(
-                        BackendErrorKind::Failed,
-                        format!(
-                            "{bck}/{name} changed during the download (ETag {etag} → {})",
-                            a.etag
-                        ),
-                    ));
-                }
-                let parts: Vec<Bytes> = stream.try_collect().await?;
-                let mut buf = bytes::BytesMut::with_capacity(len as usize);
-                for part in parts {
-                    buf.extend_from_slice(&part);
-                }
-                if buf.len() as u64 != len {
-                    return Err(BackendError::new(
-                        BackendErrorKind::Failed,
-                        format!(
-                            "range {start}+{len} of {bck}/{name} returned {} bytes",
-                            buf.len()
-                        ),
-                    ));
-                }
-                Ok(buf.freeze())
-            })
-        }
-    };
-    let mut pending = ranges;
-    let mut running = std::collections::VecDeque::new();
-    for _ in 0..p.workers.max(1) {
-        if let Some(r) = pending.pop_front() {
-            running.push_back(fetch(r));
-        }
-    }
+    let (bck, name, etag) = (bck.clone(), name.to_owned(), attrs.etag.clone());
+    let tail = super::ranges::in_order(ranges, p.workers, move |r| {
+        super::ranges::fetch_range(backend.clone(), bck.clone(), name.clone(), etag.clone(), r)
+    });
     let head = first.scan(0u64, move |taken, item| {
         let out = match item {
             Ok(mut b) => {
@@ -598,20 +574,6 @@ fn ranged_body(
         };
         futures::future::ready(Some(out))
     });
-    let tail = futures::stream::unfold(
-        (running, pending, fetch),
-        |(mut running, mut pending, fetch)| async move {
-            let next = running.pop_front()?;
-            if let Some(r) = pending.pop_front() {
-                running.push_back(fetch(r));
-            }
-            let item = match next.await {
-                Ok(r) => r,
-                Err(e) => Err(BackendError::new(BackendErrorKind::Failed, e.to_string())),
-            };
-            Some((item, (running, pending, fetch)))
-        },
-    );
     Box::pin(head.chain(tail))
 }
 

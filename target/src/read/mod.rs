@@ -2,9 +2,11 @@
 //! ([`transform`]), from a remote bucket's backend ([`remote`], [`cold`]), or — during a
 //! rebalance — from a past owner ([`past_owner`]). Reads are verified by [`crate::verify`].
 
+pub(crate) mod chunks;
 pub(crate) mod cold;
 pub(crate) mod local;
 pub(crate) mod past_owner;
+pub(crate) mod ranges;
 pub(crate) mod remote;
 pub(crate) mod returning;
 pub(crate) mod transform;

@@ -105,6 +105,17 @@ pub(crate) async fn get_object(
     let reason = if refetch { "stale" } else { "absent" };
     metrics::counter!("grist_cache_misses_total", "provider" => bck.provider.as_str(), "reason" => reason)
         .increment(1);
+    // A range of a large object: only the chunks that cover it (unless a whole download
+    // already runs, which serves ranges as its bytes arrive).
+    if !refetch
+        && headers.contains_key(header::RANGE)
+        && backend.supports_ranges()
+        && !t.fills.running(&bck.object_uname(name))
+        && let Some(answer) =
+            crate::read::chunks::serve_range(t, &backend, bck, name, headers, latest).await?
+    {
+        return Ok(answer);
+    }
     match t.fills.join(t, backend, bck, name, refetch).await {
         Ok(fill) => serve_fill(t, fill, headers),
         Err(Start::Cached) => {
@@ -127,8 +138,20 @@ pub(crate) fn serve_fill(
         Err(resp) => return resp,
     };
     let (start, len) = range.map_or((0, size), |r| (r.start, r.len()));
-    let mut resp = Response::new(Body::from_stream(fill.reader(start, len)));
-    remote_headers(t, &fill.attrs, false, resp.headers_mut());
+    let body = Body::from_stream(fill.reader(start, len));
+    Ok(answer_remote(t, &fill.attrs, body, range))
+}
+
+/// The answer of a GET of an uncached remote object: `body` is the whole object or `range`.
+pub(crate) fn answer_remote(
+    t: &Target,
+    attrs: &RemoteAttrs,
+    body: Body,
+    range: Option<gristmill_core::range::ByteRange>,
+) -> Response {
+    let len = range.map_or(attrs.size, |r| r.len());
+    let mut resp = Response::new(body);
+    remote_headers(t, attrs, false, resp.headers_mut());
     let hs = resp.headers_mut();
     hs.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     hs.insert(
@@ -137,11 +160,11 @@ pub(crate) fn serve_fill(
     );
     if let Some(r) = range {
         *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
-        if let Ok(v) = HeaderValue::from_str(&r.content_range(size)) {
+        if let Ok(v) = HeaderValue::from_str(&r.content_range(attrs.size)) {
             resp.headers_mut().insert(header::CONTENT_RANGE, v);
         }
     }
-    Ok(resp)
+    resp
 }
 
 /// Headers describing a remote object that is not (yet) a committed local copy.

@@ -32,7 +32,7 @@ pub(super) fn open_mountpath(
         }
         Err(e) => return Err(e.into()),
     };
-    for sub in ["obj", "tmp", "trash", "mpu"] {
+    for sub in ["obj", "tmp", "trash", "mpu", "partial"] {
         std::fs::create_dir_all(path.join(sub))?;
         if !closed_root {
             private(&path.join(sub))?;
@@ -114,11 +114,12 @@ pub(super) fn set_meta_xattr(path: &Path, encoded: &[u8]) {
     }
 }
 
-/// Startup scan: empties `tmp/` and `trash/`, removes data files no index record references
+/// Startup scan: empties `tmp/`, `trash/` and `partial/`, removes data files no index record references
 /// (writes interrupted before their commit), and drops records whose file is gone.
 pub(super) fn remove_orphans(mp: &Mountpath) -> Result<u64, StoreError> {
     let mut removed = 0u64;
-    for sub in ["tmp", "trash"] {
+    // `partial/`: chunks of remote objects read by range (`read::chunks`), tracked in memory.
+    for sub in ["tmp", "trash", "partial"] {
         for entry in std::fs::read_dir(mp.path.join(sub))? {
             let p = entry?.path();
             let r = if p.is_dir() {

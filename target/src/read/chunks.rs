@@ -1,0 +1,418 @@
+//! Chunked caching of large remote objects. A range GET of an uncached remote object larger
+//! than the parallel-download threshold (`backend.cold_get_parallel_above`) fetches only the
+//! chunks that cover the range (`backend.cold_get_chunk`, aligned to chunk boundaries), keeps
+//! them in a sparse *partial* file on the object's mountpath (`partial/`), and serves the
+//! range from there; later ranges reuse the chunks held. A whole GET caches the object from
+//! the chunks held plus the missing ones ([`whole_body`], used by `cold::start`), after which
+//! the partial file goes. AIStore caches only whole objects (its #348): one 1 MiB read of a
+//! 4 GiB object costs it 4 GiB from the backend.
+//!
+//! Partial files are a cache of a cache: tracked in memory only (the startup scan empties
+//! `partial/`), bounded per target ([`MAX_CHUNKS`], the least recently read objects go
+//! first), never listed, moved, replicated or counted as cached. Every chunk is fetched with
+//! the ETag of the HEAD that opened the partial; an object that changed drops its partial and
+//! the GET falls back to a whole download.
+
+use std::collections::{HashMap, VecDeque};
+use std::ops::RangeInclusive;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::http::HeaderMap;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use gristmill_core::{ApiError, Bck};
+
+use super::ranges::{Part, fetch_range, in_order};
+use crate::Target;
+use crate::backend::{Backend, BackendError, BackendErrorKind, ByteStream, RemoteAttrs};
+
+/// Chunks held in partial files per target at most (4 GiB at the default 16 MiB chunk).
+const MAX_CHUNKS: usize = 256;
+/// Largest read from a partial file at once.
+const READ_PIECE: u64 = 1 << 20;
+
+/// The partial objects of a target, by object uname.
+#[derive(Clone, Default)]
+pub(crate) struct Partials {
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    objects: HashMap<String, Arc<Partial>>,
+    /// Bumped on every read: orders the objects by their last read.
+    clock: u64,
+}
+
+/// The chunks of one remote object held so far.
+pub(crate) struct Partial {
+    /// The object as the HEAD that opened this partial saw it.
+    attrs: RemoteAttrs,
+    chunk: u64,
+    path: PathBuf,
+    file: Arc<std::fs::File>,
+    held: Mutex<Vec<bool>>,
+    /// One fetcher of this object's chunks at a time.
+    fetching: tokio::sync::Mutex<()>,
+    last_read: AtomicU64,
+}
+
+impl Partial {
+    fn chunks(&self) -> u64 {
+        self.attrs.size.div_ceil(self.chunk)
+    }
+
+    /// `(start, len)` of chunk `i`.
+    fn span(&self, i: u64) -> (u64, u64) {
+        let start = i * self.chunk;
+        (start, self.chunk.min(self.attrs.size - start))
+    }
+
+    fn holds(&self, i: u64) -> bool {
+        self.held.lock().expect("partial lock")[i as usize]
+    }
+
+    fn held_count(&self) -> usize {
+        self.held
+            .lock()
+            .expect("partial lock")
+            .iter()
+            .filter(|h| **h)
+            .count()
+    }
+
+    /// The bytes `[start, start + len)`, read from the partial file (every chunk they touch
+    /// is held).
+    fn reader(
+        self: &Arc<Self>,
+        start: u64,
+        len: u64,
+    ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
+        let file = self.file.clone();
+        futures::stream::unfold((start, start + len), move |(pos, end)| {
+            let file = file.clone();
+            async move {
+                if pos >= end {
+                    return None;
+                }
+                let want = (end - pos).min(READ_PIECE) as usize;
+                let read = tokio::task::spawn_blocking(move || read_at(&file, pos, want)).await;
+                match read.map_err(std::io::Error::other).and_then(|r| r) {
+                    Ok(b) => Some((Ok(b), (pos + want as u64, end))),
+                    Err(e) => Some((Err(e), (end, end))),
+                }
+            }
+        })
+    }
+}
+
+fn read_at(file: &std::fs::File, pos: u64, len: usize) -> std::io::Result<Bytes> {
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, pos)?;
+    Ok(Bytes::from(buf))
+}
+
+impl Partials {
+    fn get(&self, key: &str) -> Option<Arc<Partial>> {
+        let mut inner = self.inner.lock().expect("partials lock");
+        inner.clock += 1;
+        let now = inner.clock;
+        let p = inner.objects.get(key)?.clone();
+        p.last_read.store(now, Ordering::Relaxed);
+        Some(p)
+    }
+
+    /// The partial of `key`, created (an empty sparse file in `dir`) if there is none.
+    async fn open(
+        &self,
+        key: &str,
+        dir: PathBuf,
+        attrs: RemoteAttrs,
+        chunk: u64,
+    ) -> Result<Arc<Partial>, ApiError> {
+        if let Some(p) = self.get(key) {
+            return Ok(p);
+        }
+        let path = dir.join(format!(
+            "{:032x}",
+            xxhash_rust::xxh3::xxh3_128(key.as_bytes())
+        ));
+        let (size, at) = (attrs.size, path.clone());
+        let file = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
+            std::fs::create_dir_all(&dir)?;
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&at)?;
+            f.set_len(size)?;
+            Ok(f)
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::internal(format!("opening a partial file: {e}")))?;
+        let chunks = attrs.size.div_ceil(chunk) as usize;
+        let p = Arc::new(Partial {
+            attrs,
+            chunk,
+            path,
+            file: Arc::new(file),
+            held: Mutex::new(vec![false; chunks]),
+            fetching: tokio::sync::Mutex::new(()),
+            last_read: AtomicU64::new(0),
+        });
+        let mut inner = self.inner.lock().expect("partials lock");
+        inner.clock += 1;
+        p.last_read.store(inner.clock, Ordering::Relaxed);
+        // Two GETs may open the same object at once: the first one registered wins.
+        let kept = inner
+            .objects
+            .entry(key.to_owned())
+            .or_insert(p.clone())
+            .clone();
+        drop(inner);
+        if !Arc::ptr_eq(&kept, &p) {
+            remove_file(p.path.clone());
+        }
+        Ok(kept)
+    }
+
+    /// Forgets `key`'s partial and removes its file (readers holding it keep reading).
+    pub(crate) fn remove(&self, key: &str) {
+        let gone = self
+            .inner
+            .lock()
+            .expect("partials lock")
+            .objects
+            .remove(key);
+        if let Some(p) = gone {
+            remove_file(p.path.clone());
+        }
+    }
+
+    /// Drops the least recently read partials (never `key`'s) until `adding` more chunks fit
+    /// under [`MAX_CHUNKS`].
+    fn make_room(&self, key: &str, adding: usize) {
+        let gone: Vec<String> = {
+            let inner = self.inner.lock().expect("partials lock");
+            let mut by_age: Vec<(u64, &String, usize)> = inner
+                .objects
+                .iter()
+                .map(|(k, p)| (p.last_read.load(Ordering::Relaxed), k, p.held_count()))
+                .collect();
+            let mut total: usize = by_age.iter().map(|(_, _, n)| n).sum();
+            by_age.sort();
+            by_age
+                .into_iter()
+                .filter(|(_, k, _)| k.as_str() != key)
+                .take_while(|(_, _, n)| {
+                    let over = total + adding > MAX_CHUNKS;
+                    total -= n;
+                    over
+                })
+                .map(|(_, k, _)| k.clone())
+                .collect()
+        };
+        for k in gone {
+            self.remove(&k);
+        }
+    }
+}
+
+fn remove_file(path: PathBuf) {
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = std::fs::remove_file(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %path.display(), error = %e, "removing a partial file");
+        }
+    });
+}
+
+/// Whether `now` is another object than `was` (size, ETag, or without ETags the version and
+/// modification time).
+fn changed(was: &RemoteAttrs, now: &RemoteAttrs) -> bool {
+    was.size != now.size
+        || was.etag != now.etag
+        || (was.etag.is_empty()
+            && (was.version != now.version || was.last_modified != now.last_modified))
+}
+
+/// Serves a range GET of an uncached remote object from its chunks, fetching the missing
+/// ones that cover the range. `None` when the object is not chunked (no larger than the
+/// parallel threshold, no range asked) or changed under its partial: the caller downloads it
+/// whole. With `latest`, a partial is checked against a fresh HEAD before it serves.
+pub(crate) async fn serve_range(
+    t: &Target,
+    backend: &Arc<dyn Backend>,
+    bck: &Bck,
+    name: &str,
+    headers: &HeaderMap,
+    latest: bool,
+) -> Result<Option<axum::response::Response>, ApiError> {
+    let key = bck.object_uname(name);
+    let parallel = &t.backends.parallel;
+    let mut partial = t.partials.get(&key);
+    if let Some(p) = &partial
+        && latest
+        && changed(&p.attrs, &backend.head(bck, name).await?)
+    {
+        t.partials.remove(&key);
+        partial = None;
+    }
+    let p = match partial {
+        Some(p) => p,
+        None => {
+            let attrs = backend.head(bck, name).await?;
+            if attrs.size <= parallel.threshold {
+                return Ok(None);
+            }
+            let dir = t.store.mountpath_for(bck, name).path.join("partial");
+            t.partials
+                .open(&key, dir, attrs, parallel.chunk.max(1))
+                .await?
+        }
+    };
+    let range = match super::local::request_range(headers, p.attrs.size) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(None),
+        Err(answer) => return answer.map(Some),
+    };
+    let (start, len) = (range.start, range.len());
+    if len == 0 {
+        return Ok(None);
+    }
+    let chunks = start / p.chunk..=(start + len - 1) / p.chunk;
+    match fetch(t, backend, bck, name, &key, &p, chunks).await {
+        Ok(()) => {}
+        Err(e) if e.message.starts_with(super::ranges::CHANGED) => {
+            tracing::info!(object = %key, "remote object changed: its partial copy is dropped");
+            t.partials.remove(&key);
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let body = axum::body::Body::from_stream(p.reader(start, len));
+    Ok(Some(super::remote::answer_remote(
+        t,
+        &p.attrs,
+        body,
+        Some(range),
+    )))
+}
+
+/// Fetches the chunks of `wanted` that `p` does not hold, a few at a time, into its file.
+async fn fetch(
+    t: &Target,
+    backend: &Arc<dyn Backend>,
+    bck: &Bck,
+    name: &str,
+    key: &str,
+    p: &Arc<Partial>,
+    wanted: RangeInclusive<u64>,
+) -> Result<(), BackendError> {
+    let _one_fetcher = p.fetching.lock().await;
+    let provider = bck.provider.as_str();
+    let wanted: Vec<u64> = wanted.collect();
+    let missing: VecDeque<u64> = wanted.iter().copied().filter(|i| !p.holds(*i)).collect();
+    metrics::counter!("grist_cold_chunks_total", "provider" => provider, "result" => "held")
+        .increment((wanted.len() - missing.len()) as u64);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    t.partials.make_room(key, missing.len());
+    let bytes: u64 = missing.iter().map(|i| p.span(*i).1).sum();
+    t.space
+        .admit_cached(&t.bmd(), bck, name, bytes)
+        .await
+        .map_err(|e| BackendError::new(BackendErrorKind::Failed, e.message))?;
+    let (b, n, etag) = (bck.clone(), name.to_owned(), p.attrs.etag.clone());
+    let spans: VecDeque<(u64, u64)> = missing.iter().map(|i| p.span(*i)).collect();
+    let backend = backend.clone();
+    let mut parts = std::pin::pin!(in_order(spans, t.backends.parallel.workers, move |s| {
+        fetch_range(backend.clone(), b.clone(), n.clone(), etag.clone(), s)
+    }));
+    for i in missing {
+        let bytes = parts.next().await.unwrap_or_else(|| {
+            Err(BackendError::new(
+                BackendErrorKind::Failed,
+                "chunk download ended early",
+            ))
+        })?;
+        let (file, at) = (p.file.clone(), p.span(i).0);
+        tokio::task::spawn_blocking(move || file.write_all_at(&bytes, at))
+            .await
+            .map_err(|e| BackendError::new(BackendErrorKind::Failed, e.to_string()))?
+            .map_err(|e| {
+                BackendError::new(
+                    BackendErrorKind::Failed,
+                    format!("writing a chunk of {key}: {e}"),
+                )
+            })?;
+        p.held.lock().expect("partial lock")[i as usize] = true;
+        metrics::counter!("grist_cold_chunks_total", "provider" => provider, "result" => "fetched")
+            .increment(1);
+    }
+    Ok(())
+}
+
+/// The whole object's bytes from its partial (chunks held read from the file, missing ones
+/// fetched, `workers` at a time, in order), for a cache fill; `None` without a partial, when
+/// the HEAD fails, or when the object changed (its partial is dropped). The caller removes
+/// the partial once the fill commits.
+pub(crate) async fn whole_body(
+    t: &Target,
+    backend: &Arc<dyn Backend>,
+    bck: &Bck,
+    name: &str,
+) -> Option<(RemoteAttrs, ByteStream)> {
+    let key = bck.object_uname(name);
+    let p = t.partials.get(&key)?;
+    let now = backend.head(bck, name).await.ok()?;
+    if changed(&p.attrs, &now) {
+        t.partials.remove(&key);
+        return None;
+    }
+    let spans: VecDeque<(u64, u64, bool)> = (0..p.chunks())
+        .map(|i| {
+            let (start, len) = p.span(i);
+            (start, len, p.holds(i))
+        })
+        .collect();
+    let held = spans.iter().filter(|s| s.2).count();
+    tracing::debug!(object = %key, chunks = spans.len(), held, "cache fill from a partial copy");
+    let (b, n, etag, file) = (
+        bck.clone(),
+        name.to_owned(),
+        p.attrs.etag.clone(),
+        p.file.clone(),
+    );
+    let backend = backend.clone();
+    let body = in_order(
+        spans,
+        t.backends.parallel.workers,
+        move |(start, len, held)| {
+            if held {
+                let file = file.clone();
+                let read: Part = tokio::task::spawn_blocking(move || {
+                    read_at(&file, start, len as usize)
+                        .map_err(|e| BackendError::new(BackendErrorKind::Failed, e.to_string()))
+                });
+                read
+            } else {
+                fetch_range(
+                    backend.clone(),
+                    b.clone(),
+                    n.clone(),
+                    etag.clone(),
+                    (start, len),
+                )
+            }
+        },
+    );
+    Some((now, Box::pin(body)))
+}
