@@ -660,6 +660,12 @@ pub struct LruProps {
     /// watermarks apply). AIStore has percentages only.
     #[serde(default)]
     pub quota: u64,
+    /// Whether a rebalance moves this remote bucket's cached copies to their new owners (the
+    /// default). Off, for job-scoped caches (AIStore #195): a map change moves none of them;
+    /// the old owner drops its misplaced copies and the new owner fetches on demand. Native
+    /// buckets always move (they hold the only copy).
+    #[serde(default = "yes")]
+    pub move_cached: bool,
 }
 
 fn yes() -> bool {
@@ -672,6 +678,7 @@ impl Default for LruProps {
             enabled: true,
             dont_evict_time: String::new(),
             quota: 0,
+            move_cached: true,
         }
     }
 }

@@ -278,7 +278,8 @@ enum PropsCmd {
     /// Print a bucket's properties as JSON.
     Show { bucket: String },
     /// Set properties: `lru.quota=10GiB`, `lru.dont_evict_time=30m`, `lru.enabled=false`,
-    /// `versioning.validate_warm_get=true`, `versioning.synchronize=true`.
+    /// `lru.move_cached=false`, `versioning.validate_warm_get=true`,
+    /// `versioning.synchronize=true`.
     /// Set properties (`key=value`...); changing `mirror.copies` starts a make-n-copies job.
     Set {
         bucket: String,

@@ -108,11 +108,18 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
             // One page of the index: its misplaced records, each marked when the log says
             // an interrupted run delivered it (blocking: the index and the log are files).
             let (mp2, j) = (mp.clone(), judge.clone());
-            let (last, todo, back) = blocking(move || {
+            let (last, todo, drop, back) = blocking(move || {
                 let page = mp2.index.scan_after(after.as_deref(), SCAN_PAGE)?;
-                let mut todo = Vec::new();
+                let (mut todo, mut drop) = (Vec::new(), Vec::new());
                 for (key, meta) in &page {
-                    let Some(bck) = j.bck(meta) else { continue };
+                    let bck = match j.act(meta) {
+                        None => continue,
+                        Some(Act::Drop(bck)) => {
+                            drop.push((bck, meta.name.clone(), meta.file.clone()));
+                            continue;
+                        }
+                        Some(Act::Send(bck)) => bck,
+                    };
                     let claimed = log.delivered_before(m, key, meta);
                     todo.push(Move {
                         bck,
@@ -121,10 +128,17 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
                     });
                 }
                 let last = page.last().map(|(k, _)| k.clone());
-                Ok((last, todo, log))
+                Ok((last, todo, drop, log))
             })
             .await?;
             log = back;
+            for (bck, name, file) in drop {
+                // Counted before the copy goes (see `drop_delivered`).
+                t.drops.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if let Ok(true) = t.store.delete_if_file(&bck, &name, &file).await {
+                    run.count("dropped_not_moved", 1);
+                }
+            }
             let Some(last) = last else { break };
             after = Some(last);
             for batch in todo.chunks(SEND_BATCH) {
@@ -176,11 +190,19 @@ struct Misplaced {
     only: Option<String>,
 }
 
+/// What a job does with a record that is not where it belongs.
+enum Act {
+    Send(Bck),
+    /// A cached copy of a remote bucket that does not move (`lru.move_cached` off): dropped
+    /// here, fetched by its new owner on demand.
+    Drop(Bck),
+}
+
 impl Misplaced {
-    /// The bucket of a record this target must send: misplaced ones move; with copies > 1
-    /// the first owner also re-creates missing replicas (after a target was lost). Objects
-    /// of a destroyed bucket go with it.
-    fn bck(&self, meta: &ObjectMeta) -> Option<Bck> {
+    /// What to do with a record: misplaced ones move; with copies > 1 the first owner also
+    /// re-creates missing replicas (after a target was lost). Objects of a destroyed bucket
+    /// go with it.
+    fn act(&self, meta: &ObjectMeta) -> Option<Act> {
         if self.only.as_ref().is_some_and(|u| *u != meta.bucket) {
             return None;
         }
@@ -189,7 +211,21 @@ impl Misplaced {
         let owners = self.smap.owners(&rec.bck.object_uname(&meta.name), copies);
         let placed_here = owners.iter().any(|o| o.daemon_id == self.me);
         let first = owners.first().is_some_and(|o| o.daemon_id == self.me);
-        (!placed_here || (copies > 1 && first)).then(|| rec.bck.clone())
+        if placed_here && !(copies > 1 && first) {
+            return None;
+        }
+        if !placed_here && rec.bck.is_remote() && !rec.props.lru.move_cached {
+            return Some(Act::Drop(rec.bck.clone()));
+        }
+        Some(Act::Send(rec.bck.clone()))
+    }
+
+    /// The bucket of a record this target must send.
+    fn bck(&self, meta: &ObjectMeta) -> Option<Bck> {
+        match self.act(meta)? {
+            Act::Send(bck) => Some(bck),
+            Act::Drop(_) => None,
+        }
     }
 }
 

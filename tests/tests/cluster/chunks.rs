@@ -136,3 +136,87 @@ async fn a_range_of_an_uncached_large_object_fetches_only_its_chunks() {
     let whole = get_whole(&c, &url).await;
     assert!(whole == new, "the whole object after the change");
 }
+
+/// `lru.move_cached` off (job-scoped caches): a target joining moves none of the bucket's
+/// cached copies — the old owners drop their misplaced ones (the job's `dropped_not_moved`)
+/// and the new owner fetches each on its first GET — while a bucket with the default moves
+/// its copies and costs the backend nothing afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_bucket_may_opt_out_of_moving_its_cached_copies() {
+    use gristmill_core::{Bck, Provider};
+    const N: usize = 120;
+    let weed = Weed::start().await;
+    let s3 = weed.client();
+    for b in ["gm-stay", "gm-move"] {
+        s3.create_bucket().bucket(b).send().await.unwrap();
+        for i in 0..N {
+            put_direct(&s3, b, &format!("o{i:03}"), content(i as u64, 3000)).await;
+        }
+    }
+    let relay = Relay::start(&weed.endpoint).await;
+    let mut c = remote_cluster_with(&relay, 2, &[]).await;
+    let gets = || relay.object_gets.load(SeqCst);
+    let read_all = |c: &Cluster, b: &'static str| {
+        let (http, urls) = (
+            c.http.clone(),
+            (0..N).map(|i| obj_url(c, b, &format!("o{i:03}"))),
+        );
+        let urls: Vec<String> = urls.collect();
+        async move {
+            for (i, url) in urls.iter().enumerate() {
+                let r = http.get(url).send().await.unwrap();
+                assert_eq!(r.status(), 200, "{url}");
+                assert!(r.bytes().await.unwrap() == content(i as u64, 3000), "{url}");
+            }
+        }
+    };
+    read_all(&c, "gm-stay").await;
+    read_all(&c, "gm-move").await;
+    assert_eq!(gets(), 2 * N, "every object fetched once");
+    let props =
+        serde_json::json!({"action": "set-bprops", "value": {"lru": {"move_cached": false}}});
+    let r = c
+        .http
+        .patch(c.url("/v1/buckets/gm-stay?provider=aws"))
+        .json(&props)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+
+    c.add_target().await.unwrap();
+    let (smap, job) = super::elastic::rebalanced(&c).await;
+    let new_id = c.target_id(2).await.unwrap();
+    let to_new = |b: &str| {
+        let bck = Bck::new(b, Provider::Aws).unwrap();
+        (0..N)
+            .filter(|i| {
+                smap.owners(&bck.object_uname(&format!("o{i:03}")), 1)[0].daemon_id == new_id
+            })
+            .count()
+    };
+    let (stay_moved, move_moved) = (to_new("gm-stay"), to_new("gm-move"));
+    assert!(
+        stay_moved > 0 && move_moved > 0,
+        "the new target owns some of each"
+    );
+    let job = job.expect("the join's rebalance");
+    assert_eq!(
+        job.counters.get("dropped_not_moved").copied().unwrap_or(0),
+        stay_moved as u64,
+        "the old owners dropped the opted-out bucket's misplaced copies: {:?}",
+        job.counters
+    );
+
+    // The moved bucket is served from the cache; the other one refetches what changed owner.
+    read_all(&c, "gm-move").await;
+    assert_eq!(gets(), 2 * N, "moved copies cost the backend nothing");
+    read_all(&c, "gm-stay").await;
+    assert_eq!(
+        gets(),
+        2 * N + stay_moved,
+        "only the opted-out copies that changed owner"
+    );
+    read_all(&c, "gm-stay").await;
+    assert_eq!(gets(), 2 * N + stay_moved, "and they are cached again");
+}
