@@ -47,6 +47,11 @@
 #   --crc        upload with boto3 single-part PUTs that carry a CRC32 (x-amz-checksum-crc32),
 #                which SeaweedFS stores and returns for `x-amz-checksum-mode: ENABLED`: the
 #                cold path then checks that CRC (on its checksum thread) instead of the MD5.
+#   --chunked M  instead of the passes: one object of M MiB (random bytes, s5cmd upload), then a
+#                1 MiB range GET across the chunk boundary in its middle and a whole GET
+#                through Gristmill (default chunk and threshold), each checked byte for byte;
+#                reports the backend GETs and bytes the targets counted and the bytes the
+#                SeaweedFS processes wrote (/proc/PID/io wchar: sockets and files) per step.
 #   --settle S   wait S seconds after every evict before the next pass (default 0). ext4
 #                without a journal skips inodes freed in the last ~30 s when it allocates new
 #                ones (`recently_deleted`), so creating files right after deleting thousands
@@ -63,7 +68,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 smoke=0 rounds="" workers=8 n_small="" n_large="" mode=proxy workdir="" keep=0 out="" bindir=""
-use_s5cmd=1 profile=0 multipart=0 settle=0 crc=0
+use_s5cmd=1 profile=0 multipart=0 settle=0 crc=0 chunked=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1 ;;
@@ -81,6 +86,7 @@ while [ $# -gt 0 ]; do
     --multipart-etags) multipart=1 ;;
     --crc) crc=1 ;;
     --settle) settle=$2; shift ;;
+    --chunked) chunked=$2; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "cold_get.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
   esac
@@ -97,6 +103,7 @@ else
   rounds=${rounds:-3}
   sets=("small 1MiB ${n_small:-2000} 1 MiB" "large 64MiB ${n_large:-32} 64 MiB")
 fi
+[ "$chunked" = 0 ] || sets=()
 bucket=cold-bench
 access_key=cold-get-bench
 secret_key=cold-get-bench-secret
@@ -407,6 +414,48 @@ cpu_ticks() { # pids... -> user+system clock ticks used so far, summed
 }
 grist_pids="$pg_pid $(children_of "$pg_pid" | tr '\n' ' ')"
 weed_pids="$weed_pid $(children_of "$weed_pid" | tr '\n' ' ')"
+
+if [ "$chunked" != 0 ]; then
+  # --- chunked caching: a range of an uncached huge object, then the whole object -----------
+  log "writing a $chunked MiB object and uploading it to s3://$bucket/huge.bin (s5cmd)"
+  head -c "$((chunked << 20))" /dev/urandom >"$workdir/src/huge.bin"
+  s5 cp "$workdir/src/huge.bin" "s3://$bucket/huge.bin" >"$workdir/res/upload-huge.log" \
+    || die "upload failed (see $workdir/res/upload-huge.log)"
+  targets=$(curl -sf "$endpoint/v1/daemon?what=smap" | python3 -c \
+    'import json, sys; print(" ".join(t["public_net"]["direct_url"] for t in json.load(sys.stdin)["tmap"].values()))')
+  backend_counts() { # -> "backend-GETs backend-bytes weed-wchar"
+    local gets=0 bytes=0 t w=0 p g b
+    for t in $targets; do
+      read -r g b < <(curl -sf "$t/metrics" | awk '
+        /^grist_backend_requests_total\{/ && /op="get"/ { g += $NF }
+        /^grist_backend_received_bytes_total/ { b += $NF }
+        END { printf "%.0f %.0f\n", g, b }')
+      gets=$((gets + g)) bytes=$((bytes + b))
+    done
+    for p in $weed_pids; do w=$((w + $(awk '/^wchar:/ {print $2}' "/proc/$p/io" 2>/dev/null || echo 0))); done
+    echo "$gets $bytes $w"
+  }
+  url="$endpoint/v1/objects/$bucket/huge.bin?provider=aws"
+  mid=$(( (chunked << 20) / 2 / (16 << 20) * (16 << 20) ))
+  first=$((mid - (512 << 10))) last=$((mid + (512 << 10) - 1))
+  read -r g0 b0 w0 < <(backend_counts)
+  curl -sfL -r "$first-$last" -o "$workdir/res/range.bin" "$url" || die "range GET failed"
+  read -r g1 b1 w1 < <(backend_counts)
+  cmp -i "$first:0" -n $((1 << 20)) "$workdir/src/huge.bin" "$workdir/res/range.bin" \
+    || die "the range's bytes differ"
+  curl -sfL -o "$workdir/res/whole.bin" "$url" || die "whole GET failed"
+  read -r g2 b2 w2 < <(backend_counts)
+  cmp "$workdir/src/huge.bin" "$workdir/res/whole.bin" || die "the whole object's bytes differ"
+  rm -f "$workdir/res/whole.bin" "$workdir/src/huge.bin"
+  mib() { python3 -c "print(f'{$1 / 1048576:.1f}')"; }
+  report="| step ($chunked MiB object, 16 MiB chunks) | backend GETs (targets' count) | MiB received (targets' count) | MiB SeaweedFS wrote (wchar) | bytes checked |
+|---|---|---|---|---|
+| 1 MiB range GET across the chunk boundary at $((mid >> 20)) MiB | $((g1 - g0)) | $(mib $((b1 - b0))) | $(mib $((w1 - w0))) | yes |
+| whole GET afterwards | $((g2 - g1)) | $(mib $((b2 - b1))) | $(mib $((w2 - w1))) | yes |"
+  echo "$report"
+  [ -z "$out" ] || echo "$report" >"$out"
+  exit 0
+fi
 
 # --- helpers -------------------------------------------------------------------------------
 declare -A CMD # row kind -> command line (first round)
