@@ -233,7 +233,9 @@ async fn wait_ready(
 ) -> anyhow::Result<()> {
     // With auth on, the supervisor holds the cluster secret and asks as a node would.
     let http = gristmill_node::auth::IntraClient::new(reqwest::Client::new(), keys, "playground");
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // Joins slow down as the map grows (each one reaches every node): a second per target
+    // beyond the first 60.
+    let deadline = Instant::now() + Duration::from_secs(60.max(targets as u64));
     loop {
         if shutdown.is_cancelled() {
             anyhow::bail!("interrupted");

@@ -348,13 +348,22 @@ impl Proxy {
         if sync.smap.is_none() {
             sync.smap = Some(smap.as_ref().clone());
         }
-        let sync = &sync;
+        // Encoded once, not once per target: the map grows with the cluster, so per-target
+        // encoding made a map change cost the primary O(targets²).
+        let body = match serde_json::to_vec(&sync) {
+            Ok(b) => bytes::Bytes::from(b),
+            Err(e) => {
+                tracing::error!(error = %e, "encoding a metadata push");
+                return 0;
+            }
+        };
         let pushes = smap.tmap.values().map(|n| {
             let req = self
                 .http
                 .put(format!("{}/v1/metasync", n.url()))
                 .timeout(PUSH_TIMEOUT)
-                .json(sync)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone())
                 .send();
             async move {
                 match req.await {
