@@ -259,7 +259,10 @@ pub(crate) async fn serve_range(
     let mut partial = t.partials.get(&key);
     if let Some(p) = &partial
         && latest
-        && changed(&p.attrs, &backend.head(bck, name).await?)
+        && !backend
+            .head(bck, name)
+            .await
+            .is_ok_and(|now| !changed(&p.attrs, &now))
     {
         t.partials.remove(&key);
         partial = None;
@@ -267,7 +270,11 @@ pub(crate) async fn serve_range(
     let p = match partial {
         Some(p) => p,
         None => {
-            let attrs = backend.head(bck, name).await?;
+            // No HEAD (an origin that refuses it, or the object is gone): the whole download
+            // answers as it always did, errors included.
+            let Ok(attrs) = backend.head(bck, name).await else {
+                return Ok(None);
+            };
             if attrs.size <= parallel.threshold {
                 return Ok(None);
             }

@@ -134,6 +134,25 @@ async fn a_range_of_an_uncached_large_object_fetches_only_its_chunks() {
     );
     let whole = get_whole(&c, &url).await;
     assert!(whole == new, "the whole object after the change");
+
+    // A change under chunks held: served from the partial copy like any cached copy, until a
+    // GET asks for the latest version (`?latest=true` checks the partial with a HEAD).
+    let old = content(36, 32 * MIB);
+    put_direct(&s3, "gm-chunks", "held.bin", old.clone()).await;
+    let url = obj_url(&c, "gm-chunks", "held.bin");
+    let first_mib = format!("bytes=0-{}", MIB - 1);
+    assert!(get_range(&c, &url, &first_mib).await == old[..MIB]);
+    let new = content(37, 32 * MIB);
+    put_direct(&s3, "gm-chunks", "held.bin", new.clone()).await;
+    assert!(
+        get_range(&c, &url, &first_mib).await == old[..MIB],
+        "chunks held serve without a HEAD"
+    );
+    let latest = format!("{url}&latest=true");
+    assert!(
+        get_range(&c, &latest, &first_mib).await == new[..MIB],
+        "?latest=true sees the change"
+    );
 }
 
 /// `lru.move_cached` off (job-scoped caches): a target joining moves none of the bucket's
