@@ -419,6 +419,7 @@ impl Target {
                 self.etls.apply(&new.etls);
                 for (uname, rec) in &old.buckets {
                     if !new.buckets.contains_key(uname) {
+                        self.partials.remove_bucket(&rec.bck);
                         let dropped = self.store.drop_bucket(&rec.bck).await?;
                         tracing::info!(bucket = %rec.bck, dropped, "bucket destroyed");
                     }

@@ -132,6 +132,9 @@ pub(crate) async fn run(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiErr
             })
             .await?;
             log = back;
+            if run.cancel.is_cancelled() {
+                return Ok(()); // superseded: the next map decides what stays here
+            }
             for (bck, name, file) in drop {
                 // Counted before the copy goes (see `drop_delivered`).
                 t.drops.fetch_add(1, std::sync::atomic::Ordering::SeqCst);

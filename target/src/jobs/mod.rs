@@ -516,6 +516,7 @@ async fn prefetch_one(
 
 /// Drops the cached copy of one remote object.
 async fn evict_one(t: &Target, bck: &Bck, name: &str) -> Result<Outcome, ApiError> {
+    t.partials.remove(&bck.object_uname(name));
     match t.store.delete(bck, name).await {
         Ok(meta) => Ok(Outcome::Done(meta.size)),
         Err(e) if is_not_found(&e) => Ok(Outcome::Skipped),

@@ -33,6 +33,8 @@ use crate::backend::{Backend, BackendError, BackendErrorKind, ByteStream, Remote
 const MAX_CHUNKS: usize = 256;
 /// Largest read from a partial file at once.
 const READ_PIECE: u64 = 1 << 20;
+/// Numbers partial files (see [`Partials::open`]).
+static NEXT_FILE: AtomicU64 = AtomicU64::new(0);
 
 /// The partial objects of a target, by object uname.
 #[derive(Clone, Default)]
@@ -49,6 +51,8 @@ struct Inner {
 
 /// The chunks of one remote object held so far.
 pub(crate) struct Partial {
+    /// The bucket's uname (a destroyed bucket drops its partials).
+    bucket: String,
     /// The object as the HEAD that opened this partial saw it.
     attrs: RemoteAttrs,
     chunk: u64,
@@ -128,6 +132,7 @@ impl Partials {
     /// The partial of `key`, created (an empty sparse file in `dir`) if there is none.
     async fn open(
         &self,
+        bck: &Bck,
         key: &str,
         dir: PathBuf,
         attrs: RemoteAttrs,
@@ -136,9 +141,12 @@ impl Partials {
         if let Some(p) = self.get(key) {
             return Ok(p);
         }
+        // A name of its own per partial (the object's hash and a counter): a partial dropped
+        // while readers still use its file never shares that file with its successor.
         let path = dir.join(format!(
-            "{:032x}",
-            xxhash_rust::xxh3::xxh3_128(key.as_bytes())
+            "{:032x}.{}",
+            xxhash_rust::xxh3::xxh3_128(key.as_bytes()),
+            NEXT_FILE.fetch_add(1, Ordering::Relaxed)
         ));
         let (size, at) = (attrs.size, path.clone());
         let file = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
@@ -146,8 +154,7 @@ impl Partials {
             let f = std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
-                .create(true)
-                .truncate(true)
+                .create_new(true)
                 .open(&at)?;
             f.set_len(size)?;
             Ok(f)
@@ -157,6 +164,7 @@ impl Partials {
         .map_err(|e| ApiError::internal(format!("opening a partial file: {e}")))?;
         let chunks = attrs.size.div_ceil(chunk) as usize;
         let p = Arc::new(Partial {
+            bucket: bck.uname(),
             attrs,
             chunk,
             path,
@@ -191,6 +199,19 @@ impl Partials {
             .remove(key);
         if let Some(p) = gone {
             remove_file(p.path.clone());
+        }
+    }
+
+    /// Forgets every partial of a bucket (destroyed, or evicted from the cluster).
+    pub(crate) fn remove_bucket(&self, bck: &Bck) {
+        let bucket = bck.uname();
+        let gone: Vec<String> = {
+            let inner = self.inner.lock().expect("partials lock");
+            let of_bucket = inner.objects.iter().filter(|(_, p)| p.bucket == bucket);
+            of_bucket.map(|(k, _)| k.clone()).collect()
+        };
+        for k in gone {
+            self.remove(&k);
         }
     }
 
@@ -267,41 +288,44 @@ pub(crate) async fn serve_range(
         t.partials.remove(&key);
         partial = None;
     }
-    let p = match partial {
-        Some(p) => p,
-        None => {
-            // No HEAD (an origin that refuses it, or the object is gone): the whole download
-            // answers as it always did, errors included.
-            let Ok(attrs) = backend.head(bck, name).await else {
-                return Ok(None);
-            };
-            if attrs.size <= parallel.threshold {
-                return Ok(None);
-            }
-            let dir = t.store.mountpath_for(bck, name).path.join("partial");
-            t.partials
-                .open(&key, dir, attrs, parallel.chunk.max(1))
-                .await?
-        }
+    let attrs = match &partial {
+        Some(p) => p.attrs.clone(),
+        None => match backend.head(bck, name).await {
+            // Chunks of one object must be of one version: without an ETag to check each
+            // against, the object is downloaded whole.
+            Ok(attrs) if attrs.size > parallel.threshold && !attrs.etag.is_empty() => attrs,
+            // Small, or no HEAD (an origin that refuses it, or the object is gone): the whole
+            // download answers as it always did, errors included.
+            _ => return Ok(None),
+        },
     };
-    let range = match super::local::request_range(headers, p.attrs.size) {
-        Ok(Some(r)) => r,
-        Ok(None) => return Ok(None),
+    let chunk = partial.as_ref().map_or(parallel.chunk.max(1), |p| p.chunk);
+    let range = match super::local::request_range(headers, attrs.size) {
+        Ok(Some(r)) if !r.is_empty() => r,
+        Ok(_) => return Ok(None),
         Err(answer) => return answer.map(Some),
     };
     let (start, len) = (range.start, range.len());
-    if len == 0 {
+    let chunks = start / chunk..=(start + len - 1) / chunk;
+    // A range wider than what partials may hold is downloaded whole.
+    if chunks.clone().count() > MAX_CHUNKS {
         return Ok(None);
     }
-    let chunks = start / p.chunk..=(start + len - 1) / p.chunk;
+    let p = match partial {
+        Some(p) => p,
+        None => {
+            let dir = t.store.mountpath_for(bck, name).path.join("partial");
+            t.partials.open(bck, &key, dir, attrs, chunk).await?
+        }
+    };
     match fetch(t, backend, bck, name, &key, &p, chunks).await {
         Ok(()) => {}
-        Err(e) if e.message.starts_with(super::ranges::CHANGED) => {
+        Err(e) if e.message.contains(super::ranges::CHANGED) => {
             tracing::info!(object = %key, "remote object changed: its partial copy is dropped");
             t.partials.remove(&key);
             return Ok(None);
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(e),
     }
     let body = axum::body::Body::from_stream(p.reader(start, len));
     Ok(Some(super::remote::answer_remote(
@@ -321,7 +345,7 @@ async fn fetch(
     key: &str,
     p: &Arc<Partial>,
     wanted: RangeInclusive<u64>,
-) -> Result<(), BackendError> {
+) -> Result<(), ApiError> {
     let _one_fetcher = p.fetching.lock().await;
     let provider = bck.provider.as_str();
     let wanted: Vec<u64> = wanted.collect();
@@ -333,10 +357,7 @@ async fn fetch(
     }
     t.partials.make_room(key, missing.len());
     let bytes: u64 = missing.iter().map(|i| p.span(*i).1).sum();
-    t.space
-        .admit_cached(&t.bmd(), bck, name, bytes)
-        .await
-        .map_err(|e| BackendError::new(BackendErrorKind::Failed, e.message))?;
+    t.space.admit_cached(&t.bmd(), bck, name, bytes).await?;
     let (b, n, etag) = (bck.clone(), name.to_owned(), p.attrs.etag.clone());
     let spans: VecDeque<(u64, u64)> = missing.iter().map(|i| p.span(*i)).collect();
     let backend = backend.clone();
@@ -344,22 +365,13 @@ async fn fetch(
         fetch_range(backend.clone(), b.clone(), n.clone(), etag.clone(), s)
     }));
     for i in missing {
-        let bytes = parts.next().await.unwrap_or_else(|| {
-            Err(BackendError::new(
-                BackendErrorKind::Failed,
-                "chunk download ended early",
-            ))
-        })?;
+        let ended = || BackendError::new(BackendErrorKind::Failed, "chunk download ended early");
+        let bytes = parts.next().await.unwrap_or_else(|| Err(ended()))?;
         let (file, at) = (p.file.clone(), p.span(i).0);
         tokio::task::spawn_blocking(move || file.write_all_at(&bytes, at))
             .await
-            .map_err(|e| BackendError::new(BackendErrorKind::Failed, e.to_string()))?
-            .map_err(|e| {
-                BackendError::new(
-                    BackendErrorKind::Failed,
-                    format!("writing a chunk of {key}: {e}"),
-                )
-            })?;
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .map_err(|e| ApiError::internal(format!("writing a chunk of {key}: {e}")))?;
         p.held.lock().expect("partial lock")[i as usize] = true;
         metrics::counter!("grist_cold_chunks_total", "provider" => provider, "result" => "fetched")
             .increment(1);

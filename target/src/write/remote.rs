@@ -21,6 +21,8 @@ pub(crate) async fn put_object(
     req: axum::extract::Request,
 ) -> ApiResult {
     let backend = t.backend(bck)?;
+    // Chunks of the object being replaced are of no use (an ETag check would drop them).
+    t.partials.remove(&bck.object_uname(name));
     let headers = req.headers();
     let expected_size = headers
         .get(header::CONTENT_LENGTH)
@@ -79,6 +81,7 @@ pub(crate) async fn put_object(
 pub(crate) async fn delete_object(t: &Target, bck: &Bck, name: &str) -> ApiResult {
     let backend = t.backend(bck)?;
     backend.delete(bck, name).await?;
+    t.partials.remove(&bck.object_uname(name));
     // The cached copy goes everywhere it may be (past owners, replicas), with a tombstone, so
     // no late transfer brings the deleted object back into the cache.
     match crate::write::local::delete_object(t, bck, name).await {

@@ -153,6 +153,23 @@ async fn a_range_of_an_uncached_large_object_fetches_only_its_chunks() {
         get_range(&c, &latest, &first_mib).await == new[..MIB],
         "?latest=true sees the change"
     );
+
+    // Deleted through the cluster: the chunks held go with it.
+    let data = content(38, 32 * MIB);
+    put_direct(&s3, "gm-chunks", "gone.bin", data.clone()).await;
+    let url = obj_url(&c, "gm-chunks", "gone.bin");
+    assert!(get_range(&c, &url, &first_mib).await == data[..MIB]);
+    assert_eq!(present(&c, &url).await, "false", "only chunks are held");
+    let r = c.http.delete(&url).send().await.unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let r = c
+        .http
+        .get(&url)
+        .header("range", &first_mib)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "a range of a deleted object");
 }
 
 /// `lru.move_cached` off (job-scoped caches): a target joining moves none of the bucket's
