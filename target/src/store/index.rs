@@ -18,8 +18,11 @@ use crate::store::meta::ObjectMeta;
 use crate::store::{DELETE_MARKER_KEY, MINT_VERSION_ID, NULL_VERSION_ID, VERSION_ID_KEY};
 use gristmill_core::name::{split_version_slot, version_slot};
 
+mod by_atime;
 mod scan;
 mod versions;
+pub use by_atime::AtimeEntry;
+use by_atime::Records;
 use versions::{delete_version, put_versioned, versions_of};
 pub use versions::{is_delete_marker, version_id, versions_gen};
 
@@ -289,8 +292,10 @@ impl ObjectIndex {
             let tx = db.begin_write()?;
             tx.open_table(OBJECTS)?;
             tx.open_table(TOMBSTONES)?;
+            tx.open_table(by_atime::BY_ATIME)?;
             tx.commit()?;
         }
+        by_atime::build_if_missing(&db)?;
         let db = Arc::new(db);
         let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
         tokio::spawn(run_committer(db.clone(), rx));
@@ -518,7 +523,7 @@ fn commit_batch(db: &Database, batch: Vec<Pending>, durable: bool) {
             Durability::None
         });
         {
-            let mut table = tx.open_table(OBJECTS)?;
+            let mut table = Records::open(&tx)?;
             let mut tombs = tx.open_table(TOMBSTONES)?;
             for p in &batch {
                 replies.push(apply_one(&mut table, &mut tombs, &p.op)?);
@@ -566,7 +571,7 @@ fn write_tombstone(tombs: &mut Table<'_>, key: &[u8], generation: u64) -> Result
 }
 
 fn apply_one(
-    table: &mut Table<'_>,
+    table: &mut Records<'_>,
     tombs: &mut Table<'_>,
     op: &IndexOp,
 ) -> Result<Applied, StoreError> {
@@ -596,7 +601,7 @@ fn apply_one(
                 let record = replaced.as_ref().map_or(0, ObjectMeta::effective_gen);
                 let tomb = read_tombstone(tombs, &key)?.map_or(0, |(g, _)| g);
                 let slots = if versioned {
-                    versions_gen(table, &meta.bucket, &meta.name)?
+                    versions_gen(&**table, &meta.bucket, &meta.name)?
                 } else {
                     0
                 };
@@ -628,7 +633,7 @@ fn apply_one(
             if !slot && stored.custom.contains_key(VERSION_ID_KEY) {
                 return put_versioned(table, tombs, &key, stored, replaced);
             }
-            table.insert(key.as_slice(), stored.encode().as_slice())?;
+            table.insert(key.as_slice(), &stored)?;
             Ok(Applied {
                 replaced,
                 stored: Some(stored),
@@ -685,11 +690,7 @@ fn apply_one(
             })
         }
         IndexOp::Delete { bucket, name } => {
-            let old = table.remove(object_key(bucket, name).as_slice())?;
-            let replaced = match old {
-                Some(v) => Some(ObjectMeta::decode(v.value())?),
-                None => None,
-            };
+            let replaced = table.remove(object_key(bucket, name).as_slice())?;
             Ok(Applied {
                 replaced,
                 ..Default::default()
@@ -713,7 +714,7 @@ fn apply_one(
                     ..Default::default()
                 });
             }
-            table.insert(key.as_slice(), meta.encode().as_slice())?;
+            table.insert(key.as_slice(), meta)?;
             Ok(Applied {
                 replaced: current,
                 stored: Some(meta.clone()),
@@ -745,20 +746,13 @@ fn apply_one(
                 if current.atime_ns < *atime {
                     let mut updated = current;
                     updated.atime_ns = *atime;
-                    table.insert(key.as_slice(), updated.encode().as_slice())?;
+                    table.insert(key.as_slice(), &updated)?;
                 }
             }
             Ok(Applied::default())
         }
         IndexOp::DropBucket { bucket } => {
-            let lo = object_key(bucket, "");
-            let mut hi = bucket.as_bytes().to_vec();
-            hi.push(1); // every key of this bucket sorts below `bucket \x01`
-            let mut dropped = 0;
-            for item in table.extract_from_if(lo.as_slice()..hi.as_slice(), |_, _| true)? {
-                item?;
-                dropped += 1;
-            }
+            let dropped = table.drop_bucket(bucket)?;
             Ok(Applied {
                 dropped,
                 ..Default::default()

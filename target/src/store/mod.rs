@@ -343,6 +343,11 @@ impl Store {
             .max(meta.atime_ns)
     }
 
+    /// A read of an object not yet written to the index, if any.
+    pub fn pending_atime(&self, bucket_uname: &str, name: &str) -> Option<i64> {
+        self.atimes.get(bucket_uname, name)
+    }
+
     /// Writes pending access times to the indexes (one transaction per mountpath).
     pub async fn flush_atimes(&self) -> Result<usize, StoreError> {
         let pending = self.atimes.drain();

@@ -13,14 +13,17 @@
 //!
 //! Eviction takes the least-recently-read objects first (atime: the latest GET, tracked in
 //! memory and flushed to the index), skips objects read within `dont_evict_time`, and never
-//! touches native `ais://` buckets, which hold the only copy of their data.
+//! touches native `ais://` buckets, which hold the only copy of their data. A pass reads the
+//! index's access order of the cached buckets (`store/index/by_atime.rs`) from its oldest
+//! entry and stops when the limits are met: it reads about what it evicts
+//! (`grist_lru_examined_total`), not every record.
 //!
 //! A pass that needs room and finds nothing it may evict (native data over the mark, or
 //! everything read within `dont_evict_time`) says so once (a warning, the gauge
 //! `grist_lru_nothing_evictable`), and until that can have changed — the bucket metadata or
 //! the settings change, the first cached object it saw ages past its `dont_evict_time`, or
 //! newer cached objects do — later passes return at once instead of walking the index again
-//! (`grist_lru_scans_total` counts the walks), and fills past a quota or the cache limit get
+//! (`grist_lru_scans_total` counts the passes that read), and fills past a quota or the cache limit get
 //! 507. A filesystem's high mark only starts eviction: with nothing to evict, fills go on until
 //! the out-of-space mark (other programs' files share the disk; refusing at 90 % of it would
 //! stop a cache the disk still has room for).
@@ -34,7 +37,15 @@ use gristmill_core::{ApiError, Bck, BucketMetadata, ErrorKind};
 use crate::store::{Store, now_ns};
 
 mod oldest;
-use oldest::{Candidate, Limits, Oldest};
+#[cfg(test)]
+mod tests;
+use futures::StreamExt;
+use oldest::{Merge, Order, Room};
+
+/// Candidates picked (read from the index) between rounds of deletes.
+const EVICT_BATCH: usize = 512;
+/// Deletes of one pass in flight at once (the index folds them into shared commits).
+const EVICT_CONCURRENCY: usize = 32;
 
 /// Space settings of a target (environment: see `docs/operations.md`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +163,8 @@ pub struct Evicted {
     pub bytes: u64,
     /// Room was needed and nothing could be evicted (this pass, or the one it stands for).
     pub nothing_evictable: bool,
+    /// Entries of the access order the pass read.
+    pub examined: u64,
 }
 
 /// What a pass that could evict nothing saw: until it changes, another pass would walk the
@@ -279,7 +292,37 @@ impl Space {
             .map_or(i64::MAX, |k| k.as_nanos().min(i64::MAX as u128) as i64)
     }
 
-    /// Records the outcome of a pass that walked the index: futile or not.
+    /// The access orders a pass reads: each cached bucket that LRU may evict, on each
+    /// mountpath, where evicting from it helps a limit that needs room.
+    fn orders(&self, bmd: &BucketMetadata, c: &SpaceConfig, now: i64, room: &Room) -> Vec<Order> {
+        let mut orders = Vec::new();
+        for (mp, mountpath) in self.store.mountpaths().iter().enumerate() {
+            for uname in bmd.buckets.keys() {
+                let Some((bck, keep, _)) = evictable(bmd, uname) else {
+                    continue;
+                };
+                if !room.helps(mp, uname) {
+                    continue;
+                }
+                let keep = if keep == Duration::MAX {
+                    c.dont_evict_time
+                } else {
+                    keep
+                };
+                let keep_ns = keep.as_nanos().min(i64::MAX as u128) as i64;
+                orders.push(Order::new(
+                    mp,
+                    mountpath.index.clone(),
+                    (bck, uname.clone()),
+                    now,
+                    keep_ns,
+                ));
+            }
+        }
+        orders
+    }
+
+    /// Records the outcome of a pass that read the index: futile or not.
     fn record_pass(&self, futile: Option<Futile>) {
         let mut state = self.futile.lock().unwrap_or_else(|e| e.into_inner());
         match (&*state, &futile) {
@@ -455,7 +498,7 @@ impl Space {
         };
 
         // How many bytes each limit needs freed.
-        let mut mp_need: Vec<i128> = self
+        let mp_need: Vec<i128> = self
             .store
             .mountpaths()
             .iter()
@@ -469,7 +512,7 @@ impl Space {
             })
             .collect();
         let usage = self.store.usage();
-        let mut cache_need = if c.max_cache_bytes > 0 {
+        let cache_need = if c.max_cache_bytes > 0 {
             let cached: u64 = usage
                 .iter()
                 .filter(|(b, _)| evictable(bmd, b).is_some())
@@ -479,7 +522,7 @@ impl Space {
         } else {
             0
         };
-        let mut bucket_need: HashMap<String, i128> = usage
+        let bucket_need: HashMap<String, i128> = usage
             .iter()
             .filter_map(|(b, used)| {
                 let (_, _, quota) = evictable(bmd, b)?;
@@ -515,113 +558,96 @@ impl Space {
         metrics::counter!("grist_lru_scans_total").increment(1);
         let cached_then = self.cached_bytes(bmd);
 
-        // Candidates: cached objects not read recently, oldest access first — for each limit
-        // that needs room, only the oldest that cover its need (memory follows what a pass
-        // evicts, not the object count).
+        // Candidates: cached objects not read recently, oldest access first, read from the
+        // access orders of the buckets and mountpaths that need room (see `oldest`).
         let now = now_ns();
-        let default_keep = c.dont_evict_time;
-        let store = self.store.clone();
-        let bmd_owned = bmd.clone();
-        let mut oldest = Limits {
-            mountpaths: mp_need.iter().map(|n| Oldest::new(*n)).collect(),
-            cache: Oldest::new(cache_need),
-            buckets: bucket_need
-                .iter()
-                .map(|(b, n)| (b.clone(), Oldest::new(*n)))
-                .collect(),
+        let mut room = Room {
+            mountpaths: mp_need,
+            cache: cache_need,
+            buckets: bucket_need,
         };
-        let (candidates, any, next_eligible_ns) = tokio::task::spawn_blocking(move || {
-            let mut any = false;
-            // When the first object too young to evict ages past its cutoff.
-            let mut next_eligible = i64::MAX;
-            let mut rules: HashMap<String, Option<(Bck, i64)>> = HashMap::new();
-            let walked =
-                store.for_each_object(|mp, meta| {
-                    let rule =
-                        rules.entry(meta.bucket.clone()).or_insert_with(|| {
-                            evictable(&bmd_owned, &meta.bucket).map(|(bck, keep, _)| {
-                        let keep = if keep == Duration::MAX {
-                            default_keep
-                        } else {
-                            keep
-                        };
-                        (bck, now.saturating_sub(keep.as_nanos().min(i64::MAX as u128) as i64))
-                    })
-                        });
-                    if let Some((bck, cutoff)) = rule {
-                        let atime = store.atime(&meta);
-                        if atime <= *cutoff {
-                            any = true;
-                            oldest.offer(Candidate {
-                                atime,
-                                mp,
-                                bck: bck.clone(),
-                                name: meta.name,
-                                size: meta.size,
-                            });
-                        } else {
-                            let keep = now - *cutoff;
-                            next_eligible = next_eligible.min(atime.saturating_add(keep));
+        let mut merge = Merge::new(self.orders(bmd, &c, now, &room));
+        let mut done = Evicted::default();
+        let mut failed = false;
+        // What the merge saw, kept apart from it (it is lost if its blocking task panics).
+        let (mut any, mut next_eligible) = (false, i64::MAX);
+        while room.any() {
+            let store = self.store.clone();
+            let picked = tokio::task::spawn_blocking(move || {
+                let mut batch = Vec::new();
+                let mut error = None;
+                while batch.len() < EVICT_BATCH && room.any() {
+                    let next = merge.next(
+                        |mp, bucket| room.helps(mp, bucket),
+                        |bucket, name| store.pending_atime(bucket, name),
+                    );
+                    match next {
+                        Ok(Some(c)) => {
+                            room.free(c.mp, &c.bucket, c.size.max(1) as i128);
+                            batch.push(c);
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            error = Some(e);
+                            break;
                         }
                     }
-                });
-            if let Err(e) = walked {
-                tracing::warn!(error = %e, "LRU scan failed");
-                // Not known to be futile: the next pass walks again.
-                next_eligible = i64::MIN;
+                }
+                (merge, room, batch, error)
+            })
+            .await;
+            let Ok((m, r, batch, error)) = picked else {
+                failed = true;
+                break;
+            };
+            (merge, room) = (m, r);
+            (done.examined, any, next_eligible) = (merge.examined, merge.any, merge.next_eligible);
+            if let Some(e) = error {
+                tracing::warn!(error = %e, "LRU: reading the access order failed");
+                failed = true;
             }
-            (oldest.union(), any, next_eligible)
-        })
-        .await
-        .unwrap_or((Vec::new(), false, i64::MIN));
-
-        let mut done = Evicted::default();
-        // Candidates that did not help (other limits) or failed to go: look again after a
-        // check interval rather than at their `dont_evict_time`.
-        let next_eligible_ns = if !any {
-            next_eligible_ns
-        } else {
-            next_eligible_ns.min(now.saturating_add(c.check_interval.as_nanos() as i64))
-        };
-        for Candidate {
-            mp,
-            bck,
-            name,
-            size,
-            ..
-        } in candidates
-        {
-            let uname = bck.uname();
-            let helps = mp_need.get(mp).is_some_and(|n| *n > 0)
-                || cache_need > 0
-                || bucket_need.get(&uname).is_some_and(|n| *n > 0);
-            if !helps {
-                if mp_need.iter().all(|n| *n <= 0)
-                    && cache_need <= 0
-                    && bucket_need.values().all(|n| *n <= 0)
-                {
-                    break;
-                }
-                continue;
+            if batch.is_empty() {
+                break;
             }
-            match self.store.delete(&bck, &name).await {
-                Ok(meta) => {
-                    let freed = meta.size as i128;
-                    if let Some(n) = mp_need.get_mut(mp) {
-                        *n -= freed;
+            // Deleted side by side, so the index commits them in shared transactions.
+            let store = &self.store;
+            let results: Vec<_> = futures::stream::iter(batch)
+                .map(|c| async move {
+                    let r = store.delete(&c.bck, &c.name).await;
+                    (c, r)
+                })
+                .buffer_unordered(EVICT_CONCURRENCY)
+                .collect()
+                .await;
+            for (c, r) in results {
+                // What the pick counted comes back; what the delete freed counts.
+                room.free(c.mp, &c.bucket, -(c.size.max(1) as i128));
+                match r {
+                    Ok(meta) => {
+                        room.free(c.mp, &c.bucket, meta.size.max(1) as i128);
+                        done.objects += 1;
+                        done.bytes += meta.size;
                     }
-                    cache_need -= freed;
-                    if let Some(n) = bucket_need.get_mut(&uname) {
-                        *n -= freed;
+                    Err(e) => {
+                        tracing::debug!(object = %c.name, size = c.size, error = %e, "LRU: not evicted");
                     }
-                    done.objects += 1;
-                    done.bytes += meta.size;
                 }
-                Err(e) => {
-                    tracing::debug!(object = %name, size, error = %e, "LRU: not evicted");
-                }
+            }
+            if failed {
+                break;
             }
         }
+        metrics::counter!("grist_lru_examined_total").increment(done.examined);
+        // Not known to be futile after a failed read: the next pass looks again. Candidates
+        // that failed to go: look again after a check interval rather than at their
+        // `dont_evict_time`.
+        let next_eligible_ns = if failed {
+            i64::MIN
+        } else if !any {
+            next_eligible
+        } else {
+            next_eligible.min(now.saturating_add(c.check_interval.as_nanos() as i64))
+        };
         if done.objects == 0 {
             self.record_pass(Some(Futile {
                 needs,

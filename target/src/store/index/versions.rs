@@ -77,7 +77,7 @@ pub fn versions_gen(
 /// the null version; a null write removes a noncurrent null version; a delete marker goes to
 /// its slot and leaves a tombstone in the current's place.
 pub(super) fn put_versioned(
-    table: &mut Table<'_>,
+    table: &mut Records<'_>,
     tombs: &mut Table<'_>,
     key: &[u8],
     mut stored: ObjectMeta,
@@ -90,7 +90,7 @@ pub(super) fn put_versioned(
     let new_id = version_id(&stored).to_owned();
     let mut applied = Applied::default();
     if new_id == NULL_VERSION_ID {
-        for (k, m) in versions_of(table, &stored.bucket, &stored.name)? {
+        for (k, m) in versions_of(&**table, &stored.bucket, &stored.name)? {
             if version_id(&m) == NULL_VERSION_ID {
                 table.remove(k.as_slice())?;
                 // A copy of it still on its way (rebalance, replica) stays out.
@@ -103,10 +103,7 @@ pub(super) fn put_versioned(
     match replaced {
         Some(old) if version_id(&old) != new_id => {
             let moved = in_slot(&old);
-            table.insert(
-                object_key(&moved.bucket, &moved.name).as_slice(),
-                moved.encode().as_slice(),
-            )?;
+            table.insert(object_key(&moved.bucket, &moved.name).as_slice(), &moved)?;
             applied.touched.push(moved.name);
             applied.demoted = true;
         }
@@ -116,13 +113,10 @@ pub(super) fn put_versioned(
         table.remove(key)?;
         write_tombstone(tombs, key, stored.generation)?;
         stored = in_slot(&stored);
-        table.insert(
-            object_key(&stored.bucket, &stored.name).as_slice(),
-            stored.encode().as_slice(),
-        )?;
+        table.insert(object_key(&stored.bucket, &stored.name).as_slice(), &stored)?;
         applied.touched.push(stored.name.clone());
     } else {
-        table.insert(key, stored.encode().as_slice())?;
+        table.insert(key, &stored)?;
     }
     applied.stored = Some(stored);
     Ok(applied)
@@ -130,7 +124,7 @@ pub(super) fn put_versioned(
 
 /// [`IndexOp::DeleteVersion`].
 pub(super) fn delete_version(
-    table: &mut Table<'_>,
+    table: &mut Records<'_>,
     tombs: &mut Table<'_>,
     bucket: &str,
     name: &str,
@@ -158,7 +152,7 @@ pub(super) fn delete_version(
             m
         }
         _ => {
-            let Some((k, m)) = versions_of(table, bucket, name)?
+            let Some((k, m)) = versions_of(&**table, bucket, name)?
                 .into_iter()
                 .find(|(_, m)| version_id(m) == id)
             else {
@@ -179,9 +173,9 @@ pub(super) fn delete_version(
     let tomb = read_tombstone(tombs, &key)?.map_or(0, |(g, _)| g);
     let mut known = tomb
         .max(removed.effective_gen())
-        .max(versions_gen(table, bucket, name)?);
+        .max(versions_gen(&**table, bucket, name)?);
     if table.get(key.as_slice())?.is_none() {
-        let newest = versions_of(table, bucket, name)?.into_iter().next();
+        let newest = versions_of(&**table, bucket, name)?.into_iter().next();
         if let Some((_, m)) = &newest {
             known = known.max(m.effective_gen());
         }
@@ -194,7 +188,7 @@ pub(super) fn delete_version(
                 let mut promoted = m;
                 promoted.name = name.to_owned();
                 promoted.generation = known + 1;
-                table.insert(key.as_slice(), promoted.encode().as_slice())?;
+                table.insert(key.as_slice(), &promoted)?;
                 applied.stored = Some(promoted);
             }
             _ if known > tomb => write_tombstone(tombs, &key, known + 1)?,

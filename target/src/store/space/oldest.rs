@@ -1,123 +1,202 @@
-//! The candidates of one eviction pass: for each limit that needs room, only the oldest
-//! cached objects that together free what it needs. A pass holds these instead of every
-//! evictable object, so its memory follows what it evicts, not the object count.
+//! The candidates of one eviction pass, oldest access first. Each mountpath's index keeps
+//! every cached bucket's records in access order (`store/index/by_atime.rs`); a pass reads a
+//! page at a time from the (mountpath, bucket) orders whose limits still need room and merges
+//! them. What it reads is what it evicts, plus what a read since the last flush made young
+//! again, plus at most one page per order — never the whole index.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use gristmill_core::Bck;
+
+use crate::store::error::StoreError;
+use crate::store::index::{AtimeEntry, ObjectIndex};
+
+/// Entries read from one order at a time.
+const PAGE: usize = 256;
 
 /// One cached object a pass may evict.
 #[derive(Debug, Clone)]
 pub(super) struct Candidate {
-    pub atime: i64,
     pub mp: usize,
     pub bck: Bck,
+    pub bucket: String,
     pub name: String,
     pub size: u64,
 }
 
-/// Orders candidates by access time, newest on top of a max-heap.
-struct Newest(Candidate);
-
-impl Newest {
-    fn key(&self) -> (i64, usize, &str, &str) {
-        (
-            self.0.atime,
-            self.0.mp,
-            self.0.bck.name.as_str(),
-            &self.0.name,
-        )
-    }
-}
-impl PartialEq for Newest {
-    fn eq(&self, other: &Self) -> bool {
-        self.key() == other.key()
-    }
-}
-impl Eq for Newest {}
-impl PartialOrd for Newest {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Newest {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.key().cmp(&other.key())
-    }
+/// One cached bucket's access order on one mountpath.
+pub(super) struct Order {
+    pub mp: usize,
+    pub index: ObjectIndex,
+    pub bck: Bck,
+    pub bucket: String,
+    /// Objects read after this (Unix ns) are kept.
+    pub cutoff: i64,
+    /// The bucket's `dont_evict_time` (ns): when a kept object becomes evictable.
+    pub keep: i64,
+    after: Option<Vec<u8>>,
+    page: VecDeque<AtimeEntry>,
+    dry: bool,
 }
 
-/// The oldest candidates of one limit that together free what it needs (and no newer one).
-pub(super) struct Oldest {
-    need: u64,
-    held: u64,
-    heap: std::collections::BinaryHeap<Newest>,
-}
-
-impl Oldest {
-    pub fn new(need: i128) -> Self {
+impl Order {
+    /// The order of `bucket` on mountpath `mp`, keeping what was read within `keep_ns` of
+    /// `now_ns`.
+    pub fn new(
+        mp: usize,
+        index: ObjectIndex,
+        (bck, bucket): (Bck, String),
+        now_ns: i64,
+        keep_ns: i64,
+    ) -> Self {
         Self {
-            need: need.clamp(0, u64::MAX as i128) as u64,
-            held: 0,
-            heap: Default::default(),
+            mp,
+            index,
+            bck,
+            bucket,
+            cutoff: now_ns.saturating_sub(keep_ns),
+            keep: keep_ns,
+            after: None,
+            page: VecDeque::new(),
+            dry: false,
         }
     }
 
-    fn offer(&mut self, c: &Candidate) {
-        if self.need == 0
-            || (self.held >= self.need
-                && self.heap.peek().is_some_and(|top| top.0.atime <= c.atime))
-        {
-            return;
+    fn refill(&mut self) -> Result<u64, StoreError> {
+        if !self.page.is_empty() || self.dry {
+            return Ok(0);
         }
-        self.held += c.size.max(1);
-        self.heap.push(Newest(c.clone()));
-        // Drop the newest while the rest still cover the need.
-        while let Some(top) = self.heap.peek() {
-            let size = top.0.size.max(1);
-            if self.held - size < self.need {
-                break;
+        let page = self
+            .index
+            .oldest(&self.bucket, self.after.as_deref(), PAGE)?;
+        self.dry = page.len() < PAGE;
+        if let Some(last) = page.last() {
+            self.after = Some(last.key.clone());
+        }
+        let n = page.len() as u64;
+        self.page.extend(page);
+        Ok(n)
+    }
+}
+
+/// The merged orders of a pass.
+pub(super) struct Merge {
+    orders: Vec<Order>,
+    /// Entries read from the indexes.
+    pub examined: u64,
+    /// A candidate old enough to evict was found.
+    pub any: bool,
+    /// When the first object kept for its `dont_evict_time` becomes evictable (`i64::MAX`:
+    /// none seen).
+    pub next_eligible: i64,
+}
+
+impl Merge {
+    pub fn new(orders: Vec<Order>) -> Self {
+        Self {
+            orders,
+            examined: 0,
+            any: false,
+            next_eligible: i64::MAX,
+        }
+    }
+
+    /// The oldest candidate of the orders that `wanted(mountpath, bucket)` still wants (the
+    /// others are dropped for the rest of the pass), or `None` when no wanted order has one
+    /// old enough. `pending` gives a read not yet flushed to the index. Blocking.
+    pub fn next(
+        &mut self,
+        wanted: impl Fn(usize, &str) -> bool,
+        pending: impl Fn(&str, &str) -> Option<i64>,
+    ) -> Result<Option<Candidate>, StoreError> {
+        loop {
+            let mut failed = None;
+            let mut examined = 0;
+            let mut next_eligible = self.next_eligible;
+            self.orders.retain_mut(|o| {
+                if failed.is_some() || !wanted(o.mp, &o.bucket) {
+                    return failed.is_some();
+                }
+                match o.refill() {
+                    Ok(n) => examined += n,
+                    Err(e) => {
+                        failed = Some(e);
+                        return true;
+                    }
+                }
+                match o.page.front() {
+                    None => false,
+                    Some(head) if head.atime_ns > o.cutoff => {
+                        next_eligible = next_eligible.min(head.atime_ns.saturating_add(o.keep));
+                        false
+                    }
+                    Some(_) => true,
+                }
+            });
+            self.examined += examined;
+            self.next_eligible = next_eligible;
+            if let Some(e) = failed {
+                return Err(e);
             }
-            self.held -= size;
-            self.heap.pop();
+            let Some(o) = self
+                .orders
+                .iter_mut()
+                .min_by_key(|o| o.page.front().map_or(i64::MAX, |e| e.atime_ns))
+            else {
+                return Ok(None);
+            };
+            let e = o.page.pop_front().expect("a kept order has a head");
+            // Read since the last flush: younger than its place in the order says.
+            if let Some(atime) = pending(&o.bucket, &e.name)
+                && atime > o.cutoff
+            {
+                self.next_eligible = self.next_eligible.min(atime.saturating_add(o.keep));
+                continue;
+            }
+            self.any = true;
+            return Ok(Some(Candidate {
+                mp: o.mp,
+                bck: o.bck.clone(),
+                bucket: o.bucket.clone(),
+                name: e.name,
+                size: e.size,
+            }));
         }
     }
 }
 
-/// What each limit of a pass keeps.
-pub(super) struct Limits {
-    pub mountpaths: Vec<Oldest>,
-    pub cache: Oldest,
-    pub buckets: HashMap<String, Oldest>,
+/// How many bytes each limit of a pass still needs freed.
+#[derive(Debug, Clone)]
+pub(super) struct Room {
+    pub mountpaths: Vec<i128>,
+    pub cache: i128,
+    pub buckets: HashMap<String, i128>,
 }
 
-impl Limits {
-    pub fn offer(&mut self, c: Candidate) {
-        if let Some(o) = self.mountpaths.get_mut(c.mp) {
-            o.offer(&c);
-        }
-        self.cache.offer(&c);
-        if let Some(o) = self.buckets.get_mut(&c.bck.uname()) {
-            o.offer(&c);
-        }
+impl Room {
+    pub fn any(&self) -> bool {
+        self.mountpaths.iter().any(|n| *n > 0)
+            || self.cache > 0
+            || self.buckets.values().any(|n| *n > 0)
     }
 
-    /// Every kept candidate once, oldest access first: a limit's oldest come before any
-    /// newer one, so the pass meets each need as a walk of every candidate would.
-    pub fn union(self) -> Vec<Candidate> {
-        let mut all: Vec<Candidate> = self
-            .mountpaths
-            .into_iter()
-            .chain([self.cache])
-            .chain(self.buckets.into_values())
-            .flat_map(|o| o.heap.into_vec().into_iter().map(|n| n.0))
-            .collect();
-        all.sort_by(|a, b| {
-            (a.atime, a.mp, &a.name)
-                .cmp(&(b.atime, b.mp, &b.name))
-                .then_with(|| a.bck.uname().cmp(&b.bck.uname()))
-        });
-        all.dedup_by(|a, b| a.mp == b.mp && a.bck == b.bck && a.name == b.name);
-        all
+    /// Whether evicting an object of `bucket` on mountpath `mp` helps a limit that still
+    /// needs room.
+    pub fn helps(&self, mp: usize, bucket: &str) -> bool {
+        self.mountpaths.get(mp).is_some_and(|n| *n > 0)
+            || self.cache > 0
+            || self.buckets.get(bucket).is_some_and(|n| *n > 0)
+    }
+
+    /// Counts `bytes` freed (negative: given back) for an object of `bucket` on `mp`.
+    pub fn free(&mut self, mp: usize, bucket: &str, bytes: i128) {
+        if let Some(n) = self.mountpaths.get_mut(mp) {
+            *n -= bytes;
+        }
+        self.cache -= bytes;
+        if let Some(n) = self.buckets.get_mut(bucket) {
+            *n -= bytes;
+        }
     }
 }
 
@@ -125,60 +204,22 @@ impl Limits {
 mod tests {
     use super::*;
 
-    fn c(atime: i64, mp: usize, bucket: &str, name: &str, size: u64) -> Candidate {
-        Candidate {
-            atime,
-            mp,
-            bck: Bck::new(bucket, gristmill_core::Provider::Aws).unwrap(),
-            name: name.into(),
-            size,
-        }
-    }
-
     #[test]
-    fn each_limit_keeps_the_oldest_that_cover_its_need() {
-        let mut limits = Limits {
-            mountpaths: vec![Oldest::new(250), Oldest::new(0)],
-            cache: Oldest::new(0),
-            buckets: HashMap::from([(c(0, 0, "b", "x", 0).bck.uname(), Oldest::new(100))]),
+    fn room_is_freed_per_limit_and_helps_only_where_needed() {
+        let mut room = Room {
+            mountpaths: vec![10, 0],
+            cache: 0,
+            buckets: HashMap::from([("q".to_owned(), 5)]),
         };
-        // Offered in walk (key) order, not access order.
-        for x in [
-            c(50, 0, "a", "a5", 100),
-            c(10, 0, "a", "a1", 100),
-            c(40, 0, "a", "a4", 100),
-            c(20, 0, "a", "a2", 100),
-            c(30, 1, "b", "b3", 100),
-            c(60, 1, "b", "b6", 100),
-            c(5, 1, "a", "a0", 100),
-        ] {
-            limits.offer(x);
-        }
-        let kept: Vec<String> = limits.union().into_iter().map(|c| c.name).collect();
-        // Mountpath 0 needs 250: its three oldest (a1, a2, a4); bucket b needs 100: b3.
-        // Mountpath 1 and the cache need nothing: a0 and the newer ones stay.
-        assert_eq!(kept, ["a1", "a2", "b3", "a4"]);
-    }
-
-    #[test]
-    fn a_candidate_two_limits_keep_is_evicted_once() {
-        let mut limits = Limits {
-            mountpaths: vec![Oldest::new(100)],
-            cache: Oldest::new(100),
-            buckets: HashMap::new(),
-        };
-        limits.offer(c(1, 0, "a", "x", 100));
-        limits.offer(c(2, 0, "a", "y", 100));
-        let kept: Vec<String> = limits.union().into_iter().map(|c| c.name).collect();
-        assert_eq!(kept, ["x"]);
-    }
-
-    #[test]
-    fn empty_objects_still_bound_what_is_kept() {
-        let mut o = Oldest::new(10);
-        for i in 0..1000 {
-            o.offer(&c(i, 0, "a", &format!("e{i}"), 0));
-        }
-        assert_eq!(o.heap.len(), 10);
+        assert!(room.helps(0, "other"));
+        assert!(room.helps(1, "q"));
+        assert!(!room.helps(1, "other"));
+        room.free(1, "q", 5);
+        assert!(!room.helps(1, "q"));
+        assert!(room.any());
+        room.free(0, "other", 10);
+        assert!(!room.any());
+        room.free(0, "other", -1);
+        assert!(room.helps(0, "x"));
     }
 }

@@ -1,0 +1,184 @@
+use super::*;
+use crate::store::index::IndexOp;
+use bytes::Bytes;
+use gristmill_core::Provider;
+
+fn body(len: usize) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + use<> {
+    futures::stream::iter([Ok(Bytes::from(vec![7u8; len]))])
+}
+
+fn bmd_with(bck: &Bck) -> BucketMetadata {
+    let mut bmd = BucketMetadata {
+        version: 1,
+        ..Default::default()
+    };
+    bmd.buckets.insert(
+        bck.uname(),
+        gristmill_core::BucketRecord {
+            bck: bck.clone(),
+            props: Default::default(),
+        },
+    );
+    bmd
+}
+
+/// A pass evicts the least recently read objects by the index's access order and reads about
+/// what it evicts: with 300 cached objects read in a shuffled order and a cache limit 10 over
+/// its low mark, exactly the 10 read longest ago go, and the pass reads one page of the order,
+/// not the records (the native bucket's records are not in the order at all).
+#[tokio::test]
+async fn a_pass_evicts_the_least_recently_read_by_the_access_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&[dir.path().join("mp0")]).await.unwrap();
+    let cached = Bck::new("remote", Provider::Aws).unwrap();
+    let native = Bck::new("native", Provider::Ais).unwrap();
+    let names: Vec<String> = (0..300).map(|i| format!("o{i:03}")).collect();
+    for name in &names {
+        store
+            .put(&cached, name, body(100), Default::default())
+            .await
+            .unwrap();
+    }
+    for i in 0..50 {
+        store
+            .put(&native, &format!("n{i}"), body(100), Default::default())
+            .await
+            .unwrap();
+    }
+    // Read in an order unlike the names' (i * 7 mod 300): the object at position p of the
+    // reads was read at base + p.
+    let base = now_ns() + 1_000_000;
+    let order: Vec<&String> = (0..300).map(|i| &names[(i * 7) % 300]).collect();
+    let touches = order
+        .iter()
+        .enumerate()
+        .map(|(p, n)| (cached.uname(), (*n).clone(), base + p as i64))
+        .collect();
+    let index = store.mountpaths()[0].index.clone();
+    index.apply(IndexOp::Touch(touches)).await.unwrap();
+    let entries = index.by_atime_entries().unwrap();
+    assert_eq!(entries.len(), 300, "only the cached bucket is ordered");
+    let by_order: Vec<&str> = entries.iter().map(|e| e.1.as_str()).collect();
+    assert_eq!(
+        by_order,
+        order.iter().map(|n| n.as_str()).collect::<Vec<_>>()
+    );
+
+    // Limit 29,592 bytes: 30,000 cached is over 99 % of it; 98 % is 29,000, so 1,000 bytes
+    // (10 objects) must go. Marks this high keep the test's filesystem out of it.
+    let config = SpaceConfig {
+        high_wm: 99,
+        low_wm: 98,
+        out_of_space: 100,
+        dont_evict_time: Duration::ZERO,
+        max_cache_bytes: 29_592,
+        ..Default::default()
+    };
+    let space = Space::new(SharedSpaceConfig::new(config), store.clone());
+    let done = space.evict(&bmd_with(&cached), false, None).await;
+    assert_eq!((done.objects, done.bytes), (10, 1000));
+    assert!(
+        done.examined <= 256,
+        "read {} entries of the order to evict 10",
+        done.examined
+    );
+    for (p, name) in order.iter().enumerate() {
+        let held = index.get(&cached.uname(), name).unwrap().is_some();
+        assert_eq!(held, p >= 10, "{name} read at position {p}");
+    }
+    let left: Vec<String> = index
+        .by_atime_entries()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.1)
+        .collect();
+    assert_eq!(
+        left,
+        order[10..].iter().map(|n| (*n).clone()).collect::<Vec<_>>()
+    );
+}
+
+/// The access order holds exactly the cached buckets' records, whatever changed them: puts,
+/// overwrites, reads, deletes, tombstones, a resilver's compare-and-swap, a dropped bucket —
+/// and an index written before the order existed gets it when opened.
+#[tokio::test]
+async fn the_access_order_follows_every_change_of_a_record() {
+    use crate::store::index::BuryGen;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mp0");
+    let store = Store::open(std::slice::from_ref(&path)).await.unwrap();
+    let a = Bck::new("a", Provider::Aws).unwrap();
+    let b = Bck::new("b", Provider::Ht).unwrap();
+    let native = Bck::new("n", Provider::Ais).unwrap();
+    for bck in [&a, &b, &native] {
+        for i in 0..20 {
+            store
+                .put(bck, &format!("x{i}"), body(i), Default::default())
+                .await
+                .unwrap();
+        }
+    }
+    let index = store.mountpaths()[0].index.clone();
+    let expect = |index: &crate::store::index::ObjectIndex| {
+        let mut records = Vec::new();
+        index
+            .for_each(|m| {
+                if !m.bucket.starts_with("ais/@#") {
+                    records.push((m.bucket, m.name, m.atime_ns, m.size));
+                }
+            })
+            .unwrap();
+        let mut entries = index.by_atime_entries().unwrap();
+        records.sort();
+        entries.sort();
+        assert_eq!(entries, records);
+        records.len()
+    };
+    assert_eq!(expect(&index), 40);
+    store
+        .put(&a, "x1", body(5), Default::default())
+        .await
+        .unwrap();
+    store.touch(&a.uname(), "x2");
+    store.touch(&b.uname(), "x3");
+    store.flush_atimes().await.unwrap();
+    store.delete(&a, "x4").await.unwrap();
+    index
+        .apply(IndexOp::Bury {
+            bucket: b.uname(),
+            name: "x5".into(),
+            generation: BuryGen::Next { floor: 0 },
+        })
+        .await
+        .unwrap();
+    let mut moved = index.get(&a.uname(), "x6").unwrap().unwrap();
+    let file = moved.file.clone();
+    moved.size = 99;
+    moved.atime_ns += 1;
+    index
+        .apply(IndexOp::PutIf {
+            meta: moved,
+            expect: Some(file),
+        })
+        .await
+        .unwrap();
+    assert_eq!(expect(&index), 38);
+    store.drop_bucket(&b).await.unwrap();
+    assert_eq!(expect(&index), 19);
+
+    // An index from before the order: drop the order's table and its mark, then reopen.
+    drop(index);
+    drop(store);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    {
+        let db = redb::Database::open(path.join("index.redb")).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.delete_table(redb::TableDefinition::<&[u8], u64>::new("by_atime"))
+            .unwrap();
+        tx.delete_table(redb::TableDefinition::<&str, u64>::new("index_meta"))
+            .unwrap();
+        tx.commit().unwrap();
+    }
+    let store = Store::open(&[path]).await.unwrap();
+    assert_eq!(expect(&store.mountpaths()[0].index), 19);
+}
