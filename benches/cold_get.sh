@@ -52,6 +52,11 @@
 #                through Gristmill (default chunk and threshold), each checked byte for byte;
 #                reports the backend GETs and bytes the targets counted and the bytes the
 #                SeaweedFS processes wrote (/proc/PID/io wchar: sockets and files) per step.
+#   --pressure P instead of the passes: cold passes of the small set with no quota and with
+#                `lru.quota` at P % of each target's share of the set (eviction runs all the
+#                pass long), alternating which goes first per round; reports MiB/s, p50 and p99
+#                of one whole-object GET and the objects the targets evicted. Marks 90/75
+#                (unless set in the environment), so a pass past the high mark frees a quarter.
 #   --settle S   wait S seconds after every evict before the next pass (default 0). ext4
 #                without a journal skips inodes freed in the last ~30 s when it allocates new
 #                ones (`recently_deleted`), so creating files right after deleting thousands
@@ -68,7 +73,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 smoke=0 rounds="" workers=8 n_small="" n_large="" mode=proxy workdir="" keep=0 out="" bindir=""
-use_s5cmd=1 profile=0 multipart=0 settle=0 crc=0 chunked=0
+use_s5cmd=1 profile=0 multipart=0 settle=0 crc=0 chunked=0 pressure=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1 ;;
@@ -87,6 +92,7 @@ while [ $# -gt 0 ]; do
     --crc) crc=1 ;;
     --settle) settle=$2; shift ;;
     --chunked) chunked=$2; shift ;;
+    --pressure) pressure=$2; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "cold_get.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
   esac
@@ -104,6 +110,7 @@ else
   sets=("small 1MiB ${n_small:-2000} 1 MiB" "large 64MiB ${n_large:-32} 64 MiB")
 fi
 [ "$chunked" = 0 ] || sets=()
+[ "$pressure" = 0 ] || sets=("${sets[0]}")
 bucket=cold-bench
 access_key=cold-get-bench
 secret_key=cold-get-bench-secret
@@ -377,6 +384,9 @@ done
 # the LRU out of the passes (it would evict, or scan the index on every cold GET, once the
 # filesystem passes the high mark): objects leave the cache only by `grist evict`. Marks already
 # set in the environment win.
+if [ "$pressure" != 0 ]; then
+  export GRISTD_LRU_HIGH_WM=${GRISTD_LRU_HIGH_WM:-90} GRISTD_LRU_LOW_WM=${GRISTD_LRU_LOW_WM:-75}
+fi
 export GRISTD_LRU_HIGH_WM=${GRISTD_LRU_HIGH_WM:-99} GRISTD_LRU_LOW_WM=${GRISTD_LRU_LOW_WM:-98}
 export GRISTD_OUT_OF_SPACE_WM=${GRISTD_OUT_OF_SPACE_WM:-100}
 fs_used() { # percent of the work dir's filesystem in use as Gristmill counts it: (size - available) / size
@@ -550,6 +560,64 @@ done
 n=$(cached_count)
 [ "$n" = "$total" ] || die "$n objects cached after the verify pass, expected $total"
 evict
+
+if [ "$pressure" != 0 ]; then
+  # --- cold GETs under eviction pressure ------------------------------------------------------
+  read -r key size count label <<<"${sets[0]}"
+  smap=$(curl -sf "$endpoint/v1/daemon?what=smap")
+  ntargets=$(python3 -c 'import json, sys; print(len(json.load(sys.stdin)["tmap"]))' <<<"$smap")
+  targets=$(python3 -c 'import json, sys; print(" ".join(t["public_net"]["direct_url"] for t in json.load(sys.stdin)["tmap"].values()))' <<<"$smap")
+  set_bytes=$(python3 -c "import json; print(sum(json.loads(l).get('bytes', 0) for l in open('$workdir/res/verify-$key-direct.json') if '\"final\"' in l))")
+  quota=$((set_bytes * pressure / 100 / ntargets))
+  evicted_total() {
+    local n=0 t
+    for t in $targets; do
+      n=$((n + $(curl -sf "$t/metrics" | awk '/^grist_lru_evicted_objects_total/ { s += $NF } END { printf "%.0f", s }')))
+    done
+    echo "$n"
+  }
+  declare -A EVICTED
+  for r in $(seq "$rounds"); do
+    order="free pressure"
+    [ $((r % 2)) = 1 ] || order="pressure free"
+    for pass in $order; do
+      log "round $r/$rounds: cold pass of $count x $size, $pass"
+      [ "$pass" = free ] || "$GRIST" bucket props set "s3://$bucket" "lru.quota=$quota" >/dev/null
+      e0=$(evicted_total)
+      # shellcheck disable=SC2046
+      bench "$key-$pass.r$r" $(grist_args "$key" "$size" "$count") --evict-first
+      EVICTED[$pass]="${EVICTED[$pass]:-}${EVICTED[$pass]:+/}$(($(evicted_total) - e0))"
+      "$GRIST" bucket props set "s3://$bucket" lru.quota=0 >/dev/null
+      "$GRIST" evict "s3://$bucket" --keep-md >/dev/null
+      [ "$settle" = 0 ] || sleep "$settle"
+    done
+  done
+  latency() { # key-glob -> "median-MiB/s p50-ms p99-ms per-round-MiB/s" (medians over rounds)
+    python3 - "$workdir/res" "$1" <<'EOF'
+import glob, json, statistics, sys
+runs = sorted(glob.glob(f"{sys.argv[1]}/{sys.argv[2]}.json"), key=lambda p: int(p.rsplit(".r", 1)[-1][:-5]))
+rows = [d for p in runs for d in map(json.loads, open(p)) if d.get("phase") == "final" and d.get("op") == "GET"]
+med = lambda f: statistics.median(f(d) for d in rows)
+per_round = "/".join("%.0f" % d["mib_per_s"] for d in rows)
+print("%.0f %.1f %.1f %s" % (med(lambda d: d["mib_per_s"]), med(lambda d: d["lat_us"]["p50"]) / 1000,
+                             med(lambda d: d["lat_us"]["p99"]) / 1000, per_round))
+EOF
+  }
+  report="Cold GETs of $count x $label through Gristmill ($mode), $workers workers, $rounds rounds; pressure: lru.quota = $quota bytes per target ($pressure % of a target's share), marks $GRISTD_LRU_HIGH_WM/$GRISTD_LRU_LOW_WM.
+
+| pass | MiB/s (median) | per round | p50 ms | p99 ms | objects evicted per round |
+|---|---|---|---|---|---|"
+  for pass in free pressure; do
+    read -r mibs p50 p99 per <<<"$(latency "$key-$pass.r*")"
+    name="quota $pressure %"
+    [ "$pass" = pressure ] || name="no quota"
+    report="$report
+| $name | $mibs | $per | $p50 | $p99 | ${EVICTED[$pass]} |"
+  done
+  echo "$report"
+  [ -z "$out" ] || echo "$report" >"$out"
+  exit 0
+fi
 
 # --- rounds --------------------------------------------------------------------------------
 for r in $(seq "$rounds"); do

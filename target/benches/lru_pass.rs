@@ -129,7 +129,7 @@ async fn run(objects: u64, mountpath: PathBuf) {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let (rss_before, _) = rss_mib();
     let started = Instant::now();
-    let done = space.evict(&bmd, false, None).await;
+    let done = space.evict(&bmd, false, &[]).await;
     let took = started.elapsed();
     let (rss_after, peak) = rss_mib();
     println!(

@@ -307,7 +307,7 @@ fn validate(spec: &JobSpec) -> Result<(), ApiError> {
 async fn execute(t: &Arc<Target>, run: &Arc<JobRun>) -> Result<(), ApiError> {
     let spec = &run.spec;
     if spec.kind == JobKind::Lru {
-        let evicted = t.space.evict(&t.bmd(), spec.opts.force, None).await;
+        let evicted = t.space.evict(&t.bmd(), spec.opts.force, &[]).await;
         *run.total.lock().expect("job total lock") = Some(evicted.objects);
         run.objects.store(evicted.objects, Ordering::Relaxed);
         run.bytes.store(evicted.bytes, Ordering::Relaxed);

@@ -19,7 +19,9 @@ use crate::store::{DELETE_MARKER_KEY, MINT_VERSION_ID, NULL_VERSION_ID, VERSION_
 use gristmill_core::name::{split_version_slot, version_slot};
 
 mod by_atime;
+mod condition;
 mod scan;
+pub use condition::{WriteCondition, unmet_error};
 mod versions;
 pub use by_atime::AtimeEntry;
 use by_atime::Records;
@@ -67,70 +69,6 @@ impl Default for GenRule {
     fn default() -> Self {
         GenRule::Next { floor: 0 }
     }
-}
-
-/// A conditional write's precondition (`If-None-Match: *`, `If-Match`), decided against the
-/// record in the same index transaction that stores the new one: of two racing writes, one
-/// sees the other's record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WriteCondition {
-    /// `If-None-Match: *`: no live record (a tombstone is no object).
-    Absent,
-    /// `If-Match: *`: some live record.
-    Exists,
-    /// `If-Match: "e1", "e2"`: a live record whose ETag is one of these (without quotes).
-    ETagIn(Vec<String>),
-    /// `If-None-Match: "e1", "e2"`: no live record, or one whose ETag is none of these.
-    ETagNotIn(Vec<String>),
-    /// The live record still has this generation (`None`: there is still none): a condition
-    /// decided by a newer copy elsewhere, made atomic with the commit here.
-    Unchanged(Option<u64>),
-}
-
-impl WriteCondition {
-    /// Why the condition does not hold for `current`, if it does not.
-    pub fn unmet(&self, current: Option<&ObjectMeta>) -> Option<&'static str> {
-        if let WriteCondition::Unchanged(expected) = self {
-            let now = current.map(ObjectMeta::effective_gen);
-            return (now != *expected).then_some("the object changed while the write was decided");
-        }
-        self.unmet_etag(current.map(|m| {
-            m.custom
-                .get(crate::store::ETAG_KEY)
-                .unwrap_or(&m.cksum_value)
-                .as_str()
-        }))
-    }
-
-    /// Why the condition does not hold for an object with this ETag (`None`: no object).
-    pub fn unmet_etag(&self, etag: Option<&str>) -> Option<&'static str> {
-        match (self, etag) {
-            (WriteCondition::Absent, Some(_)) => Some("If-None-Match: the object exists"),
-            (WriteCondition::Exists | WriteCondition::ETagIn(_), None) => Some(IF_MATCH_MISSING),
-            (WriteCondition::ETagIn(tags), Some(etag)) => {
-                (!tags.iter().any(|t| t == etag)).then_some("If-Match: the ETag differs")
-            }
-            (WriteCondition::ETagNotIn(tags), Some(etag)) => tags
-                .iter()
-                .any(|t| t == etag)
-                .then_some("If-None-Match: the ETag matches"),
-            _ => None,
-        }
-    }
-}
-
-/// Why an `If-Match` write is refused when there is no object.
-const IF_MATCH_MISSING: &str = "If-Match: the object does not exist";
-
-/// The error for a write whose condition does not hold: 412, except `If-Match` with no object,
-/// 404 (S3's conditional-writes guide: "no current object version ... fails with 404").
-pub fn unmet_error(reason: &'static str) -> gristmill_core::ApiError {
-    let kind = if reason == IF_MATCH_MISSING {
-        gristmill_core::ErrorKind::NotFound
-    } else {
-        gristmill_core::ErrorKind::PreconditionFailed
-    };
-    gristmill_core::ApiError::new(kind, reason)
 }
 
 /// The generation of a tombstone a delete writes.
@@ -193,12 +131,21 @@ pub enum IndexOp {
         name: String,
         file: String,
     },
+    /// Eviction: remove each named record of `bucket` whose access time is still the one
+    /// given (not read or rewritten since an eviction pass picked it); answers with the
+    /// removed records in `freed`.
+    Evict {
+        bucket: String,
+        picked: Vec<(String, i64)>,
+    },
 }
 
 /// What a change touches, for the hot-record cache.
 enum Changes {
     Object(String, String),
     Bucket(String),
+    /// Only the names in [`Applied::touched`] of this bucket.
+    Touched(String),
     /// Access times only: the cached records stay valid.
     AccessTimes,
 }
@@ -216,6 +163,7 @@ impl Changes {
             IndexOp::PurgeTombstones { .. } => Changes::AccessTimes,
             IndexOp::DropBucket { bucket } => Changes::Bucket(bucket.clone()),
             IndexOp::Touch(_) => Changes::AccessTimes,
+            IndexOp::Evict { bucket, .. } => Changes::Touched(bucket.clone()),
         }
     }
 }
@@ -335,7 +283,9 @@ impl ObjectIndex {
             .map_err(|_| StoreError::Index("index committer dropped a change".into()))?;
         #[cfg(test)]
         hold_forget().await;
-        if let (Ok(applied), Changes::Object(bucket, _)) = (&reply, &changes) {
+        if let (Ok(applied), Changes::Object(bucket, _) | Changes::Touched(bucket)) =
+            (&reply, &changes)
+        {
             for name in &applied.touched {
                 self.hot.forget(bucket, name);
             }
@@ -345,7 +295,7 @@ impl ObjectIndex {
         match changes {
             Changes::Object(bucket, name) => self.hot.forget(&bucket, &name),
             Changes::Bucket(bucket) => self.hot.forget_bucket(&bucket),
-            Changes::AccessTimes => {}
+            Changes::Touched(_) | Changes::AccessTimes => {}
         }
         reply
     }
@@ -735,6 +685,22 @@ fn apply_one(
                 replaced: Some(current),
                 ..Default::default()
             })
+        }
+        IndexOp::Evict { bucket, picked } => {
+            let mut applied = Applied::default();
+            for (name, atime) in picked {
+                let key = object_key(bucket, name);
+                let current = match table.get(key.as_slice())? {
+                    Some(v) => ObjectMeta::decode(v.value())?,
+                    None => continue,
+                };
+                if current.atime_ns == *atime {
+                    table.remove(key.as_slice())?;
+                    applied.touched.push(name.clone());
+                    applied.freed.push(current);
+                }
+            }
+            Ok(applied)
         }
         IndexOp::Touch(entries) => {
             for (bucket, name, atime) in entries {

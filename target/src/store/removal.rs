@@ -1,12 +1,13 @@
 //! Taking objects away: deletes (with and without tombstones), copies kept aside to undo an
 //! overwrite, dropped buckets and quarantined corrupt copies.
 use super::files::{bucket_dir, remove_data_file};
-use super::{PutOptions, Store, now_ns};
+use super::{Mountpath, PutOptions, Store, now_ns};
 use crate::store::error::StoreError;
 use crate::store::index::IndexOp;
 use crate::store::meta::ObjectMeta;
 use gristmill_core::Bck;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// A copy of an object kept aside by [`Store::keep`]; the link goes when this is dropped.
@@ -211,6 +212,40 @@ impl Store {
             }
         }
         removed.ok_or_else(|| StoreError::not_found(format!("object {bck}/{name}")))
+    }
+
+    /// Evicts records an eviction pass picked on `mountpath` (name, access time when picked):
+    /// one index transaction removes those not read or rewritten since, then their data files
+    /// go. Returns the removed records.
+    pub(crate) async fn evict_picked(
+        &self,
+        mountpath: &Arc<Mountpath>,
+        bucket: &str,
+        picked: Vec<(String, i64)>,
+    ) -> Result<Vec<ObjectMeta>, StoreError> {
+        let freed = mountpath
+            .index
+            .apply(IndexOp::Evict {
+                bucket: bucket.to_owned(),
+                picked,
+            })
+            .await?
+            .freed;
+        for old in &freed {
+            self.usage.account(&old.bucket, None, Some(old));
+        }
+        let files: Vec<PathBuf> = freed.iter().map(|m| mountpath.path.join(&m.file)).collect();
+        let _ = tokio::task::spawn_blocking(move || {
+            for f in files {
+                if let Err(e) = std::fs::remove_file(&f)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::warn!(file = %f.display(), error = %e, "could not remove an evicted data file");
+                }
+            }
+        })
+        .await;
+        Ok(freed)
     }
 
     /// Removes every object of a bucket: one index transaction, then the bucket's directories

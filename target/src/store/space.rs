@@ -7,9 +7,11 @@
 //! - each remote bucket's cached bytes on this node (bucket property `lru.quota`), absolute.
 //!
 //! For the absolute limits, the marks are the same percentages of the limit: with the default
-//! 90/75 and a 10 GiB quota, eviction starts above 9 GiB and stops at 7.5 GiB. A cold GET that
-//! would cross a quota first makes room synchronously, so a bucket never holds more than its
-//! quota even while a dataset twice its size streams through.
+//! 90/75 and a 10 GiB quota, eviction starts above 9 GiB and stops at 7.5 GiB. A cold GET past a
+//! high mark does not wait for eviction: it wakes the worker, whose pass counts the fill's bytes
+//! and evicts in the background while the fill streams. Only a cold GET that would cross a hard
+//! limit (a quota, the cache limit) first makes room itself, so a bucket never holds more than
+//! its quota even while a dataset twice its size streams through.
 //!
 //! Eviction takes the least-recently-read objects first (atime: the latest GET, tracked in
 //! memory and flushed to the index), skips objects read within `dont_evict_time`, and never
@@ -39,13 +41,10 @@ use crate::store::{Store, now_ns};
 mod oldest;
 #[cfg(test)]
 mod tests;
-use futures::StreamExt;
-use oldest::{Merge, Order, Room};
+use oldest::{Candidate, Merge, Order, Room};
 
-/// Candidates picked (read from the index) between rounds of deletes.
-const EVICT_BATCH: usize = 512;
-/// Deletes of one pass in flight at once (the index folds them into shared commits).
-const EVICT_CONCURRENCY: usize = 32;
+/// Candidates picked (read from the index) between rounds of evictions.
+const EVICT_BATCH: usize = 1024;
 
 /// Space settings of a target (environment: see `docs/operations.md`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,6 +213,9 @@ pub struct Space {
     wake: tokio::sync::Notify,
     /// Set by a pass that could evict nothing (see the module doc).
     futile: std::sync::Mutex<Option<Futile>>,
+    /// Fills admitted past a high mark, for the worker's next pass: (bucket uname,
+    /// mountpath, bytes).
+    ahead: std::sync::Mutex<Vec<(String, usize, u64)>>,
 }
 
 impl Space {
@@ -224,6 +226,7 @@ impl Space {
             evicting: tokio::sync::Mutex::new(()),
             wake: tokio::sync::Notify::new(),
             futile: std::sync::Mutex::new(None),
+            ahead: Default::default(),
         }
     }
 
@@ -298,7 +301,7 @@ impl Space {
         let mut orders = Vec::new();
         for (mp, mountpath) in self.store.mountpaths().iter().enumerate() {
             for uname in bmd.buckets.keys() {
-                let Some((bck, keep, _)) = evictable(bmd, uname) else {
+                let Some((_, keep, _)) = evictable(bmd, uname) else {
                     continue;
                 };
                 if !room.helps(mp, uname) {
@@ -311,9 +314,8 @@ impl Space {
                 };
                 let keep_ns = keep.as_nanos().min(i64::MAX as u128) as i64;
                 orders.push(Order::new(
-                    mp,
-                    mountpath.index.clone(),
-                    (bck, uname.clone()),
+                    (mp, mountpath.clone()),
+                    uname.clone(),
                     now,
                     keep_ns,
                 ));
@@ -372,9 +374,11 @@ impl Space {
         Ok(())
     }
 
-    /// Before caching `size` bytes of remote `bck`: makes room under the bucket's quota and the
-    /// node's cache limit by evicting (synchronously) if needed, and refuses with 507 when the
-    /// object cannot fit at all or the disk is out of space.
+    /// Before caching `size` bytes of remote `bck`: refuses with 507 when the object cannot
+    /// fit at all or the disk is out of space. Past a high mark it only wakes the eviction
+    /// worker, which makes room in the background while the fill streams; only a fill that
+    /// would cross a hard limit (the bucket's quota, the node's cache limit, the out-of-space
+    /// mark) evicts before it starts, so a bucket never holds more than its quota.
     pub async fn admit_cached(
         &self,
         bmd: &BucketMetadata,
@@ -399,28 +403,22 @@ impl Space {
         }
         let c = &self.config();
         let mp = self.store.mountpath_index(&uname, name);
-        let over_quota =
-            quota > 0 && self.store.bucket_usage(&uname) + size > c.mark(quota, c.high_wm);
-        let over_cache =
-            max_cache > 0 && self.cached_bytes(bmd) + size > c.mark(max_cache, c.high_wm);
-        let over_fs =
+        let over_quota = quota > 0 && self.store.bucket_usage(&uname) + size > quota;
+        let over_cache = max_cache > 0 && self.cached_bytes(bmd) + size > max_cache;
+        // Past the out-of-space mark the write would be refused: evict first, if anything can go.
+        let over_disk =
             capacity(&self.store.mountpath_for(bck, name).path).is_some_and(|(total, avail)| {
-                total.saturating_sub(avail) + size > c.mark(total, c.high_wm)
+                total.saturating_sub(avail) + size > c.mark(total, c.out_of_space)
             });
-        if over_quota || over_cache || over_fs {
+        if over_quota || over_cache || over_disk {
             let incoming = Incoming {
                 bucket: &uname,
                 mountpath: mp,
                 size,
             };
-            // A filesystem past its high mark with nothing to evict (native data, other
-            // programs' files) still takes fills up to the out-of-space mark, as AIStore's
-            // does: the high mark starts eviction, only the quota and the cache limit are
-            // hard limits of the cache.
-            if self
-                .evict(bmd, false, Some(incoming))
-                .await
-                .nothing_evictable
+            // (A filesystem's high mark is no limit here: with nothing to evict — native data,
+            // other programs' files — fills go on up to the out-of-space mark, as AIStore's.)
+            if self.evict(bmd, false, &[incoming]).await.nothing_evictable
                 && (over_quota || over_cache)
             {
                 self.check_room(bck, name, size)?; // out of space says so first
@@ -441,7 +439,16 @@ impl Space {
             }
         }
         self.check_room(bck, name, size)?;
-        if self.over_high_mark(bmd) {
+        let ahead = Incoming {
+            bucket: &uname,
+            mountpath: mp,
+            size,
+        };
+        if self.over_high_mark(bmd, Some(ahead)) {
+            self.ahead
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((uname.clone(), mp, size));
             self.wake.notify_one();
         }
         Ok(())
@@ -457,37 +464,55 @@ impl Space {
             .sum()
     }
 
-    fn over_high_mark(&self, bmd: &BucketMetadata) -> bool {
+    /// Whether a limit is past its high mark (counting an object about to be cached).
+    fn over_high_mark(&self, bmd: &BucketMetadata, incoming: Option<Incoming<'_>>) -> bool {
         let c = &self.config();
-        let fs = self.store.mountpaths().iter().any(|mp| {
+        let (in_bucket, in_mp, in_size) =
+            incoming.map_or(("", usize::MAX, 0), |i| (i.bucket, i.mountpath, i.size));
+        let fs = self.store.mountpaths().iter().enumerate().any(|(i, mp)| {
             capacity(&mp.path).is_some_and(|(total, avail)| {
-                total.saturating_sub(avail) > c.mark(total, c.high_wm)
+                let extra = if i == in_mp { in_size } else { 0 };
+                total.saturating_sub(avail) + extra > c.mark(total, c.high_wm)
             })
         });
-        let cache =
-            c.max_cache_bytes > 0 && self.cached_bytes(bmd) > c.mark(c.max_cache_bytes, c.high_wm);
+        let cache = c.max_cache_bytes > 0
+            && self.cached_bytes(bmd) + in_size > c.mark(c.max_cache_bytes, c.high_wm);
         let quota = self.store.usage().iter().any(|(b, used)| {
-            evictable(bmd, b).is_some_and(|(_, _, q)| q > 0 && *used > c.mark(q, c.high_wm))
+            let extra = if b == in_bucket { in_size } else { 0 };
+            evictable(bmd, b).is_some_and(|(_, _, q)| q > 0 && used + extra > c.mark(q, c.high_wm))
         });
         fs || cache || quota
     }
 
     /// One eviction pass: frees what is above each high mark down to its low mark (with
     /// `force`, evicts down to the low marks even when under the high ones). `incoming`
-    /// (bucket uname, bytes) reserves room for an object about to be cached.
+    /// reserves room for objects about to be cached.
     pub async fn evict(
         &self,
         bmd: &BucketMetadata,
         force: bool,
-        incoming: Option<Incoming<'_>>,
+        incoming: &[Incoming<'_>],
     ) -> Evicted {
         let _one = self.evicting.lock().await;
         if let Err(e) = self.store.flush_atimes().await {
             tracing::warn!(error = %e, "could not flush access times before eviction");
         }
         let c = self.config();
-        let (in_bucket, in_mp, in_size) =
-            incoming.map_or(("", usize::MAX, 0), |i| (i.bucket, i.mountpath, i.size));
+        let in_size: u64 = incoming.iter().map(|i| i.size).sum();
+        let in_mp = |mp: usize| -> u64 {
+            incoming
+                .iter()
+                .filter(|i| i.mountpath == mp)
+                .map(|i| i.size)
+                .sum()
+        };
+        let in_bucket = |b: &str| -> u64 {
+            incoming
+                .iter()
+                .filter(|i| i.bucket == b)
+                .map(|i| i.size)
+                .sum()
+        };
         let needed = |used: u64, limit: u64| -> i128 {
             let high = c.mark(limit, c.high_wm);
             if force || used > high {
@@ -505,7 +530,7 @@ impl Space {
             .enumerate()
             .map(|(i, mp)| match capacity(&mp.path) {
                 Some((total, avail)) => {
-                    let extra = if i == in_mp { in_size } else { 0 };
+                    let extra = in_mp(i);
                     needed(total.saturating_sub(avail) + extra, total)
                 }
                 None => 0,
@@ -529,7 +554,7 @@ impl Space {
                 if quota == 0 {
                     return None;
                 }
-                let extra = if b == in_bucket { in_size } else { 0 };
+                let extra = in_bucket(b);
                 Some((b.clone(), needed(used + extra, quota)))
             })
             .collect();
@@ -609,27 +634,35 @@ impl Space {
             if batch.is_empty() {
                 break;
             }
-            // Deleted side by side, so the index commits them in shared transactions.
-            let store = &self.store;
-            let results: Vec<_> = futures::stream::iter(batch)
-                .map(|c| async move {
-                    let r = store.delete(&c.bck, &c.name).await;
-                    (c, r)
-                })
-                .buffer_unordered(EVICT_CONCURRENCY)
-                .collect()
-                .await;
-            for (c, r) in results {
-                // What the pick counted comes back; what the delete freed counts.
+            // One index transaction per (mountpath, bucket) of the batch, side by side.
+            let mut groups: HashMap<(usize, String), Vec<Candidate>> = HashMap::new();
+            for c in batch {
+                // What the pick counted comes back; what the eviction frees counts.
                 room.free(c.mp, &c.bucket, -(c.size.max(1) as i128));
-                match r {
-                    Ok(meta) => {
-                        room.free(c.mp, &c.bucket, meta.size.max(1) as i128);
-                        done.objects += 1;
-                        done.bytes += meta.size;
+                groups.entry((c.mp, c.bucket.clone())).or_default().push(c);
+            }
+            let store = &self.store;
+            let results = futures::future::join_all(groups.into_iter().map(
+                |((mp, bucket), picked)| async move {
+                    let mountpath = picked[0].mountpath.clone();
+                    let names = picked.into_iter().map(|c| (c.name, c.atime_ns)).collect();
+                    let freed = store.evict_picked(&mountpath, &bucket, names).await;
+                    (mp, bucket, freed)
+                },
+            ))
+            .await;
+            for (mp, bucket, freed) in results {
+                match freed {
+                    Ok(freed) => {
+                        for meta in freed {
+                            room.free(mp, &bucket, meta.size.max(1) as i128);
+                            done.objects += 1;
+                            done.bytes += meta.size;
+                        }
                     }
                     Err(e) => {
-                        tracing::debug!(object = %c.name, size = c.size, error = %e, "LRU: not evicted");
+                        tracing::warn!(bucket, error = %e, "LRU: could not evict");
+                        failed = true;
                     }
                 }
             }
@@ -743,8 +776,20 @@ where
         }
         let bmd = (self.bmd)();
         metrics::gauge!("grist_cache_bytes").set(self.space.cached_bytes(&bmd) as f64);
-        if self.space.over_high_mark(&bmd) {
-            self.space.evict(&bmd, false, None).await;
+        // Fills admitted past a high mark since the last round: their bytes count as cached
+        // (some may be already; the pass then frees a little more than the low mark asks).
+        let ahead =
+            std::mem::take(&mut *self.space.ahead.lock().unwrap_or_else(|e| e.into_inner()));
+        let ahead: Vec<Incoming<'_>> = ahead
+            .iter()
+            .map(|(bucket, mountpath, size)| Incoming {
+                bucket,
+                mountpath: *mountpath,
+                size: *size,
+            })
+            .collect();
+        if !ahead.is_empty() || self.space.over_high_mark(&bmd, None) {
+            self.space.evict(&bmd, false, &ahead).await;
         } else if self.space.relieved(&bmd, &self.space.config()) {
             // Bytes freed, or a larger quota: the next fill that needs room looks again.
             self.space.record_pass(None);

@@ -6,10 +6,11 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use gristmill_core::Bck;
+use std::sync::Arc;
 
+use crate::store::Mountpath;
 use crate::store::error::StoreError;
-use crate::store::index::{AtimeEntry, ObjectIndex};
+use crate::store::index::AtimeEntry;
 
 /// Entries read from one order at a time.
 const PAGE: usize = 256;
@@ -17,18 +18,20 @@ const PAGE: usize = 256;
 /// One cached object a pass may evict.
 #[derive(Debug, Clone)]
 pub(super) struct Candidate {
+    /// Where it is (its place in the store's mountpaths, and the mountpath).
     pub mp: usize,
-    pub bck: Bck,
+    pub mountpath: Arc<Mountpath>,
     pub bucket: String,
     pub name: String,
     pub size: u64,
+    /// Its access time when picked: it is evicted only if that is still the one stored.
+    pub atime_ns: i64,
 }
 
 /// One cached bucket's access order on one mountpath.
 pub(super) struct Order {
     pub mp: usize,
-    pub index: ObjectIndex,
-    pub bck: Bck,
+    pub mountpath: Arc<Mountpath>,
     pub bucket: String,
     /// Objects read after this (Unix ns) are kept.
     pub cutoff: i64,
@@ -43,16 +46,14 @@ impl Order {
     /// The order of `bucket` on mountpath `mp`, keeping what was read within `keep_ns` of
     /// `now_ns`.
     pub fn new(
-        mp: usize,
-        index: ObjectIndex,
-        (bck, bucket): (Bck, String),
+        (mp, mountpath): (usize, Arc<Mountpath>),
+        bucket: String,
         now_ns: i64,
         keep_ns: i64,
     ) -> Self {
         Self {
             mp,
-            index,
-            bck,
+            mountpath,
             bucket,
             cutoff: now_ns.saturating_sub(keep_ns),
             keep: keep_ns,
@@ -66,9 +67,7 @@ impl Order {
         if !self.page.is_empty() || self.dry {
             return Ok(0);
         }
-        let page = self
-            .index
-            .oldest(&self.bucket, self.after.as_deref(), PAGE)?;
+        let page = (self.mountpath.index).oldest(&self.bucket, self.after.as_deref(), PAGE)?;
         self.dry = page.len() < PAGE;
         if let Some(last) = page.last() {
             self.after = Some(last.key.clone());
@@ -156,10 +155,11 @@ impl Merge {
             self.any = true;
             return Ok(Some(Candidate {
                 mp: o.mp,
-                bck: o.bck.clone(),
+                mountpath: o.mountpath.clone(),
                 bucket: o.bucket.clone(),
                 name: e.name,
                 size: e.size,
+                atime_ns: e.atime_ns,
             }));
         }
     }

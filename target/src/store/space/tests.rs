@@ -75,7 +75,7 @@ async fn a_pass_evicts_the_least_recently_read_by_the_access_order() {
         ..Default::default()
     };
     let space = Space::new(SharedSpaceConfig::new(config), store.clone());
-    let done = space.evict(&bmd_with(&cached), false, None).await;
+    let done = space.evict(&bmd_with(&cached), false, &[]).await;
     assert_eq!((done.objects, done.bytes), (10, 1000));
     assert!(
         done.examined <= 256,
