@@ -182,3 +182,49 @@ async fn the_access_order_follows_every_change_of_a_record() {
     let store = Store::open(&[path]).await.unwrap();
     assert_eq!(expect(&store.mountpaths()[0].index), 19);
 }
+
+/// An eviction removes a picked record only if it was not read or rewritten since the pass
+/// picked it (its stored access time is still the picked one), and then its data file.
+#[tokio::test]
+async fn an_object_read_after_it_was_picked_is_not_evicted() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&[dir.path().join("mp0")]).await.unwrap();
+    let bck = Bck::new("remote", Provider::Aws).unwrap();
+    let uname = bck.uname();
+    for name in ["read", "kept"] {
+        store
+            .put(&bck, name, body(10), Default::default())
+            .await
+            .unwrap();
+    }
+    let mp = store.mountpaths()[0].clone();
+    let picked: Vec<(String, i64)> = mp
+        .index
+        .oldest(&uname, None, 10)
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.name, e.atime_ns))
+        .collect();
+    assert_eq!(picked.len(), 2);
+    // Read after the pick and flushed: its stored access time moved on.
+    let read = mp.index.get(&uname, "read").unwrap().unwrap();
+    mp.index
+        .apply(IndexOp::Touch(vec![(
+            uname.clone(),
+            "read".into(),
+            read.atime_ns + 1,
+        )]))
+        .await
+        .unwrap();
+    let kept = mp.index.get(&uname, "kept").unwrap().unwrap();
+    let freed = store.evict_picked(&mp, &uname, picked).await.unwrap();
+    assert_eq!(
+        freed.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
+        ["kept"]
+    );
+    assert!(mp.index.get(&uname, "kept").unwrap().is_none());
+    assert!(!mp.path.join(&kept.file).exists(), "the data file went");
+    assert!(mp.index.get(&uname, "read").unwrap().is_some());
+    assert!(mp.path.join(&read.file).exists());
+    assert_eq!(store.bucket_usage(&uname), 10);
+}
