@@ -56,7 +56,8 @@
 #                `lru.quota` at P % of each target's share of the set (eviction runs all the
 #                pass long), alternating which goes first per round; reports MiB/s, p50 and p99
 #                of one whole-object GET and the objects the targets evicted. Marks 90/75
-#                (unless set in the environment), so a pass past the high mark frees a quarter.
+#                (unless set in the environment), so a pass past the high mark frees a quarter;
+#                the bucket's lru.dont_evict_time is 0s (objects just read may go).
 #   --settle S   wait S seconds after every evict before the next pass (default 0). ext4
 #                without a journal skips inodes freed in the last ~30 s when it allocates new
 #                ones (`recently_deleted`), so creating files right after deleting thousands
@@ -577,6 +578,8 @@ if [ "$pressure" != 0 ]; then
     echo "$n"
   }
   declare -A EVICTED
+  # A dataset streaming through a cache smaller than it: what was read a moment ago may go.
+  "$GRIST" bucket props set "s3://$bucket" lru.dont_evict_time=0s >/dev/null
   for r in $(seq "$rounds"); do
     order="free pressure"
     [ $((r % 2)) = 1 ] || order="pressure free"
