@@ -39,6 +39,8 @@ use gristmill_core::{ApiError, Bck, BucketMetadata, ErrorKind};
 use crate::store::{Store, now_ns};
 
 mod oldest;
+mod worker;
+pub use worker::LruWorker;
 #[cfg(test)]
 mod tests;
 use oldest::{Candidate, Merge, Order, Room};
@@ -742,61 +744,5 @@ impl Space {
     /// Wakes the worker (e.g. many pending access times to flush).
     pub fn nudge(&self) {
         self.wake.notify_one();
-    }
-}
-
-/// The LRU loop of a target: every `check_interval` (or when a write finds the disk filling),
-/// flushes access times and evicts down to the low watermark when over the high one; at
-/// shutdown, flushes access times once more.
-pub struct LruWorker<F> {
-    pub space: Arc<Space>,
-    /// The current bucket metadata (quotas, which buckets are caches).
-    pub bmd: F,
-}
-
-impl<F> gristmill_node::worker::Worker for LruWorker<F>
-where
-    F: Fn() -> Arc<BucketMetadata> + Send + Sync + 'static,
-{
-    fn name(&self) -> &'static str {
-        "lru"
-    }
-
-    fn period(&self) -> std::time::Duration {
-        self.space.config().check_interval
-    }
-
-    fn wake(&self) -> Option<&tokio::sync::Notify> {
-        Some(&self.space.wake)
-    }
-
-    async fn round(&self) {
-        if let Err(e) = self.space.store.flush_atimes().await {
-            tracing::warn!(error = %e, "could not flush access times");
-        }
-        let bmd = (self.bmd)();
-        metrics::gauge!("grist_cache_bytes").set(self.space.cached_bytes(&bmd) as f64);
-        // Fills admitted past a high mark since the last round: their bytes count as cached
-        // (some may be already; the pass then frees a little more than the low mark asks).
-        let ahead =
-            std::mem::take(&mut *self.space.ahead.lock().unwrap_or_else(|e| e.into_inner()));
-        let ahead: Vec<Incoming<'_>> = ahead
-            .iter()
-            .map(|(bucket, mountpath, size)| Incoming {
-                bucket,
-                mountpath: *mountpath,
-                size: *size,
-            })
-            .collect();
-        if !ahead.is_empty() || self.space.over_high_mark(&bmd, None) {
-            self.space.evict(&bmd, false, &ahead).await;
-        } else if self.space.relieved(&bmd, &self.space.config()) {
-            // Bytes freed, or a larger quota: the next fill that needs room looks again.
-            self.space.record_pass(None);
-        }
-    }
-
-    async fn finish(&self) {
-        let _ = self.space.store.flush_atimes().await;
     }
 }
