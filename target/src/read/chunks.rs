@@ -357,7 +357,8 @@ async fn fetch(
     }
     t.partials.make_room(key, missing.len());
     let bytes: u64 = missing.iter().map(|i| p.span(*i).1).sum();
-    t.space.admit_cached(&t.bmd(), bck, name, bytes).await?;
+    // Reserved while the chunks download (a partial is not counted in usage once written).
+    let _room = t.space.admit_cached(&t.bmd(), bck, name, bytes).await?;
     let (b, n, etag) = (bck.clone(), name.to_owned(), p.attrs.etag.clone());
     let spans: VecDeque<(u64, u64)> = missing.iter().map(|i| p.span(*i)).collect();
     let backend = backend.clone();

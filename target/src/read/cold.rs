@@ -230,7 +230,8 @@ async fn start(
     }
     // Room under the quotas (evicting if needed) and on the disk, before the first byte;
     // dropping `body` on refusal cancels the download.
-    t.space
+    let room = t
+        .space
         .admit_cached(&t.bmd(), bck, name, attrs.size)
         .await
         .map_err(fail)?;
@@ -307,6 +308,8 @@ async fn start(
     let inflight = inflight.clone();
     let partials = t.partials.clone();
     tokio::spawn(async move {
+        // The object's bytes stay reserved until the download commits or fails.
+        let _room = room;
         let result: Result<u64, String> = async {
             let (wtx, wrx) = mpsc::channel::<Batch>(BATCHES_QUEUED);
             let ring_fill = done_fill.clone();

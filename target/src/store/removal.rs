@@ -223,6 +223,11 @@ impl Store {
         bucket: &str,
         picked: Vec<(String, i64)>,
     ) -> Result<Vec<ObjectMeta>, StoreError> {
+        // Read since the pick but not flushed yet: the index cannot tell, so leave it here.
+        let picked: Vec<(String, i64)> = picked
+            .into_iter()
+            .filter(|(name, atime)| self.pending_atime(bucket, name).is_none_or(|t| t <= *atime))
+            .collect();
         let freed = mountpath
             .index
             .apply(IndexOp::Evict {

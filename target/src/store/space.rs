@@ -39,7 +39,10 @@ use gristmill_core::{ApiError, Bck, BucketMetadata, ErrorKind};
 use crate::store::{Store, now_ns};
 
 mod oldest;
+mod reserved;
 mod worker;
+pub use reserved::Reservation;
+use reserved::Reserved;
 pub use worker::LruWorker;
 #[cfg(test)]
 mod tests;
@@ -215,9 +218,8 @@ pub struct Space {
     wake: tokio::sync::Notify,
     /// Set by a pass that could evict nothing (see the module doc).
     futile: std::sync::Mutex<Option<Futile>>,
-    /// Fills admitted past a high mark, for the worker's next pass: (bucket uname,
-    /// mountpath, bytes).
-    ahead: std::sync::Mutex<Vec<(String, usize, u64)>>,
+    /// Bytes of fills admitted and still streaming.
+    reserved: Reserved,
 }
 
 impl Space {
@@ -228,7 +230,7 @@ impl Space {
             evicting: tokio::sync::Mutex::new(()),
             wake: tokio::sync::Notify::new(),
             futile: std::sync::Mutex::new(None),
-            ahead: Default::default(),
+            reserved: Reserved::default(),
         }
     }
 
@@ -377,17 +379,19 @@ impl Space {
     }
 
     /// Before caching `size` bytes of remote `bck`: refuses with 507 when the object cannot
-    /// fit at all or the disk is out of space. Past a high mark it only wakes the eviction
-    /// worker, which makes room in the background while the fill streams; only a fill that
-    /// would cross a hard limit (the bucket's quota, the node's cache limit, the out-of-space
-    /// mark) evicts before it starts, so a bucket never holds more than its quota.
+    /// fit at all or the disk is out of space, else reserves its bytes until the returned
+    /// guard drops (hold it until the object commits). Past a high mark it only wakes the
+    /// eviction worker, which makes room in the background while the fill streams; only a fill
+    /// that would cross a hard limit (the bucket's quota, the node's cache limit — counting
+    /// the fills still streaming — or the out-of-space mark) evicts before it starts, and is
+    /// refused if that did not make room: a bucket never holds more than its quota.
     pub async fn admit_cached(
         &self,
         bmd: &BucketMetadata,
         bck: &Bck,
         name: &str,
         size: u64,
-    ) -> Result<(), ApiError> {
+    ) -> Result<Reservation, ApiError> {
         let uname = bck.uname();
         let quota = bmd.get(bck).map_or(0, |r| r.props.lru.quota);
         let too_big = |limit: u64, what: &str| {
@@ -405,24 +409,38 @@ impl Space {
         }
         let c = &self.config();
         let mp = self.store.mountpath_index(&uname, name);
-        let over_quota = quota > 0 && self.store.bucket_usage(&uname) + size > quota;
-        let over_cache = max_cache > 0 && self.cached_bytes(bmd) + size > max_cache;
-        // Past the out-of-space mark the write would be refused: evict first, if anything can go.
-        let over_disk =
-            capacity(&self.store.mountpath_for(bck, name).path).is_some_and(|(total, avail)| {
-                total.saturating_sub(avail) + size > c.mark(total, c.out_of_space)
-            });
-        if over_quota || over_cache || over_disk {
-            let incoming = Incoming {
-                bucket: &uname,
-                mountpath: mp,
-                size,
+        let mut evicted: Option<Evicted> = None;
+        loop {
+            // Decided and reserved under one lock: two fills cannot both take the last room.
+            let (over_quota, over_cache) = {
+                let mut reserved = self.reserved.lock();
+                let in_bucket = reserved::sum(&reserved, |b, _| b == uname);
+                let in_all = reserved::sum(&reserved, |_, _| true);
+                let over_quota =
+                    quota > 0 && self.store.bucket_usage(&uname) + in_bucket + size > quota;
+                let over_cache =
+                    max_cache > 0 && self.cached_bytes(bmd) + in_all + size > max_cache;
+                // Past the out-of-space mark the write would be refused: evict first, if
+                // anything can go. (A filesystem's high mark is no limit: with nothing to evict
+                // — native data, other programs' files — fills go on up to that mark.)
+                let over_disk = evicted.is_none()
+                    && capacity(&self.store.mountpath_for(bck, name).path).is_some_and(
+                        |(total, avail)| {
+                            total.saturating_sub(avail) + size > c.mark(total, c.out_of_space)
+                        },
+                    );
+                if !(over_quota || over_cache || over_disk) {
+                    self.check_room(bck, name, size)?;
+                    let room = self.reserved.take(&mut reserved, &uname, mp, size);
+                    drop(reserved);
+                    if self.over_high_mark(bmd) {
+                        self.wake.notify_one();
+                    }
+                    return Ok(room);
+                }
+                (over_quota, over_cache)
             };
-            // (A filesystem's high mark is no limit here: with nothing to evict — native data,
-            // other programs' files — fills go on up to the out-of-space mark, as AIStore's.)
-            if self.evict(bmd, false, &[incoming]).await.nothing_evictable
-                && (over_quota || over_cache)
-            {
+            if let Some(pass) = evicted {
                 self.check_room(bck, name, size)?; // out of space says so first
                 let full = [
                     (over_quota, "the bucket's cache quota (lru.quota)"),
@@ -432,28 +450,30 @@ impl Space {
                 .filter_map(|(over, what)| over.then_some(what))
                 .collect::<Vec<_>>()
                 .join(", ");
+                let why = if pass.nothing_evictable {
+                    "nothing is evictable (native data, or every cached object read within dont_evict_time)"
+                } else {
+                    "eviction could not free enough (the rest was read within dont_evict_time, or is still being filled)"
+                };
                 return Err(ApiError::new(
                     ErrorKind::InsufficientStorage,
                     format!(
-                        "no room to cache {bck}/{name} ({size} bytes): {full} is reached and nothing is evictable (native data, or every cached object read within dont_evict_time)"
+                        "no room to cache {bck}/{name} ({size} bytes): {full} is reached and {why}"
                     ),
                 ));
             }
+            let mut incoming = self.reserved.snapshot();
+            incoming.push((uname.clone(), mp, size));
+            let incoming: Vec<Incoming<'_>> = incoming
+                .iter()
+                .map(|(bucket, mountpath, size)| Incoming {
+                    bucket,
+                    mountpath: *mountpath,
+                    size: *size,
+                })
+                .collect();
+            evicted = Some(self.evict(bmd, false, &incoming).await);
         }
-        self.check_room(bck, name, size)?;
-        let ahead = Incoming {
-            bucket: &uname,
-            mountpath: mp,
-            size,
-        };
-        if self.over_high_mark(bmd, Some(ahead)) {
-            self.ahead
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((uname.clone(), mp, size));
-            self.wake.notify_one();
-        }
-        Ok(())
     }
 
     /// Bytes of cached remote objects on this node.
@@ -466,21 +486,21 @@ impl Space {
             .sum()
     }
 
-    /// Whether a limit is past its high mark (counting an object about to be cached).
-    fn over_high_mark(&self, bmd: &BucketMetadata, incoming: Option<Incoming<'_>>) -> bool {
+    /// Whether a limit is past its high mark, counting the fills still streaming.
+    fn over_high_mark(&self, bmd: &BucketMetadata) -> bool {
         let c = &self.config();
-        let (in_bucket, in_mp, in_size) =
-            incoming.map_or(("", usize::MAX, 0), |i| (i.bucket, i.mountpath, i.size));
+        let reserved = self.reserved.lock().clone();
         let fs = self.store.mountpaths().iter().enumerate().any(|(i, mp)| {
             capacity(&mp.path).is_some_and(|(total, avail)| {
-                let extra = if i == in_mp { in_size } else { 0 };
+                let extra = reserved::sum(&reserved, |_, m| m == i);
                 total.saturating_sub(avail) + extra > c.mark(total, c.high_wm)
             })
         });
+        let in_all = reserved::sum(&reserved, |_, _| true);
         let cache = c.max_cache_bytes > 0
-            && self.cached_bytes(bmd) + in_size > c.mark(c.max_cache_bytes, c.high_wm);
+            && self.cached_bytes(bmd) + in_all > c.mark(c.max_cache_bytes, c.high_wm);
         let quota = self.store.usage().iter().any(|(b, used)| {
-            let extra = if b == in_bucket { in_size } else { 0 };
+            let extra = reserved::sum(&reserved, |r, _| r == b);
             evictable(bmd, b).is_some_and(|(_, _, q)| q > 0 && used + extra > c.mark(q, c.high_wm))
         });
         fs || cache || quota

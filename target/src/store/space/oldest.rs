@@ -101,8 +101,9 @@ impl Merge {
     }
 
     /// The oldest candidate of the orders that `wanted(mountpath, bucket)` still wants (the
-    /// others are dropped for the rest of the pass), or `None` when no wanted order has one
-    /// old enough. `pending` gives a read not yet flushed to the index. Blocking.
+    /// others are kept, unread: a pick that is not evicted gives its room back and may make
+    /// them wanted again), or `None` when no wanted order has one old enough. `pending` gives
+    /// a read not yet flushed to the index. Blocking.
     pub fn next(
         &mut self,
         wanted: impl Fn(usize, &str) -> bool,
@@ -114,7 +115,7 @@ impl Merge {
             let mut next_eligible = self.next_eligible;
             self.orders.retain_mut(|o| {
                 if failed.is_some() || !wanted(o.mp, &o.bucket) {
-                    return failed.is_some();
+                    return true;
                 }
                 match o.refill() {
                     Ok(n) => examined += n,
@@ -140,6 +141,7 @@ impl Merge {
             let Some(o) = self
                 .orders
                 .iter_mut()
+                .filter(|o| !o.page.is_empty() && wanted(o.mp, &o.bucket))
                 .min_by_key(|o| o.page.front().map_or(i64::MAX, |e| e.atime_ns))
             else {
                 return Ok(None);

@@ -47,7 +47,7 @@ async fn a_pass_evicts_the_least_recently_read_by_the_access_order() {
     }
     // Read in an order unlike the names' (i * 7 mod 300): the object at position p of the
     // reads was read at base + p.
-    let base = now_ns() + 1_000_000;
+    let base = now_ns() + 1;
     let order: Vec<&String> = (0..300).map(|i| &names[(i * 7) % 300]).collect();
     let touches = order
         .iter()
@@ -75,6 +75,9 @@ async fn a_pass_evicts_the_least_recently_read_by_the_access_order() {
         ..Default::default()
     };
     let space = Space::new(SharedSpaceConfig::new(config), store.clone());
+    // The reads are stamped just after now: let the pass's cutoff (now, with a
+    // dont_evict_time of 0) pass them.
+    tokio::time::sleep(Duration::from_millis(20)).await;
     let done = space.evict(&bmd_with(&cached), false, &[]).await;
     assert_eq!((done.objects, done.bytes), (10, 1000));
     assert!(
@@ -227,4 +230,33 @@ async fn an_object_read_after_it_was_picked_is_not_evicted() {
     assert!(mp.index.get(&uname, "read").unwrap().is_some());
     assert!(mp.path.join(&read.file).exists());
     assert_eq!(store.bucket_usage(&uname), 10);
+}
+
+/// Fills still streaming count against the quota: a second fill that would pass it together
+/// with one admitted before is refused (nothing here may be evicted), and admitted again once
+/// the first one's reservation ends.
+#[tokio::test]
+async fn fills_in_flight_count_against_the_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&[dir.path().join("mp0")]).await.unwrap();
+    let bck = Bck::new("remote", Provider::Aws).unwrap();
+    let mut bmd = bmd_with(&bck);
+    let rec = bmd.buckets.get_mut(&bck.uname()).unwrap();
+    rec.props.lru.quota = 100;
+    let config = SpaceConfig {
+        high_wm: 99,
+        low_wm: 98,
+        out_of_space: 100,
+        ..Default::default()
+    };
+    let space = Space::new(SharedSpaceConfig::new(config), store.clone());
+    let first = space.admit_cached(&bmd, &bck, "a", 60).await.unwrap();
+    let refused = space.admit_cached(&bmd, &bck, "b", 60).await.unwrap_err();
+    assert_eq!(refused.kind, ErrorKind::InsufficientStorage, "{refused:?}");
+    assert!(refused.message.contains("quota"), "{}", refused.message);
+    let small = space.admit_cached(&bmd, &bck, "c", 40).await.unwrap();
+    drop(first);
+    drop(small);
+    let again = space.admit_cached(&bmd, &bck, "b", 60).await.unwrap();
+    drop(again);
 }

@@ -37,11 +37,9 @@ where
         }
         let bmd = (self.bmd)();
         metrics::gauge!("grist_cache_bytes").set(self.space.cached_bytes(&bmd) as f64);
-        // Fills admitted past a high mark since the last round: their bytes count as cached
-        // (some may be already; the pass then frees a little more than the low mark asks).
-        let ahead =
-            std::mem::take(&mut *self.space.ahead.lock().unwrap_or_else(|e| e.into_inner()));
-        let ahead: Vec<Incoming<'_>> = ahead
+        // Fills still streaming count as cached: the pass makes their room too.
+        let streaming = self.space.reserved.snapshot();
+        let ahead: Vec<Incoming<'_>> = streaming
             .iter()
             .map(|(bucket, mountpath, size)| Incoming {
                 bucket,
@@ -49,7 +47,7 @@ where
                 size: *size,
             })
             .collect();
-        if !ahead.is_empty() || self.space.over_high_mark(&bmd, None) {
+        if self.space.over_high_mark(&bmd) {
             self.space.evict(&bmd, false, &ahead).await;
         } else if self.space.relieved(&bmd, &self.space.config()) {
             // Bytes freed, or a larger quota: the next fill that needs room looks again.
