@@ -160,6 +160,20 @@ pub struct Incoming<'a> {
     pub size: u64,
 }
 
+impl<'a> Incoming<'a> {
+    /// Borrows (bucket uname, mountpath, bytes) entries, as reservations list them.
+    fn all(entries: &'a [(String, usize, u64)]) -> Vec<Self> {
+        entries
+            .iter()
+            .map(|(bucket, mountpath, size)| Incoming {
+                bucket,
+                mountpath: *mountpath,
+                size: *size,
+            })
+            .collect()
+    }
+}
+
 /// What one eviction pass did.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Evicted {
@@ -464,15 +478,7 @@ impl Space {
             }
             let mut incoming = self.reserved.snapshot();
             incoming.push((uname.clone(), mp, size));
-            let incoming: Vec<Incoming<'_>> = incoming
-                .iter()
-                .map(|(bucket, mountpath, size)| Incoming {
-                    bucket,
-                    mountpath: *mountpath,
-                    size: *size,
-                })
-                .collect();
-            evicted = Some(self.evict(bmd, false, &incoming).await);
+            evicted = Some(self.evict(bmd, false, &Incoming::all(&incoming)).await);
         }
     }
 

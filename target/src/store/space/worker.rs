@@ -39,16 +39,10 @@ where
         metrics::gauge!("grist_cache_bytes").set(self.space.cached_bytes(&bmd) as f64);
         // Fills still streaming count as cached: the pass makes their room too.
         let streaming = self.space.reserved.snapshot();
-        let ahead: Vec<Incoming<'_>> = streaming
-            .iter()
-            .map(|(bucket, mountpath, size)| Incoming {
-                bucket,
-                mountpath: *mountpath,
-                size: *size,
-            })
-            .collect();
         if self.space.over_high_mark(&bmd) {
-            self.space.evict(&bmd, false, &ahead).await;
+            self.space
+                .evict(&bmd, false, &Incoming::all(&streaming))
+                .await;
         } else if self.space.relieved(&bmd, &self.space.config()) {
             // Bytes freed, or a larger quota: the next fill that needs room looks again.
             self.space.record_pass(None);
