@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 # Every node a test starts inherits this: the default out-of-space mark (95%) counts the host's
 # whole disk, which CI's builds may fill past it, and a test that is not about space must not
 # fail on that (a test's own marks still win).
-os.environ.setdefault("GRISTD_OUT_OF_SPACE_WM", "99")
+os.environ.setdefault("GRISTD_OUT_OF_SPACE_WM", "100")
 GRISTD = Path(os.environ.get("GRISTD_BIN", REPO / "build" / "debug" / "gristd"))
 TARGETS = 3
 STARTUP_TIMEOUT = float(os.environ.get("GRIST_STARTUP_TIMEOUT", "60"))
