@@ -269,6 +269,14 @@ impl ObjectIndex {
         self.submit(op, false).await
     }
 
+    /// Returns once every change applied before it is on disk (a durable commit of nothing
+    /// when the last one was relaxed).
+    pub async fn sync(&self) -> Result<(), StoreError> {
+        self.submit(IndexOp::Touch(Vec::new()), true)
+            .await
+            .map(|_| ())
+    }
+
     async fn submit(&self, op: IndexOp, durable: bool) -> IndexReply {
         // (Tests may hold a committed change here, before the record cache forgets it: the
         // moment another task can find the cache ahead of the index, see `HOLD_FORGET`.)
@@ -478,6 +486,7 @@ fn commit_batch(db: &Database, batch: Vec<Pending>, durable: bool) {
             for p in &batch {
                 replies.push(apply_one(&mut table, &mut tombs, &p.op)?);
             }
+            table.seal()?;
         }
         tx.commit()?;
         Ok(())
@@ -690,14 +699,16 @@ fn apply_one(
             let mut applied = Applied::default();
             for (name, atime) in picked {
                 let key = object_key(bucket, name);
-                let current = match table.get(key.as_slice())? {
-                    Some(v) => ObjectMeta::decode(v.value())?,
-                    None => continue,
+                // Removed first (one descent of the tree), put back in the rare case that it
+                // was read or rewritten since the pick.
+                let Some(current) = table.remove(key.as_slice())? else {
+                    continue;
                 };
                 if current.atime_ns == *atime {
-                    table.remove(key.as_slice())?;
                     applied.touched.push(name.clone());
                     applied.freed.push(current);
+                } else {
+                    table.insert(key.as_slice(), &current)?;
                 }
             }
             Ok(applied)

@@ -215,8 +215,8 @@ impl Store {
     }
 
     /// Evicts records an eviction pass picked on `mountpath` (name, access time when picked):
-    /// one index transaction removes those not read or rewritten since, then their data files
-    /// go. Returns the removed records.
+    /// one index transaction removes those not read or rewritten since and returns them. Their
+    /// data files stay until [`Unlinked::remove_files`].
     pub(crate) async fn evict_picked(
         &self,
         mountpath: &Arc<Mountpath>,
@@ -224,13 +224,17 @@ impl Store {
         picked: Vec<(String, i64)>,
     ) -> Result<Vec<ObjectMeta>, StoreError> {
         // Read since the pick but not flushed yet: the index cannot tell, so leave it here.
-        let picked: Vec<(String, i64)> = picked
+        let mut picked: Vec<(String, i64)> = picked
             .into_iter()
             .filter(|(name, atime)| self.pending_atime(bucket, name).is_none_or(|t| t <= *atime))
             .collect();
+        // In key order: one walk down the B-tree's leaves instead of random jumps.
+        picked.sort_unstable();
+        // Relaxed: the data files stay until `remove_evicted` has made this durable, so a crash
+        // brings back records whose files are still there, never a record without its file.
         let freed = mountpath
             .index
-            .apply(IndexOp::Evict {
+            .apply_relaxed(IndexOp::Evict {
                 bucket: bucket.to_owned(),
                 picked,
             })
@@ -239,17 +243,6 @@ impl Store {
         for old in &freed {
             self.usage.account(&old.bucket, None, Some(old));
         }
-        let files: Vec<PathBuf> = freed.iter().map(|m| mountpath.path.join(&m.file)).collect();
-        let _ = tokio::task::spawn_blocking(move || {
-            for f in files {
-                if let Err(e) = std::fs::remove_file(&f)
-                    && e.kind() != std::io::ErrorKind::NotFound
-                {
-                    tracing::warn!(file = %f.display(), error = %e, "could not remove an evicted data file");
-                }
-            }
-        })
-        .await;
         Ok(freed)
     }
 
@@ -362,5 +355,57 @@ impl Store {
             }
             None => Ok(false),
         }
+    }
+}
+
+/// The data files of evicted records, per mountpath, waiting for the index's removal of those
+/// records (relaxed, [`Store::evict_picked`]) to be durable: they go after it, never before, so
+/// a crash may bring records back but never a record whose file is gone. One durable commit per
+/// mountpath for any number of evicted batches.
+#[derive(Default)]
+pub(crate) struct Unlinked {
+    files: std::collections::HashMap<usize, (Arc<Mountpath>, Vec<String>)>,
+    len: usize,
+}
+
+impl Unlinked {
+    /// `file` (relative to the mountpath numbered `mp`) goes at the next [`Self::remove_files`].
+    pub fn add(&mut self, mp: usize, mountpath: &Arc<Mountpath>, file: String) {
+        let entry = self
+            .files
+            .entry(mp)
+            .or_insert_with(|| (mountpath.clone(), Vec::new()));
+        entry.1.push(file);
+        self.len += 1;
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Syncs each mountpath's index, then removes its files. False if an index could not sync
+    /// (its files stay; records that a crash brings back still have them).
+    pub async fn remove_files(&mut self) -> bool {
+        let mut ok = true;
+        self.len = 0;
+        for (_, (mountpath, files)) in self.files.drain() {
+            if let Err(e) = mountpath.index.sync().await {
+                tracing::warn!(mountpath = %mountpath.path.display(), error = %e, "LRU: could not sync the index; evicted files stay");
+                ok = false;
+                continue;
+            }
+            let files: Vec<PathBuf> = files.iter().map(|f| mountpath.path.join(f)).collect();
+            let _ = tokio::task::spawn_blocking(move || {
+                for f in files {
+                    if let Err(e) = std::fs::remove_file(&f)
+                        && e.kind() != std::io::ErrorKind::NotFound
+                    {
+                        tracing::warn!(file = %f.display(), error = %e, "could not remove an evicted data file");
+                    }
+                }
+            })
+            .await;
+        }
+        ok
     }
 }

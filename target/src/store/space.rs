@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use gristmill_core::{ApiError, Bck, BucketMetadata, ErrorKind};
 
+use crate::store::removal::Unlinked;
 use crate::store::{Store, now_ns};
 
 mod oldest;
@@ -50,6 +51,9 @@ use oldest::{Candidate, Merge, Order, Room};
 
 /// Candidates picked (read from the index) between rounds of evictions.
 const EVICT_BATCH: usize = 1024;
+/// Evicted records whose data files wait for one durable commit of the index before they go:
+/// a pass commits its batches relaxed and syncs once per this many (a bound on memory).
+const UNLINK_BATCH: usize = 16 * EVICT_BATCH;
 
 /// Space settings of a target (environment: see `docs/operations.md`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -624,6 +628,7 @@ impl Space {
         let mut failed = false;
         // What the merge saw, kept apart from it (it is lost if its blocking task panics).
         let (mut any, mut next_eligible) = (false, i64::MAX);
+        let mut unlinked = Unlinked::default();
         while room.any() {
             let store = self.store.clone();
             let picked = tokio::task::spawn_blocking(move || {
@@ -675,17 +680,18 @@ impl Space {
                     let mountpath = picked[0].mountpath.clone();
                     let names = picked.into_iter().map(|c| (c.name, c.atime_ns)).collect();
                     let freed = store.evict_picked(&mountpath, &bucket, names).await;
-                    (mp, bucket, freed)
+                    (mp, mountpath, bucket, freed)
                 },
             ))
             .await;
-            for (mp, bucket, freed) in results {
+            for (mp, mountpath, bucket, freed) in results {
                 match freed {
                     Ok(freed) => {
                         for meta in freed {
                             room.free(mp, &bucket, meta.size.max(1) as i128);
                             done.objects += 1;
                             done.bytes += meta.size;
+                            unlinked.add(mp, &mountpath, meta.file);
                         }
                     }
                     Err(e) => {
@@ -697,7 +703,11 @@ impl Space {
             if failed {
                 break;
             }
+            if unlinked.len() >= UNLINK_BATCH {
+                failed |= !unlinked.remove_files().await;
+            }
         }
+        failed |= !unlinked.remove_files().await;
         metrics::counter!("grist_lru_examined_total").increment(done.examined);
         // Not known to be futile after a failed read: the next pass looks again. Candidates
         // that failed to go: look again after a check interval rather than at their

@@ -9,7 +9,7 @@
 
 use std::ops::Deref;
 
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction};
 
 use super::{OBJECTS, ObjectIndex, Table};
 use crate::store::error::StoreError;
@@ -17,9 +17,13 @@ use crate::store::meta::ObjectMeta;
 
 pub(super) const BY_ATIME: TableDefinition<&[u8], u64> = TableDefinition::new("by_atime");
 /// Facts about the index file itself: `by_atime` is set once [`BY_ATIME`] covers every record
-/// (indexes written before it existed are filled when opened).
+/// (indexes written before it existed are filled when opened), and `objects_len` is the records
+/// table's length after the last transaction that kept the order in step. A binary without the
+/// order (after a downgrade) changes records without it, and almost always their number; the
+/// next open then finds the length differs and rebuilds the order.
 const INDEX_META: TableDefinition<&str, u64> = TableDefinition::new("index_meta");
 const BY_ATIME_BUILT: &str = "by_atime";
+const OBJECTS_LEN: &str = "objects_len";
 
 /// Whether a bucket's records are cached copies that eviction may order (every bucket but a
 /// native one of this cluster).
@@ -63,6 +67,7 @@ fn parse_entry(bucket_len: usize, key: &[u8], size: u64) -> Option<AtimeEntry> {
 pub(super) struct Records<'t> {
     objects: Table<'t>,
     by_atime: redb::Table<'t, &'static [u8], u64>,
+    facts: redb::Table<'t, &'static str, u64>,
 }
 
 impl<'t> Deref for Records<'t> {
@@ -77,7 +82,15 @@ impl<'t> Records<'t> {
         Ok(Self {
             objects: tx.open_table(OBJECTS)?,
             by_atime: tx.open_table(BY_ATIME)?,
+            facts: tx.open_table(INDEX_META)?,
         })
+    }
+
+    /// Before the transaction commits: notes the records' count the order is in step with.
+    pub fn seal(mut self) -> Result<(), StoreError> {
+        let len = self.objects.len()?;
+        self.facts.insert(OBJECTS_LEN, len)?;
+        Ok(())
     }
 
     /// Stores a record under `key` (its bucket and name), replacing any.
@@ -140,10 +153,17 @@ pub(super) fn build_if_missing(db: &redb::Database) -> Result<(), StoreError> {
     let tx = db.begin_write()?;
     {
         let mut facts = tx.open_table(INDEX_META)?;
-        if facts.get(BY_ATIME_BUILT)?.is_some() {
-            return Ok(());
-        }
         let objects = tx.open_table(OBJECTS)?;
+        let in_step = facts.get(OBJECTS_LEN)?.map(|v| v.value()) == Some(objects.len()?);
+        if facts.get(BY_ATIME_BUILT)?.is_some() {
+            if in_step {
+                return Ok(());
+            }
+            tracing::warn!(
+                "index: records changed without their access-time order (by a binary without it?); rebuilding the order"
+            );
+            tx.delete_table(BY_ATIME)?;
+        }
         let mut by_atime = tx.open_table(BY_ATIME)?;
         let mut n = 0u64;
         for item in objects.iter()? {
@@ -158,6 +178,7 @@ pub(super) fn build_if_missing(db: &redb::Database) -> Result<(), StoreError> {
             }
         }
         facts.insert(BY_ATIME_BUILT, 1)?;
+        facts.insert(OBJECTS_LEN, objects.len()?)?;
         if n > 0 {
             tracing::info!(records = n, "index: built the access-time order");
         }
