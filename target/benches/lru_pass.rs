@@ -3,7 +3,8 @@
 //! access-time order) in the same run. Records only (no data files: a pass's cost is the
 //! index's, and deleting a missing file is a no-op), read in an order unlike their names'.
 //!
-//! Run: `cargo bench -p gristmill-target --bench lru_pass -- --objects 10000000 [--dir D]`
+//! Run: `cargo bench -p gristmill-target --bench lru_pass -- --objects 10000000 [--dir D]
+//! [--index-cache-mib N]`
 //! (the index of 10 M records takes about 3 GiB of disk). Results in `docs/benchmarks.md`.
 
 use std::path::PathBuf;
@@ -48,7 +49,17 @@ fn main() {
 }
 
 async fn run(objects: u64, mountpath: PathBuf) {
-    let store: Arc<Store> = Store::open(&[mountpath]).await.expect("store");
+    // `--index-cache-mib N`: the index's page cache (gristd's `target.index_cache_mib`).
+    let tuning = gristmill_target::StoreTuning {
+        index_cache_bytes: arg("--index-cache-mib").map_or(
+            gristmill_target::StoreTuning::default().index_cache_bytes,
+            |v| v.parse::<usize>().expect("--index-cache-mib N") << 20,
+        ),
+        ..Default::default()
+    };
+    let store: Arc<Store> = Store::open_with_state(&[mountpath], None, tuning)
+        .await
+        .expect("store");
     let bck = Bck::new("cache", Provider::Aws).unwrap();
     let uname = bck.uname();
     let base = gristmill_target::store::now_ns() - 3_600_000_000_000;

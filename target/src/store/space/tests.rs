@@ -182,7 +182,7 @@ async fn the_access_order_follows_every_change_of_a_record() {
             .unwrap();
         tx.commit().unwrap();
     }
-    let store = Store::open(&[path.clone()]).await.unwrap();
+    let store = Store::open(std::slice::from_ref(&path)).await.unwrap();
     assert_eq!(expect(&store.mountpaths()[0].index), 19);
 
     // A downgrade: a binary without the order deletes one record and stores two new ones
@@ -299,4 +299,41 @@ async fn fills_in_flight_count_against_the_quota() {
     drop(small);
     let again = space.admit_cached(&bmd, &bck, "b", 60).await.unwrap();
     drop(again);
+}
+
+/// An object cached again between its eviction and the removal of its evicted data file (which
+/// waits for a durable commit) keeps its new data: the refill's generation, and so its path, is
+/// new although eviction leaves no tombstone.
+#[tokio::test]
+async fn an_object_cached_again_before_its_evicted_file_went_keeps_its_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&[dir.path().join("mp0")]).await.unwrap();
+    let bck = Bck::new("remote", Provider::Aws).unwrap();
+    let uname = bck.uname();
+    store
+        .put(&bck, "x", body(10), Default::default())
+        .await
+        .unwrap();
+    let mp = store.mountpaths()[0].clone();
+    let old = mp.index.get(&uname, "x").unwrap().unwrap();
+    let freed = store
+        .evict_picked(&mp, &uname, vec![("x".into(), old.atime_ns)])
+        .await
+        .unwrap();
+    assert_eq!(freed.len(), 1);
+    store
+        .put(&bck, "x", body(20), Default::default())
+        .await
+        .unwrap();
+    let new = mp.index.get(&uname, "x").unwrap().unwrap();
+    assert_ne!(new.file, old.file, "a refill has a path of its own");
+    let mut unlinked = crate::store::removal::Unlinked::default();
+    for meta in freed {
+        unlinked.add(0, &mp, meta.file);
+    }
+    assert!(unlinked.remove_files().await);
+    let got = store.open_object(&bck, "x").await.unwrap();
+    assert_eq!(got.meta.size, 20);
+    assert!(mp.path.join(&new.file).exists(), "the new data file stays");
+    assert!(!mp.path.join(&old.file).exists(), "the evicted one went");
 }
