@@ -702,6 +702,9 @@ fn apply_one(
                 // Removed first (one descent of the tree), put back in the rare case that it
                 // was read or rewritten since the pick.
                 let Some(current) = table.remove(key.as_slice())? else {
+                    // An entry of the order without its record (left by a binary without
+                    // the order): it goes, or every pass would read it again.
+                    table.forget_order_entry(bucket, *atime, name)?;
                     continue;
                 };
                 if current.atime_ns == *atime {
@@ -709,6 +712,7 @@ fn apply_one(
                     applied.freed.push(current);
                 } else {
                     table.insert(key.as_slice(), &current)?;
+                    table.forget_order_entry(bucket, *atime, name)?;
                 }
             }
             Ok(applied)

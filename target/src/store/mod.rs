@@ -576,7 +576,11 @@ impl Store {
             meta.custom
                 .extend(set.iter().map(|(k, v)| (k.clone(), v.clone())));
             meta.generation = generation;
-            meta.file = data_file_name(&meta.bucket, name, generation);
+            // Named by the store's counter like every write's file, never by the record's
+            // generation: that one can repeat after an eviction (no tombstone), and an evicted
+            // file waiting for its removal could have the same name.
+            let file_gen = self.generation.fetch_add(1, Ordering::Relaxed);
+            meta.file = data_file_name(&meta.bucket, name, file_gen);
             let (old, new) = (mp.path.join(&current.file), mp.path.join(&meta.file));
             let linked = tokio::task::spawn_blocking(move || -> std::io::Result<()> {
                 let _ = std::fs::remove_file(&new); // a leftover of a crashed attempt

@@ -230,7 +230,7 @@ impl Store {
             .collect();
         // In key order: one walk down the B-tree's leaves instead of random jumps.
         picked.sort_unstable();
-        // Relaxed: the data files stay until `remove_evicted` has made this durable, so a crash
+        // Relaxed: the data files stay until `Unlinked` has made this durable, so a crash
         // brings back records whose files are still there, never a record without its file.
         let freed = mountpath
             .index
@@ -383,15 +383,17 @@ impl Unlinked {
         self.len
     }
 
-    /// Syncs each mountpath's index, then removes its files. False if an index could not sync
-    /// (its files stay; records that a crash brings back still have them).
+    /// Syncs each mountpath's index, then removes its files. False if an index could not sync:
+    /// that mountpath's files stay listed for the next call (records a crash brings back
+    /// still have them).
     pub async fn remove_files(&mut self) -> bool {
         let mut ok = true;
-        self.len = 0;
-        for (_, (mountpath, files)) in self.files.drain() {
+        let mut kept = std::collections::HashMap::new();
+        for (mp, (mountpath, files)) in std::mem::take(&mut self.files) {
             if let Err(e) = mountpath.index.sync().await {
                 tracing::warn!(mountpath = %mountpath.path.display(), error = %e, "LRU: could not sync the index; evicted files stay");
                 ok = false;
+                kept.insert(mp, (mountpath, files));
                 continue;
             }
             let files: Vec<PathBuf> = files.iter().map(|f| mountpath.path.join(f)).collect();
@@ -406,6 +408,35 @@ impl Unlinked {
             })
             .await;
         }
+        self.len = kept.values().map(|(_, f)| f.len()).sum();
+        self.files = kept;
         ok
+    }
+}
+
+/// A pass dropped before it removed its files (its future cancelled: an inline pass runs in a
+/// cold GET whose client may go away): they go in the background, one try.
+impl Drop for Unlinked {
+    fn drop(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        self.len = 0;
+        let files = std::mem::take(&mut self.files);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let len = files.values().map(|(_, f)| f.len()).sum();
+                let mut rest = Unlinked { files, len };
+                rest.remove_files().await;
+                rest.forget(); // one try: what failed stays for the startup scan
+            });
+        }
+    }
+}
+
+impl Unlinked {
+    fn forget(&mut self) {
+        self.files.clear();
+        self.len = 0;
     }
 }

@@ -703,8 +703,9 @@ impl Space {
             if failed {
                 break;
             }
-            if unlinked.len() >= UNLINK_BATCH {
-                failed |= !unlinked.remove_files().await;
+            if unlinked.len() >= UNLINK_BATCH && !unlinked.remove_files().await {
+                failed = true;
+                break;
             }
         }
         failed |= !unlinked.remove_files().await;

@@ -124,6 +124,19 @@ impl<'t> Records<'t> {
         Ok(Some(old))
     }
 
+    /// Removes the order's entry of `name` at `atime_ns` if there is one: for an entry that
+    /// names no record at that access time (stale; the record's own entry is another key).
+    pub fn forget_order_entry(
+        &mut self,
+        bucket: &str,
+        atime_ns: i64,
+        name: &str,
+    ) -> Result<(), StoreError> {
+        self.by_atime
+            .remove(atime_key(bucket, atime_ns, name).as_slice())?;
+        Ok(())
+    }
+
     /// Removes every record of a bucket; returns how many.
     pub fn drop_bucket(&mut self, bucket: &str) -> Result<u64, StoreError> {
         let lo = super::object_key(bucket, "");

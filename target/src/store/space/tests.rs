@@ -215,8 +215,51 @@ async fn the_access_order_follows_every_change_of_a_record() {
         }
         tx.commit().unwrap();
     }
-    let store = Store::open(&[path]).await.unwrap();
+    let store = Store::open(std::slice::from_ref(&path)).await.unwrap();
     assert_eq!(expect(&store.mountpaths()[0].index), 20);
+
+    // One removed behind the order's back and none added: the count is the same, so the
+    // next open keeps the order with a stale entry; an eviction that picks it drops it.
+    let x7 = store.mountpaths()[0]
+        .index
+        .get(&a.uname(), "x7")
+        .unwrap()
+        .unwrap();
+    drop(store);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    {
+        let db = redb::Database::open(path.join("index.redb")).unwrap();
+        let tx = db.begin_write().unwrap();
+        {
+            let def = redb::TableDefinition::<&[u8], &[u8]>::new("objects");
+            let mut objects = tx.open_table(def).unwrap();
+            let key = crate::store::index::object_key(&a.uname(), "x7");
+            objects.remove(key.as_slice()).unwrap();
+            let mut meta = some.clone();
+            meta.name = "new3".into();
+            let key = crate::store::index::object_key(&a.uname(), "new3");
+            objects
+                .insert(key.as_slice(), meta.encode().as_slice())
+                .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let store = Store::open(&[path]).await.unwrap();
+    let mp = store.mountpaths()[0].clone();
+    let stale = |mp: &Arc<crate::store::Mountpath>| {
+        mp.index
+            .by_atime_entries()
+            .unwrap()
+            .iter()
+            .any(|e| e.1 == "x7")
+    };
+    assert!(stale(&mp));
+    let freed = store
+        .evict_picked(&mp, &a.uname(), vec![("x7".into(), x7.atime_ns)])
+        .await
+        .unwrap();
+    assert!(freed.is_empty());
+    assert!(!stale(&mp), "the stale entry went");
 }
 
 /// An eviction removes a picked record only if it was not read or rewritten since the pass
@@ -302,30 +345,42 @@ async fn fills_in_flight_count_against_the_quota() {
 }
 
 /// An object cached again between its eviction and the removal of its evicted data file (which
-/// waits for a durable commit) keeps its new data: the refill's generation, and so its path, is
-/// new although eviction leaves no tombstone.
+/// waits for a durable commit) keeps its new data, also when both copies had their metadata
+/// patched: eviction leaves no tombstone, so the refill's record generation repeats the evicted
+/// one's, and a patch once named its file after that generation — the same path as the evicted
+/// file's (a review found it).
 #[tokio::test]
 async fn an_object_cached_again_before_its_evicted_file_went_keeps_its_data() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&[dir.path().join("mp0")]).await.unwrap();
     let bck = Bck::new("remote", Provider::Aws).unwrap();
     let uname = bck.uname();
-    store
-        .put(&bck, "x", body(10), Default::default())
-        .await
-        .unwrap();
+    let lock = crate::store::index::LockCheck {
+        now_ns: now_ns(),
+        bypass_governance: false,
+    };
+    let tag: std::collections::BTreeMap<String, String> = [("k".into(), "v".into())].into();
+    let fill_and_patch = |len: usize| {
+        let (store, bck, tag) = (store.clone(), bck.clone(), tag.clone());
+        async move {
+            store
+                .put(&bck, "x", body(len), Default::default())
+                .await
+                .unwrap();
+            store
+                .patch_custom(&bck, "x", &tag, &[], 0, lock)
+                .await
+                .unwrap()
+        }
+    };
+    let old = fill_and_patch(10).await;
     let mp = store.mountpaths()[0].clone();
-    let old = mp.index.get(&uname, "x").unwrap().unwrap();
     let freed = store
         .evict_picked(&mp, &uname, vec![("x".into(), old.atime_ns)])
         .await
         .unwrap();
     assert_eq!(freed.len(), 1);
-    store
-        .put(&bck, "x", body(20), Default::default())
-        .await
-        .unwrap();
-    let new = mp.index.get(&uname, "x").unwrap().unwrap();
+    let new = fill_and_patch(20).await;
     assert_ne!(new.file, old.file, "a refill has a path of its own");
     let mut unlinked = crate::store::removal::Unlinked::default();
     for meta in freed {
@@ -336,4 +391,37 @@ async fn an_object_cached_again_before_its_evicted_file_went_keeps_its_data() {
     assert_eq!(got.meta.size, 20);
     assert!(mp.path.join(&new.file).exists(), "the new data file stays");
     assert!(!mp.path.join(&old.file).exists(), "the evicted one went");
+}
+
+/// Evicted files of a pass whose future was dropped before it removed them (an inline pass
+/// runs in a cold GET, whose client may go away) still go, in the background.
+#[tokio::test]
+async fn evicted_files_of_a_dropped_pass_still_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&[dir.path().join("mp0")]).await.unwrap();
+    let bck = Bck::new("remote", Provider::Aws).unwrap();
+    store
+        .put(&bck, "x", body(10), Default::default())
+        .await
+        .unwrap();
+    let mp = store.mountpaths()[0].clone();
+    let meta = mp.index.get(&bck.uname(), "x").unwrap().unwrap();
+    let freed = store
+        .evict_picked(&mp, &bck.uname(), vec![("x".into(), meta.atime_ns)])
+        .await
+        .unwrap();
+    let mut unlinked = crate::store::removal::Unlinked::default();
+    for m in freed {
+        unlinked.add(0, &mp, m.file);
+    }
+    let file = mp.path.join(&meta.file);
+    assert!(file.exists());
+    drop(unlinked);
+    for _ in 0..500 {
+        if !file.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!file.exists(), "the dropped pass's file went");
 }
