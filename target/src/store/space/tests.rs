@@ -172,9 +172,8 @@ async fn the_access_order_follows_every_change_of_a_record() {
     // An index from before the order: drop the order's table and its mark, then reopen.
     drop(index);
     drop(store);
-    tokio::time::sleep(Duration::from_millis(200)).await;
     {
-        let db = redb::Database::open(path.join("index.redb")).unwrap();
+        let db = open_released(&path.join("index.redb")).await;
         let tx = db.begin_write().unwrap();
         tx.delete_table(redb::TableDefinition::<&[u8], u64>::new("by_atime"))
             .unwrap();
@@ -193,9 +192,8 @@ async fn the_access_order_follows_every_change_of_a_record() {
         .unwrap()
         .unwrap();
     drop(store);
-    tokio::time::sleep(Duration::from_millis(200)).await;
     {
-        let db = redb::Database::open(path.join("index.redb")).unwrap();
+        let db = open_released(&path.join("index.redb")).await;
         let tx = db.begin_write().unwrap();
         {
             let def = redb::TableDefinition::<&[u8], &[u8]>::new("objects");
@@ -226,9 +224,8 @@ async fn the_access_order_follows_every_change_of_a_record() {
         .unwrap()
         .unwrap();
     drop(store);
-    tokio::time::sleep(Duration::from_millis(200)).await;
     {
-        let db = redb::Database::open(path.join("index.redb")).unwrap();
+        let db = open_released(&path.join("index.redb")).await;
         let tx = db.begin_write().unwrap();
         {
             let def = redb::TableDefinition::<&[u8], &[u8]>::new("objects");
@@ -260,6 +257,20 @@ async fn the_access_order_follows_every_change_of_a_record() {
         .unwrap();
     assert!(freed.is_empty());
     assert!(!stale(&mp), "the stale entry went");
+}
+
+/// The index file of a store just dropped, opened raw once its committer let go of it.
+async fn open_released(file: &std::path::Path) -> redb::Database {
+    for _ in 0..500 {
+        match redb::Database::open(file) {
+            Ok(db) => return db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                tokio::time::sleep(Duration::from_millis(10)).await
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    panic!("{} is still open", file.display());
 }
 
 /// An eviction removes a picked record only if it was not read or rewritten since the pass
