@@ -1,5 +1,6 @@
 use super::*;
 use crate::store::index::IndexOp;
+use crate::store::meta::ObjectMeta;
 use bytes::Bytes;
 use gristmill_core::Provider;
 
@@ -192,27 +193,16 @@ async fn the_access_order_follows_every_change_of_a_record() {
         .unwrap()
         .unwrap();
     drop(store);
-    {
-        let db = open_released(&path.join("index.redb")).await;
-        let tx = db.begin_write().unwrap();
-        {
-            let def = redb::TableDefinition::<&[u8], &[u8]>::new("objects");
-            let mut objects = tx.open_table(def).unwrap();
-            objects
-                .remove(crate::store::index::object_key(&a.uname(), "x6").as_slice())
-                .unwrap();
-            for name in ["new1", "new2"] {
-                let mut meta = some.clone();
-                meta.name = name.into();
-                meta.atime_ns += 7;
-                let key = crate::store::index::object_key(&a.uname(), name);
-                objects
-                    .insert(key.as_slice(), meta.encode().as_slice())
-                    .unwrap();
-            }
-        }
-        tx.commit().unwrap();
-    }
+    let added: Vec<ObjectMeta> = ["new1", "new2"]
+        .into_iter()
+        .map(|name| {
+            let mut meta = some.clone();
+            meta.name = name.into();
+            meta.atime_ns += 7;
+            meta
+        })
+        .collect();
+    change_records_raw(&path, &a.uname(), "x6", &added).await;
     let store = Store::open(std::slice::from_ref(&path)).await.unwrap();
     assert_eq!(expect(&store.mountpaths()[0].index), 20);
 
@@ -224,23 +214,9 @@ async fn the_access_order_follows_every_change_of_a_record() {
         .unwrap()
         .unwrap();
     drop(store);
-    {
-        let db = open_released(&path.join("index.redb")).await;
-        let tx = db.begin_write().unwrap();
-        {
-            let def = redb::TableDefinition::<&[u8], &[u8]>::new("objects");
-            let mut objects = tx.open_table(def).unwrap();
-            let key = crate::store::index::object_key(&a.uname(), "x7");
-            objects.remove(key.as_slice()).unwrap();
-            let mut meta = some.clone();
-            meta.name = "new3".into();
-            let key = crate::store::index::object_key(&a.uname(), "new3");
-            objects
-                .insert(key.as_slice(), meta.encode().as_slice())
-                .unwrap();
-        }
-        tx.commit().unwrap();
-    }
+    let mut new3 = some.clone();
+    new3.name = "new3".into();
+    change_records_raw(&path, &a.uname(), "x7", &[new3]).await;
     let store = Store::open(&[path]).await.unwrap();
     let mp = store.mountpaths()[0].clone();
     let stale = |mp: &Arc<crate::store::Mountpath>| {
@@ -257,6 +233,31 @@ async fn the_access_order_follows_every_change_of_a_record() {
         .unwrap();
     assert!(freed.is_empty());
     assert!(!stale(&mp), "the stale entry went");
+}
+
+/// Changes records of a dropped store's index the way a binary without the access order
+/// would: removes `removed` and stores `added`, in the records table only.
+async fn change_records_raw(
+    path: &std::path::Path,
+    bucket: &str,
+    removed: &str,
+    added: &[ObjectMeta],
+) {
+    let db = open_released(&path.join("index.redb")).await;
+    let tx = db.begin_write().unwrap();
+    {
+        let def = redb::TableDefinition::<&[u8], &[u8]>::new("objects");
+        let mut objects = tx.open_table(def).unwrap();
+        let key = crate::store::index::object_key(bucket, removed);
+        objects.remove(key.as_slice()).unwrap();
+        for meta in added {
+            let key = crate::store::index::object_key(bucket, &meta.name);
+            objects
+                .insert(key.as_slice(), meta.encode().as_slice())
+                .unwrap();
+        }
+    }
+    tx.commit().unwrap();
 }
 
 /// The index file of a store just dropped, opened raw once its committer let go of it.
