@@ -43,7 +43,8 @@ def _port_free(port: int) -> bool:
 
 def _pick_base_port() -> int:
     for _ in range(200):
-        base = random.randint(20000, 40000)
+        # Below the kernel's ephemeral range (32768+), which outgoing connections draw from.
+        base = random.randint(20000, 32000)
         if all(_port_free(base + i) for i in range(TARGETS + 1)):
             return base
     raise RuntimeError("no free port range found")

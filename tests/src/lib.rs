@@ -31,9 +31,31 @@ pub fn gristd_bin() -> PathBuf {
     panic!("gristd not built: run `cargo build --bins` first (or set GRISTD_BIN)");
 }
 
-/// A free TCP port on 127.0.0.1 (bound, then released).
+/// A free TCP port on 127.0.0.1 (bound, then released): see [`free_port_on`].
 pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    free_port_on("127.0.0.1")
+}
+
+/// A free TCP port on `ip` (bound, then released), below the kernel's ephemeral range.
+///
+/// A port the kernel picked (`bind` to port 0) is one it hands out again: as the local port of
+/// any outgoing connection or to the next `--listen …:0` of a target, in this test or in one
+/// running beside it. Between this pick and the node's own bind, such a socket took the port
+/// once on CI and the proxy could not listen. Below the ephemeral range only another test's
+/// pick can take it, at random among ~17,000 ports.
+pub fn free_port_on(ip: &str) -> u16 {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let low = 15_000u16.min(ephemeral_low.saturating_sub(1_000));
+    for _ in 0..1_000 {
+        let port = rand::random_range(low..ephemeral_low);
+        if std::net::TcpListener::bind((ip, port)).is_ok() {
+            return port;
+        }
+    }
+    let l = std::net::TcpListener::bind((ip, 0)).expect("bind a free port");
     l.local_addr().expect("local addr").port()
 }
 
@@ -190,10 +212,20 @@ impl NodeProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The last 30 lines of the log, after the process's final error if it exited with one
+    /// (`Error: …` and its causes come before a backtrace that would fill the tail).
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        let tail = lines.len().saturating_sub(30);
+        let error = lines.iter().rposition(|l| l.starts_with("Error: "));
+        match error {
+            Some(e) if e < tail => {
+                let cause = &lines[e..lines.len().min(e + 8)];
+                format!("{}\n…\n{}", cause.join("\n"), lines[tail..].join("\n"))
+            }
+            _ => lines[tail..].join("\n"),
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use gristmill_core::ClusterMap;
 
+pub use crate::free_port_on;
 use crate::{Cluster, NodeProcess};
 
 /// What to start.
@@ -47,12 +48,6 @@ impl std::ops::DerefMut for ProxiesCluster {
     fn deref_mut(&mut self) -> &mut Cluster {
         &mut self.cluster
     }
-}
-
-/// A free TCP port on `ip`.
-pub fn free_port_on(ip: &str) -> u16 {
-    let l = std::net::TcpListener::bind((ip, 0)).expect("bind a free port");
-    l.local_addr().expect("local addr").port()
 }
 
 impl Cluster {
