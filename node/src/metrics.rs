@@ -69,6 +69,18 @@ const SERIES: &[(&str, Kind, Unit, &str)] = &[
         "Requests or connections refused by a configured limit, by limit.",
     ),
     (
+        "grist_list_target_requests_total",
+        Kind::Counter,
+        Unit::Count,
+        "Requests a proxy made to targets for their names while listing buckets.",
+    ),
+    (
+        "grist_list_target_entries_total",
+        Kind::Counter,
+        Unit::Count,
+        "Names targets sent a proxy while listing buckets (a small multiple of the names listed, whatever the number of targets).",
+    ),
+    (
         "grist_mountpath_capacity_bytes",
         Kind::Gauge,
         Unit::Bytes,

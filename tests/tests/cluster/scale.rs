@@ -78,6 +78,44 @@ async fn adding_one_target_to_twenty_moves_only_its_share() {
     assert_eq!(before.len(), N);
     assert_placed_by(&before_map, "twenty", &before);
 
+    // A listing in pages of 100 names: each of the 20 targets is asked for a little more than
+    // its share of a page, not for a whole page (that was 20 names fetched per name listed).
+    let fetched = || super::shards::metric(&c, &c.endpoint, "grist_list_target_entries_total");
+    let fetched_before = fetched().await;
+    let mut listed = Vec::new();
+    let mut token = String::new();
+    loop {
+        let body = serde_json::json!({"action": "list", "value": {
+            "pagesize": 100, "continuation_token": token}});
+        let r = c
+            .http
+            .get(c.url("/v1/buckets/twenty"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
+        let page: gristmill_core::api::ListObjectsPage = r.json().await.unwrap();
+        assert!(
+            page.entries.len() == 100 || page.continuation_token.is_empty(),
+            "a page short of 100 names before the end: {}",
+            page.entries.len()
+        );
+        listed.extend(page.entries.into_iter().map(|e| e.name));
+        if page.continuation_token.is_empty() {
+            break;
+        }
+        token = page.continuation_token;
+    }
+    let all: Vec<String> = (0..N).map(name).collect();
+    assert_eq!(listed, all, "every name once, in order");
+    let per_name = (fetched().await - fetched_before) as f64 / N as f64;
+    println!("scale: listing over 20 targets fetched {per_name:.2} names per name listed");
+    assert!(
+        per_name < 5.0,
+        "{per_name:.2} names fetched from targets per name listed"
+    );
+
     c.add_target().await.unwrap();
     let (after_map, _) = rebalanced(&c).await;
     assert_eq!(after_map.tmap.len(), 21);
