@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Listing at scale (issue 31): a `gristd playground` of N targets (one tiny mountpath each, one
+proxy) holding M small objects, listed whole through the proxy in pages of P names.
+
+Reports per page size: milliseconds per page, names listed per second, names the targets sent
+the proxy per name listed (`grist_list_target_entries_total`; absent from binaries before it),
+CPU of the proxy and of all targets per page, and the proxy's peak RSS (VmHWM).
+
+With --before DIR the same data is listed by the binaries in DIR too, alternating with
+--bin-dir's (the playground is stopped and started again on the same data directory between
+them), --rounds times: an A/B of the listing code on one machine in one run.
+
+Usage: benches/list_bench.py [--targets 30] [--objects 100000] [--pages 1000,10000]
+                             [--bin-dir build/release] [--before DIR] [--rounds 2] [--out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def request(method: str, url: str, body: dict | None = None, timeout: float = 120) -> bytes:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.read()
+
+
+def free_base(count: int) -> int:
+    """A port below the ephemeral range such that it and the next count-1 are free."""
+    for _ in range(1000):
+        base = random.randint(15000, 32000 - count)
+        ok = True
+        for p in range(base, base + count):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    sys.exit("no free port range")
+
+
+def cpu_ticks(pids: list[int]) -> int:
+    total = 0
+    for p in pids:
+        try:
+            f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+            total += int(f[11]) + int(f[12])
+        except OSError:
+            pass
+    return total
+
+
+def pids_of(pattern: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def hwm_mib(pid: int) -> float:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def metric(ep: str, name: str) -> float | None:
+    text = urllib.request.urlopen(f"{ep}/metrics", timeout=10).read().decode()
+    values = [float(l.rsplit(" ", 1)[1]) for l in text.splitlines()
+              if not l.startswith("#") and l.split("{")[0].split(" ")[0] == name]
+    return sum(values) if values else None
+
+
+class Playground:
+    def __init__(self, bin_dir: str, data: str, targets: int, port: int):
+        self.ep = f"http://127.0.0.1:{port}"
+        self.data = data
+        self.log = open(os.path.join(os.path.dirname(data), "playground.out"), "a")
+        self.proc = subprocess.Popen(
+            [os.path.join(bin_dir, "gristd"), "playground", "--targets", str(targets), "--proxies", "1",
+             "--mountpaths-per-target", "1", "--data-dir", data, "--port", str(port)],
+            stdout=self.log, stderr=subprocess.STDOUT,
+            # Not a benchmark of space: refuse writes only on a really full disk.
+            env={**os.environ, "GRISTD_OUT_OF_SPACE_WM": "100"})
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                m = json.loads(request("GET", f"{self.ep}/v1/daemon?what=smap", timeout=5))
+                if len(m["tmap"]) == targets and self._answers(f"{self.ep}/v1/buckets"):
+                    break
+            except Exception:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                sys.exit(f"the playground did not start (see {self.log.name})")
+            time.sleep(0.5)
+        self.proxy = pids_of(f"gristd proxy .*{data}/proxy-0")
+        self.targets = pids_of(f"gristd target .*{data}/")
+
+    @staticmethod
+    def _answers(url: str) -> bool:
+        try:
+            request("GET", url, timeout=5)
+            return True
+        except Exception:
+            return False
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def list_whole(pg: Playground, page: int, objects: int) -> dict:
+    fetched0 = metric(pg.ep, "grist_list_target_entries_total")
+    p0, t0 = cpu_ticks(pg.proxy), cpu_ticks(pg.targets)
+    start = time.monotonic()
+    pages, token, listed = 0, "", 0
+    while True:
+        body = {"action": "list", "value": {"pagesize": page, "continuation_token": token, "props": "name,size"}}
+        got = json.loads(request("GET", f"{pg.ep}/v1/buckets/lst", body))
+        pages += 1
+        listed += len(got.get("entries") or [])
+        token = got.get("continuation_token") or ""
+        if not token:
+            break
+    took = time.monotonic() - start
+    p1, t1 = cpu_ticks(pg.proxy), cpu_ticks(pg.targets)
+    fetched1 = metric(pg.ep, "grist_list_target_entries_total")
+    if listed != objects:
+        sys.exit(f"listing returned {listed} of {objects}")
+    return {
+        "ms_per_page": 1e3 * took / pages,
+        "names_per_s": listed / took,
+        "fetched_per_name": None if fetched0 is None else (fetched1 - fetched0) / listed,
+        "proxy_cpu_ms_per_page": 1e3 * (p1 - p0) / TICK / pages,
+        "targets_cpu_ms_per_page": 1e3 * (t1 - t0) / TICK / pages,
+        "proxy_hwm_mib": max(hwm_mib(p) for p in pg.proxy),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--targets", type=int, default=30)
+    ap.add_argument("--objects", type=int, default=100_000)
+    ap.add_argument("--pages", default="1000,10000")
+    ap.add_argument("--bin-dir", default="build/release")
+    ap.add_argument("--before", help="binaries to compare with (same data, alternating)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    pages = [int(p) for p in a.pages.split(",")]
+    systems = [("after", os.path.abspath(a.bin_dir))]
+    if a.before:
+        systems.insert(0, ("before", os.path.abspath(a.before)))
+    d = tempfile.mkdtemp(prefix="grist-list.")
+    data = os.path.join(d, "pg")
+    port = free_base(a.targets + 4)
+    results: dict[tuple[str, int], list[dict]] = {}
+    try:
+        pg = Playground(systems[-1][1], data, a.targets, port)
+        request("POST", f"{pg.ep}/v1/buckets/lst", {"action": "create-bck"})
+        t = time.monotonic()
+        subprocess.run([os.path.join(systems[-1][1], "grist-bench"), "--mode", "direct", "--endpoint", pg.ep,
+                        "--bucket", "lst", "--objects", str(a.objects), "--size", "16B", "--prefix", "o/",
+                        "--pct-put", "100", "--count", str(a.objects), "--workers", "32", "--interval", "0"],
+                       check=True, stdout=subprocess.DEVNULL)
+        print(f"filled {a.objects} objects in {time.monotonic() - t:.0f} s", file=sys.stderr)
+        pg.stop()
+        for r in range(a.rounds):
+            order = systems if r % 2 == 0 else list(reversed(systems))
+            for name, bins in order:
+                pg = Playground(bins, data, a.targets, port)
+                try:
+                    list_whole(pg, pages[0], a.objects)  # warm the index pages and connections
+                    for page in pages:
+                        res = list_whole(pg, page, a.objects)
+                        results.setdefault((name, page), []).append(res)
+                        print(f"round {r + 1} {name} page {page}: {json.dumps(res)}", file=sys.stderr)
+                finally:
+                    pg.stop()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+    def med(name: str, page: int, key: str) -> float | None:
+        vals = [x[key] for x in results[(name, page)] if x[key] is not None]
+        return statistics.median(vals) if vals else None
+
+    def fmt(v: float | None, spec: str) -> str:
+        return "n/a" if v is None else format(v, spec)
+
+    lines = [f"| {a.targets} targets, {a.objects:,} objects, one proxy | " + " | ".join(n for n, _ in systems) + " |",
+             "|---|" + "---|" * len(systems)]
+    for page in pages:
+        for key, label, spec in [("ms_per_page", "ms per page", ".1f"), ("names_per_s", "names listed per second", ",.0f"),
+                                 ("fetched_per_name", "names sent by targets per name listed", ".2f"),
+                                 ("proxy_cpu_ms_per_page", "proxy CPU per page, ms", ".1f"),
+                                 ("targets_cpu_ms_per_page", "targets' CPU per page, ms", ".1f"),
+                                 ("proxy_hwm_mib", "proxy peak RSS, MiB", ".0f")]:
+            lines.append(f"| pages of {page:,}: {label} | " + " | ".join(fmt(med(n, page, key), spec) for n, _ in systems) + " |")
+    table = "\n".join(lines)
+    print(table)
+    if a.out:
+        open(a.out, "w").write(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
