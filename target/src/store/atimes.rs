@@ -4,9 +4,14 @@
 //! shards by a hash of the object's name (no global lock), and a read of an object already
 //! pending updates its time in place (no allocation; only the first read since the last flush
 //! copies the names).
+//!
+//! A flush takes the pending times and writes them to the index; until that commit is done
+//! they stay visible to [`Atimes::get`] (see [`Flushing`]), so an eviction pass that asks
+//! whether an object was read since it was picked never falls into the gap between the two.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Independently locked shards.
 const SHARDS: usize = 16;
@@ -23,6 +28,28 @@ struct Pending {
 #[derive(Debug, Default)]
 pub(crate) struct Atimes {
     shards: [Mutex<HashMap<u64, Pending>>; SHARDS],
+    /// Times taken by flushes whose index commit has not finished: (flush id, time by key).
+    flushing: Mutex<Vec<(u64, HashMap<u64, i64>)>>,
+    next_flush: AtomicU64,
+}
+
+/// The times one flush took, visible to [`Atimes::get`] until this is dropped (after the
+/// flush's index commit, or when it failed).
+pub(crate) struct Flushing<'a> {
+    atimes: &'a Atimes,
+    id: u64,
+    /// (bucket uname, name, access time) of every read taken.
+    pub(crate) entries: Vec<(String, String, i64)>,
+}
+
+impl Drop for Flushing<'_> {
+    fn drop(&mut self) {
+        self.atimes
+            .flushing
+            .lock()
+            .expect("atimes flushing lock")
+            .retain(|(id, _)| *id != self.id);
+    }
 }
 
 fn key(bucket: &str, name: &str) -> u64 {
@@ -64,23 +91,50 @@ impl Atimes {
         shard.len()
     }
 
-    /// The pending access time of an object, if any.
+    /// The pending access time of an object, if any: a read not yet written to the index, or
+    /// one a flush is writing now.
     pub(crate) fn get(&self, bucket: &str, name: &str) -> Option<i64> {
         let k = key(bucket, name);
-        self.shard(k)
+        let pending = self
+            .shard(k)
             .get(&k)
             .filter(|p| p.bucket == bucket && p.name == name)
-            .map(|p| p.atime_ns)
+            .map(|p| p.atime_ns);
+        let flushing = self
+            .flushing
+            .lock()
+            .expect("atimes flushing lock")
+            .iter()
+            .filter_map(|(_, times)| times.get(&k).copied())
+            .max();
+        pending.max(flushing)
     }
 
-    /// Takes every pending access time.
-    pub(crate) fn drain(&self) -> Vec<(String, String, i64)> {
-        let mut out = Vec::new();
+    /// Takes every pending access time for a flush; they stay visible to [`Atimes::get`]
+    /// until the returned batch is dropped.
+    pub(crate) fn drain(&self) -> Flushing<'_> {
+        let mut entries = Vec::new();
+        let mut times = HashMap::new();
         for shard in &self.shards {
             let taken = std::mem::take(&mut *shard.lock().expect("atimes lock"));
-            out.extend(taken.into_values().map(|p| (p.bucket, p.name, p.atime_ns)));
+            times.reserve(taken.len());
+            for (k, p) in taken {
+                times.insert(k, p.atime_ns);
+                entries.push((p.bucket, p.name, p.atime_ns));
+            }
         }
-        out
+        let id = self.next_flush.fetch_add(1, Ordering::Relaxed);
+        if !times.is_empty() {
+            self.flushing
+                .lock()
+                .expect("atimes flushing lock")
+                .push((id, times));
+        }
+        Flushing {
+            atimes: self,
+            id,
+            entries,
+        }
     }
 }
 
@@ -102,7 +156,7 @@ mod tests {
         assert_eq!(a.get("ais/b", "x"), Some(5));
         assert_eq!(a.get("ais/c", "x"), Some(3));
         assert_eq!(a.get("ais/c", "y"), None);
-        let mut all = a.drain();
+        let mut all = std::mem::take(&mut a.drain().entries);
         all.sort();
         assert_eq!(
             all,
@@ -112,6 +166,25 @@ mod tests {
                 ("ais/c".into(), "x".into(), 3),
             ]
         );
-        assert!(a.drain().is_empty());
+        assert!(a.drain().entries.is_empty());
+    }
+
+    /// An eviction pass asks whether an object was read since it was picked: a read being
+    /// flushed still counts until its index commit is done (it used to vanish at the drain,
+    /// before the commit).
+    #[test]
+    fn a_read_being_flushed_stays_visible_until_its_flush_ends() {
+        let a = Atimes::default();
+        a.touch("ais/b", "x", 7);
+        let flushing = a.drain();
+        assert_eq!(flushing.entries, vec![("ais/b".into(), "x".into(), 7)]);
+        assert_eq!(a.get("ais/b", "x"), Some(7), "visible while its flush runs");
+        a.touch("ais/b", "x", 9);
+        let second = a.drain();
+        assert_eq!(a.get("ais/b", "x"), Some(9), "the newest of two flushes");
+        drop(flushing);
+        assert_eq!(a.get("ais/b", "x"), Some(9));
+        drop(second);
+        assert_eq!(a.get("ais/b", "x"), None, "written: the index has it");
     }
 }

@@ -385,7 +385,9 @@ impl Store {
 
     /// Writes pending access times to the indexes (one transaction per mountpath).
     pub async fn flush_atimes(&self) -> Result<usize, StoreError> {
-        let pending = self.atimes.drain();
+        // Visible to eviction passes until the commits below are done (dropped at return).
+        let mut flushing = self.atimes.drain();
+        let pending = std::mem::take(&mut flushing.entries);
         let n = pending.len();
         let set = self.set();
         let mut by_mp: HashMap<usize, Vec<(String, String, i64)>> = HashMap::new();
