@@ -126,7 +126,8 @@ async fn fill_round(
     copies: usize,
 ) -> Result<(Vec<ListObjectsPage>, Vec<(String, u64)>), ApiError> {
     let page_size = lso.page_size();
-    let first = share_of(page_size, targets.len());
+    // With k copies of each object, a target holds about k/N of a page.
+    let first = share_of(page_size * copies.max(1), targets.len()).min(page_size);
     let mut drops = Vec::new();
     let mut unreachable = Vec::new();
     let mut held: Vec<Held> = Vec::with_capacity(targets.len());

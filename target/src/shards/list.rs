@@ -98,8 +98,17 @@ pub(crate) async fn list_objects(
     }
     let more = out.len() >= limit && !(exhausted && out.len() == limit);
     out.truncate(limit);
+    // Read after the scan, as for plain listings: a copy dropped during or after it shows as
+    // a changed counter, and the proxy takes the page again (this path sent none, so its
+    // pages always counted as stable during a rebalance).
+    let drops = t.drops.load(std::sync::atomic::Ordering::SeqCst);
     let page = ListObjectsPage::answering(lso, out, more);
-    Ok(encode_page(&page, headers))
+    let mut resp = encode_page(&page, headers);
+    resp.headers_mut().insert(
+        gristmill_core::api::header::DROPS,
+        axum::http::HeaderValue::from(drops),
+    );
+    Ok(resp)
 }
 
 /// Appends the file members of `shard` whose keys sort after `after` and whose full names

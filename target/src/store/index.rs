@@ -339,7 +339,8 @@ impl ObjectIndex {
     ) -> Result<Vec<ObjectMeta>, StoreError> {
         let tx = self.db.begin_read()?;
         let table = tx.open_table(OBJECTS)?;
-        let start = if start_after > prefix {
+        // After a name equal to the prefix (a directory marker), the scan starts past it too.
+        let start = if !start_after.is_empty() && start_after >= prefix {
             let mut k = object_key(bucket, start_after);
             k.push(0); // smallest key strictly after `start_after`
             k
