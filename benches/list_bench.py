@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,47 +27,8 @@ import tempfile
 import time
 import urllib.request
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def request(method: str, url: str, body: dict | None = None, timeout: float = 120) -> bytes:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return r.read()
-
-
-def free_base(count: int) -> int:
-    """A port below the ephemeral range such that it and the next count-1 are free."""
-    for _ in range(1000):
-        base = random.randint(15000, 32000 - count)
-        ok = True
-        for p in range(base, base + count):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    sys.exit("no free port range")
-
-
-def cpu_ticks(pids: list[int]) -> int:
-    total = 0
-    for p in pids:
-        try:
-            f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
-            total += int(f[11]) + int(f[12])
-        except OSError:
-            pass
-    return total
-
-
-def pids_of(pattern: str) -> list[int]:
-    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from scale import TICK, cpu_ticks, free_base, pids_of, request  # noqa: E402
 
 
 def hwm_mib(pid: int) -> float:
