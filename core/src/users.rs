@@ -370,3 +370,27 @@ mod tests {
         }
     }
 }
+
+/// One static S3 user (`[s3] users`): keys and the buckets it may read and write (`"*"` =
+/// all). Proxies' S3 fronts and targets' S3 read ports judge them alike.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct S3User {
+    pub access_key: String,
+    pub secret_key: String,
+    #[serde(default)]
+    pub read: Vec<String>,
+    #[serde(default)]
+    pub write: Vec<String>,
+}
+
+impl S3User {
+    /// Whether `list` (a user's `read` or `write`) names `bucket`.
+    pub fn may_in(list: &[String], bucket: &str) -> bool {
+        list.iter().any(|b| b == "*" || b == bucket)
+    }
+
+    /// Whether the user may read objects of `bucket` (write access includes reading).
+    pub fn may_read(&self, bucket: &str) -> bool {
+        Self::may_in(&self.read, bucket) || Self::may_in(&self.write, bucket)
+    }
+}

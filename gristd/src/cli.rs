@@ -70,6 +70,8 @@ pub struct TargetArgs {
     pub backend: BackendSettings,
     #[command(flatten)]
     pub etl: EtlSettings,
+    #[command(flatten)]
+    pub s3: S3Settings,
 }
 
 #[derive(Args, Debug)]
@@ -90,4 +92,7 @@ pub struct PlaygroundArgs {
     /// first admin's password once.
     #[arg(long)]
     pub auth: bool,
+    /// Give target i an S3 port of its own at this port + i (S3 reads served by targets).
+    #[arg(long, value_name = "PORT")]
+    pub target_s3_port: Option<u16>,
 }

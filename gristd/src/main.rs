@@ -115,6 +115,13 @@ async fn run() -> anyhow::Result<()> {
                 rebalance_bandwidth: c.target.rebalance_bandwidth(),
                 etl: c.etl.resolve()?,
                 serve: gristmill_daemon::security::serve_options(&c, &state_dir, false)?,
+                s3: c.s3.listen.clone().filter(|l| !l.is_empty()).map(|listen| {
+                    gristmill_target::S3Config {
+                        listen,
+                        users: c.s3.users.clone().unwrap_or_default().0,
+                        domain: c.s3.domain.clone().filter(|d| !d.is_empty()),
+                    }
+                }),
                 state_dir,
                 join_url: join,
             };
@@ -130,6 +137,7 @@ async fn run() -> anyhow::Result<()> {
                 data_dir,
                 port: a.port,
                 auth: a.auth,
+                target_s3_port: a.target_s3_port,
             };
             playground::run(opts, shutdown_on_signals()).await
         }

@@ -28,6 +28,8 @@ pub struct PlaygroundOptions {
     /// Users, tokens and signed intra-cluster requests (`--auth`); the cluster secret lives
     /// in the data dir and the first admin's password is printed once.
     pub auth: bool,
+    /// Target i serves S3 reads on this port + i.
+    pub target_s3_port: Option<u16>,
 }
 
 /// The playground's cluster secret (with `--auth`).
@@ -84,6 +86,12 @@ fn node_specs(o: &PlaygroundOptions) -> Vec<NodeSpec> {
             "--join".into(),
             primary.clone(),
         ];
+        if let Some(base) = o.target_s3_port {
+            args.extend([
+                "--s3-listen".into(),
+                format!("127.0.0.1:{}", base + i as u16),
+            ]);
+        }
         for m in 0..o.mountpaths_per_target {
             args.extend([
                 "--mountpath".into(),
@@ -301,6 +309,13 @@ fn print_banner(o: &PlaygroundOptions, endpoint: &str) {
         "  python3 -c 'import gristmill; print(gristmill.Client(\"{endpoint}\").bucket(\"demo\").object(\"readme.md\").get()[:80])'"
     );
     println!();
+    if let Some(base) = o.target_s3_port {
+        let last = base + o.targets.saturating_sub(1) as u16;
+        println!(
+            "S3 reads served by the targets themselves: http://127.0.0.1:{base} .. :{last} (any of them; the rest is relayed to the proxy)"
+        );
+        println!();
+    }
     if o.auth {
         println!("S3 (path-style, same endpoint): with the access key of a user (--s3-key).");
         println!();

@@ -69,6 +69,12 @@ const SERIES: &[(&str, Kind, Unit, &str)] = &[
         "Requests or connections refused by a configured limit, by limit.",
     ),
     (
+        "grist_s3_target_requests_total",
+        Kind::Counter,
+        Unit::Count,
+        "S3 requests on a target's S3 port, by answer: served (a read answered by this target or its owner) or relayed (to a proxy's S3 front).",
+    ),
+    (
         "grist_list_target_requests_total",
         Kind::Counter,
         Unit::Count,

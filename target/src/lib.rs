@@ -25,6 +25,7 @@ pub mod backend;
 mod cluster;
 mod jobs;
 mod read;
+mod s3;
 mod shards;
 pub mod store;
 mod verify;
@@ -121,7 +122,11 @@ pub struct TargetConfig {
     pub etl: gristmill_etl::EtlConfig,
     /// Limits, TLS and access control (auth off by default).
     pub serve: gristmill_node::conn::ServeOptions,
+    /// S3 reads served on a port of this target's own (`[s3] listen`), see [`s3`].
+    pub s3: Option<S3Config>,
 }
+
+pub use s3::S3Config;
 
 /// Shared state of a running target.
 pub(crate) struct Target {
@@ -643,8 +648,27 @@ pub async fn run(
     if let Some(tls) = &config.serve.tls {
         tls.reload_on_sighup(shutdown.clone());
     }
+    let s3_port = match &config.s3 {
+        Some(s3_config) => {
+            let s3_listener = tokio::net::TcpListener::bind(&s3_config.listen)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", s3_config.listen))?;
+            tracing::info!(node = %id, listen = %s3_config.listen, "serving S3 reads");
+            let reads = s3::S3Reads::new(s3_config, config.serve.auth.clone());
+            Some(tokio::spawn(gristmill_node::server::serve_with(
+                s3_listener,
+                s3::router(target.clone(), reads),
+                shutdown.clone(),
+                config.serve.clone(),
+            )))
+        }
+        None => None,
+    };
     gristmill_node::server::serve_with(listener, app, shutdown.clone(), config.serve.clone())
         .await?;
+    if let Some(s3_port) = s3_port {
+        let _ = s3_port.await;
+    }
     shutdown.cancel();
     let _ = members.await;
     tracing::info!(node = %id, "target stopped");

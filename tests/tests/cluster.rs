@@ -46,6 +46,8 @@ mod restarts;
 mod returns;
 #[path = "cluster/s3.rs"]
 mod s3;
+#[path = "cluster/s3_targets.rs"]
+mod s3_targets;
 #[path = "cluster/scale.rs"]
 mod scale;
 #[path = "cluster/scrub.rs"]

@@ -223,12 +223,12 @@ pub struct ProxySettings {
 /// The variable a playground hands its first proxy the admin password in.
 pub const ADMIN_PASSWORD_ENV: &str = "GRISTD_ADMIN_PASSWORD";
 
-/// `[s3]`: the S3 API of proxies.
+/// `[s3]`: the S3 API of proxies, and of targets that serve S3 reads themselves.
 #[derive(Args, Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 #[command(next_help_heading = "S3")]
 pub struct S3Settings {
-    /// Extra address serving only the S3 API; the main port serves it too.
+    /// Extra address serving only the S3 API (proxies: the main port serves it too; targets: reads answered here, the rest relayed to a proxy).
     #[arg(
         id = "s3.listen",
         long = "s3-listen",
@@ -236,7 +236,7 @@ pub struct S3Settings {
         value_name = "ADDR"
     )]
     pub listen: Option<String>,
-    /// S3 users with keys and bucket grants (JSON on the command line); none = anonymous access.
+    /// S3 users with keys and bucket grants (JSON on the command line); none = anonymous access. Give targets with an S3 port the same users as the proxies.
     #[arg(
         id = "s3.users",
         long = "s3-users",

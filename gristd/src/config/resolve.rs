@@ -67,6 +67,7 @@ impl FileConfig {
         c.space = layered(&self.space, &a.space)?;
         c.backend = layered(&self.backend, &a.backend)?;
         c.etl = layered(&self.etl, &a.etl)?;
+        c.s3 = layered(&self.s3, &a.s3)?;
         Ok(c)
     }
 }

@@ -131,7 +131,7 @@ where
 /// command line, `[[s3.users]]` tables in the file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct S3Users(pub Vec<gristmill_proxy::S3User>);
+pub struct S3Users(pub Vec<gristmill_core::users::S3User>);
 
 impl FromStr for S3Users {
     type Err = String;

@@ -8,24 +8,8 @@ use gristmill_core::users::{self, Need, User};
 use s3s::access::{S3Access, S3AccessContext};
 use s3s::auth::{S3Auth, SecretKey};
 use s3s::{S3Result, s3_error};
-use serde::{Deserialize, Serialize};
 
-/// One S3 user: keys and the buckets it may read and write (`"*"` = all).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct S3User {
-    pub access_key: String,
-    pub secret_key: String,
-    #[serde(default)]
-    pub read: Vec<String>,
-    #[serde(default)]
-    pub write: Vec<String>,
-}
-
-impl S3User {
-    fn may(list: &[String], bucket: &str) -> bool {
-        list.iter().any(|b| b == "*" || b == bucket)
-    }
-}
+pub use gristmill_core::users::S3User;
 
 /// Where access keys come from: the users of `--s3-users` (static, with their own bucket
 /// lists) and, when auth is on, the cluster's users (keys in the bucket metadata, secrets
@@ -282,9 +266,9 @@ impl S3Access for Grants {
             s3s::path::S3Path::Object { bucket, .. } => bucket.to_string(),
         };
         let allowed = if is_write(op) {
-            S3User::may(&user.write, &bucket)
+            S3User::may_in(&user.write, &bucket)
         } else {
-            S3User::may(&user.read, &bucket) || S3User::may(&user.write, &bucket)
+            user.may_read(&bucket)
         };
         if !allowed {
             return Err(s3_error!(
@@ -302,7 +286,7 @@ impl S3Access for Grants {
             let src = percent_encoding::percent_decode_str(src.trim_start_matches('/'))
                 .decode_utf8_lossy();
             let src_bucket = src.split('/').next().unwrap_or("");
-            if !(S3User::may(&user.read, src_bucket) || S3User::may(&user.write, src_bucket)) {
+            if !user.may_read(src_bucket) {
                 return Err(s3_error!(
                     AccessDenied,
                     "user may not read bucket {src_bucket}"

@@ -6,7 +6,7 @@ mod buckets;
 mod internal;
 mod jobs;
 mod node;
-mod objects;
+pub(crate) mod objects;
 pub(crate) mod route;
 #[cfg(test)]
 mod router_tests;

@@ -32,6 +32,7 @@ async fn target() -> (tempfile::TempDir, Arc<Target>, axum::Router) {
         weight: crate::Weight::Fixed(0),
         etl: Default::default(),
         serve: Default::default(),
+        s3: None,
     };
     std::fs::create_dir_all(&config.state_dir).unwrap();
     let url = "http://127.0.0.1:1".to_owned();

@@ -204,7 +204,7 @@ async fn reader(
 }
 
 /// Sum of one metric's samples on a node, over the lines that contain `label`.
-async fn metric(c: &Cluster, node_url: &str, name: &str, label: &str) -> u64 {
+pub(super) async fn metric(c: &Cluster, node_url: &str, name: &str, label: &str) -> u64 {
     let Ok(r) = c.http.get(format!("{node_url}/metrics")).send().await else {
         return 0;
     };

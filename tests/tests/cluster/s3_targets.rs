@@ -1,0 +1,389 @@
+//! Targets serving S3 reads on ports of their own (`--s3-listen` on a target): every read
+//! answered exactly as the proxy's S3 front answers it, plain reads served by the targets
+//! (counted), everything else — writes, listings, SSE-C, refusals — relayed to a proxy.
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{
+    BucketVersioningStatus, ChecksumAlgorithm, ChecksumMode, CompletedMultipartUpload,
+    CompletedPart, VersioningConfiguration,
+};
+use base64::Engine as _;
+use gristmill_tests::{Cluster, content};
+
+const USERS: &str = r#"[{"access_key":"admin","secret_key":"admin-secret","read":["*"],"write":["*"]},{"access_key":"other","secret_key":"other-secret","read":["elsewhere"],"write":[]}]"#;
+
+fn client(endpoint: &str, access: &str, secret: &str) -> Client {
+    let config = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(access, secret, None, None, "test"))
+        .build();
+    Client::from_conf(config)
+}
+
+/// Every field of a GET's answer a client sees, and its body.
+type Answer = (Vec<(&'static str, Option<String>)>, Vec<u8>);
+
+async fn get(s3: &Client, bucket: &str, key: &str, range: Option<&str>, sums: bool) -> Answer {
+    let mut req = s3.get_object().bucket(bucket).key(key);
+    if let Some(r) = range {
+        req = req.range(r);
+    }
+    if sums {
+        req = req.checksum_mode(ChecksumMode::Enabled);
+    }
+    let o = req
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {bucket}/{key}: {e:?}"));
+    let mut metadata: Vec<_> = o.metadata().into_iter().flatten().collect();
+    metadata.sort();
+    let fields = vec![
+        ("etag", o.e_tag().map(str::to_owned)),
+        ("content-length", o.content_length().map(|n| n.to_string())),
+        ("content-range", o.content_range().map(str::to_owned)),
+        ("accept-ranges", o.accept_ranges().map(str::to_owned)),
+        ("last-modified", o.last_modified().map(|t| t.to_string())),
+        ("content-type", o.content_type().map(str::to_owned)),
+        ("content-encoding", o.content_encoding().map(str::to_owned)),
+        ("cache-control", o.cache_control().map(str::to_owned)),
+        (
+            "content-disposition",
+            o.content_disposition().map(str::to_owned),
+        ),
+        ("content-language", o.content_language().map(str::to_owned)),
+        ("expires", o.expires_string().map(str::to_owned)),
+        ("metadata", Some(format!("{metadata:?}"))),
+        ("tag-count", o.tag_count().map(|n| n.to_string())),
+        ("version-id", o.version_id().map(str::to_owned)),
+        ("crc32", o.checksum_crc32().map(str::to_owned)),
+        ("crc32c", o.checksum_crc32_c().map(str::to_owned)),
+        ("sha256", o.checksum_sha256().map(str::to_owned)),
+        (
+            "checksum-type",
+            o.checksum_type().map(|t| t.as_str().to_owned()),
+        ),
+        ("parts-count", o.parts_count().map(|n| n.to_string())),
+    ];
+    (
+        fields,
+        o.body.collect().await.unwrap().into_bytes().to_vec(),
+    )
+}
+
+async fn head(s3: &Client, bucket: &str, key: &str) -> Vec<(&'static str, Option<String>)> {
+    let o = s3
+        .head_object()
+        .bucket(bucket)
+        .key(key)
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap();
+    let mut metadata: Vec<_> = o.metadata().into_iter().flatten().collect();
+    metadata.sort();
+    vec![
+        ("etag", o.e_tag().map(str::to_owned)),
+        ("content-length", o.content_length().map(|n| n.to_string())),
+        ("last-modified", o.last_modified().map(|t| t.to_string())),
+        ("content-type", o.content_type().map(str::to_owned)),
+        ("cache-control", o.cache_control().map(str::to_owned)),
+        ("expires", o.expires_string().map(str::to_owned)),
+        ("metadata", Some(format!("{metadata:?}"))),
+        ("version-id", o.version_id().map(str::to_owned)),
+        ("sha256", o.checksum_sha256().map(str::to_owned)),
+        (
+            "checksum-type",
+            o.checksum_type().map(|t| t.as_str().to_owned()),
+        ),
+        ("accept-ranges", o.accept_ranges().map(str::to_owned)),
+    ]
+}
+
+/// S3 requests a target counted as `answer` (`served`, `relayed`).
+async fn counted(c: &Cluster, target_url: &str, answer: &str) -> u64 {
+    super::restarts::metric(
+        c,
+        target_url,
+        "grist_s3_target_requests_total",
+        &format!("answer=\"{answer}\""),
+    )
+    .await
+}
+
+fn code<E: aws_sdk_s3::error::ProvideErrorMetadata>(e: &E) -> String {
+    e.code().unwrap_or("").to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn targets_answer_s3_reads_as_the_proxy_does() {
+    let ports: Vec<u16> = (0..3).map(|_| gristmill_tests::free_port()).collect();
+    let c = Cluster::start_each(3, 1, &["--s3-users", USERS], |i| {
+        vec![
+            (
+                "GRISTD_S3_LISTEN".to_owned(),
+                format!("127.0.0.1:{}", ports[i]),
+            ),
+            ("GRISTD_S3_USERS".to_owned(), USERS.to_owned()),
+        ]
+    })
+    .await
+    .unwrap();
+    let smap = c.smap().await.unwrap();
+    // Target i's main URL, for its metrics (targets start in index order, ports with them).
+    let mut target_urls = Vec::new();
+    for i in 0..3 {
+        let id = c.target_id(i).await.unwrap();
+        target_urls.push(smap.tmap[&id].url().to_owned());
+    }
+    let endpoints: Vec<String> = ports
+        .iter()
+        .map(|p| format!("http://127.0.0.1:{p}"))
+        .collect();
+    let proxy = client(&c.endpoint, "admin", "admin-secret");
+
+    // Objects with every kind of metadata the S3 front keeps.
+    proxy.create_bucket().bucket("tgt").send().await.unwrap();
+    let plain = content(1, 16 << 10);
+    proxy
+        .put_object()
+        .bucket("tgt")
+        .key("plain/a")
+        .body(ByteStream::from(plain.clone()))
+        .send()
+        .await
+        .unwrap();
+    proxy
+        .put_object()
+        .bucket("tgt")
+        .key("meta/b c+d")
+        .content_type("image/jpeg")
+        .metadata("label", "cat")
+        .metadata("split", "train")
+        .cache_control("max-age=60")
+        .content_disposition("attachment; filename=\"b.jpg\"")
+        .content_language("en")
+        .content_encoding("identity")
+        .expires(aws_sdk_s3::primitives::DateTime::from_secs(2_000_000_000))
+        .tagging("k=v&x=y")
+        .checksum_algorithm(ChecksumAlgorithm::Sha256)
+        .body(ByteStream::from(content(2, 3000)))
+        .send()
+        .await
+        .unwrap();
+    let big = content(3, (5 << 20) + 77);
+    let up = proxy
+        .create_multipart_upload()
+        .bucket("tgt")
+        .key("mp/c")
+        .send()
+        .await
+        .unwrap();
+    let mut parts = Vec::new();
+    for (n, chunk) in big.chunks(5 << 20).enumerate() {
+        let r = proxy
+            .upload_part()
+            .bucket("tgt")
+            .key("mp/c")
+            .upload_id(up.upload_id().unwrap())
+            .part_number(n as i32 + 1)
+            .body(ByteStream::from(chunk.to_vec()))
+            .send()
+            .await
+            .unwrap();
+        parts.push(
+            CompletedPart::builder()
+                .part_number(n as i32 + 1)
+                .e_tag(r.e_tag().unwrap())
+                .build(),
+        );
+    }
+    proxy
+        .complete_multipart_upload()
+        .bucket("tgt")
+        .key("mp/c")
+        .upload_id(up.upload_id().unwrap())
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(parts))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    proxy.create_bucket().bucket("tgtv").send().await.unwrap();
+    proxy
+        .put_bucket_versioning()
+        .bucket("tgtv")
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    for seed in [4, 5] {
+        proxy
+            .put_object()
+            .bucket("tgtv")
+            .key("v")
+            .body(ByteStream::from(content(seed, 5000)))
+            .send()
+            .await
+            .unwrap();
+    }
+    let objects = [
+        ("tgt", "plain/a"),
+        ("tgt", "meta/b c+d"),
+        ("tgt", "mp/c"),
+        ("tgtv", "v"),
+    ];
+
+    // Every target answers every read as the proxy does: whole, ranged, with checksums, HEAD.
+    // Each target owns some of them and forwards the rest to their owners.
+    for (i, endpoint) in endpoints.iter().enumerate() {
+        let s3 = client(endpoint, "admin", "admin-secret");
+        let served_before = counted(&c, &target_urls[i], "served").await;
+        for (bucket, key) in objects {
+            for (range, sums) in [(None, false), (Some("bytes=5-1099"), false), (None, true)] {
+                let want = get(&proxy, bucket, key, range, sums).await;
+                let got = get(&s3, bucket, key, range, sums).await;
+                assert_eq!(got.0, want.0, "target {i}: {bucket}/{key} {range:?} {sums}");
+                assert!(got.1 == want.1, "target {i}: {bucket}/{key}: bytes differ");
+            }
+            assert_eq!(
+                head(&s3, bucket, key).await,
+                head(&proxy, bucket, key).await,
+                "target {i}: HEAD {bucket}/{key}"
+            );
+        }
+        let served = counted(&c, &target_urls[i], "served").await - served_before;
+        assert_eq!(
+            served,
+            4 * objects.len() as u64,
+            "target {i} served every read itself"
+        );
+    }
+    let whole = get(
+        &client(&endpoints[0], "admin", "admin-secret"),
+        "tgt",
+        "plain/a",
+        None,
+        false,
+    )
+    .await;
+    assert!(whole.1 == plain);
+
+    // An overwrite through the proxy is what every target serves next.
+    let newer = content(6, 16 << 10);
+    proxy
+        .put_object()
+        .bucket("tgt")
+        .key("plain/a")
+        .body(ByteStream::from(newer.clone()))
+        .send()
+        .await
+        .unwrap();
+    for endpoint in &endpoints {
+        let s3 = client(endpoint, "admin", "admin-secret");
+        assert!(get(&s3, "tgt", "plain/a", None, false).await.1 == newer);
+    }
+
+    // What the fast path leaves to the proxies comes back exactly as they answer it.
+    let s3 = client(&endpoints[1], "admin", "admin-secret");
+    let relayed_before = counted(&c, &target_urls[1], "relayed").await;
+    // Writes and listings, signed for the target's address.
+    s3.put_object()
+        .bucket("tgt")
+        .key("via/target")
+        .body(ByteStream::from(content(7, 100)))
+        .send()
+        .await
+        .unwrap();
+    let listed = s3
+        .list_objects_v2()
+        .bucket("tgt")
+        .prefix("via/")
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<_> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, ["via/target"]);
+    // SSE-C objects.
+    let key = [7u8; 32];
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let key_md5 = b64(&<md5::Md5 as md5::Digest>::digest(key));
+    proxy
+        .put_object()
+        .bucket("tgt")
+        .key("sse/d")
+        .sse_customer_algorithm("AES256")
+        .sse_customer_key(b64(&key))
+        .sse_customer_key_md5(&key_md5)
+        .body(ByteStream::from(content(8, 4000)))
+        .send()
+        .await
+        .unwrap();
+    let sse = s3
+        .get_object()
+        .bucket("tgt")
+        .key("sse/d")
+        .sse_customer_algorithm("AES256")
+        .sse_customer_key(b64(&key))
+        .sse_customer_key_md5(&key_md5)
+        .send()
+        .await
+        .unwrap();
+    assert!(sse.body.collect().await.unwrap().into_bytes().as_ref() == &content(8, 4000)[..]);
+    let no_key = s3.get_object().bucket("tgt").key("sse/d").send().await;
+    assert_eq!(
+        code(&no_key.unwrap_err().into_service_error()),
+        "InvalidRequest"
+    );
+    // Refusals: a missing key, a user without access, a wrong secret, no signature.
+    let missing = s3.get_object().bucket("tgt").key("nope").send().await;
+    assert_eq!(
+        code(&missing.unwrap_err().into_service_error()),
+        "NoSuchKey"
+    );
+    let other = client(&endpoints[1], "other", "other-secret");
+    let denied = other.get_object().bucket("tgt").key("plain/a").send().await;
+    assert_eq!(
+        code(&denied.unwrap_err().into_service_error()),
+        "AccessDenied"
+    );
+    let forger = client(&endpoints[1], "admin", "not-the-secret");
+    let forged = forger
+        .get_object()
+        .bucket("tgt")
+        .key("plain/a")
+        .send()
+        .await;
+    assert_eq!(
+        code(&forged.unwrap_err().into_service_error()),
+        "SignatureDoesNotMatch"
+    );
+    let unsigned = c
+        .http
+        .get(format!("{}/tgt/plain/a", endpoints[1]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unsigned.status(), 403);
+    assert!(
+        unsigned
+            .text()
+            .await
+            .unwrap()
+            .contains("<Code>AccessDenied</Code>")
+    );
+    let relayed = counted(&c, &target_urls[1], "relayed").await - relayed_before;
+    assert!(relayed >= 8, "relayed {relayed}");
+    // The object written through the target is there for the proxy too.
+    assert!(get(&proxy, "tgt", "via/target", None, false).await.1 == content(7, 100));
+}
