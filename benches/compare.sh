@@ -160,14 +160,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# First of 6 consecutive free ports on 127.0.0.1 (proxy, 3 targets, nginx, nginx reverse proxy).
+# First of 16 consecutive free ports on 127.0.0.1 (proxy, 3 targets, nginx, nginx reverse
+# proxy; from +8 the targets' own S3 ports).
 port=$(python3 - <<'EOF'
 import random, socket, sys
 for _ in range(500):
     base = random.randint(20000, 59990)
     socks = []
     try:
-        for p in range(base, base + 6):
+        for p in range(base, base + 16):
             s = socket.socket()
             socks.append(s)
             s.bind(("127.0.0.1", p))
@@ -188,10 +189,13 @@ nginx_url=http://127.0.0.1:$nginx_port
 # (Gristmill's S3 API streams every request through the proxy to the owning target).
 nginx_hop_port=$((port + 5))
 nginx_hop_url=http://127.0.0.1:$nginx_hop_port
+# Target i serves S3 reads itself on port + 8 + i (`playground --target-s3-port`); the rows
+# read through the first one (with several targets, it forwards reads of others' objects once).
+target_s3_url=http://127.0.0.1:$((port + 8))
 
 # --- start Gristmill -----------------------------------------------------------------------
 log "starting gristd playground on $endpoint (data in $workdir/grist)"
-"$GRISTD" playground --data-dir "$workdir/grist" --port "$port" --targets "$targets" >"$workdir/playground.out" 2>&1 &
+"$GRISTD" playground --data-dir "$workdir/grist" --port "$port" --targets "$targets" --target-s3-port $((port + 8)) >"$workdir/playground.out" 2>&1 &
 pg_pid=$!
 for _ in $(seq 600); do
   grep -q '^endpoint:' "$workdir/playground.out" 2>/dev/null && break
@@ -379,6 +383,9 @@ get_rows() { # round
   echo "s3get1m-grist.r$r --mode s3 --endpoint $endpoint --bucket bench ${big[*]} --workers $big_workers --duration $duration"
   echo "s3get16k-nginxhop.r$r --mode http --endpoint $nginx_hop_url ${small[*]} --workers $small_workers --duration $duration"
   echo "s3get16k-grist.r$r --mode s3 --endpoint $endpoint --bucket bench ${small[*]} --workers $small_workers --duration $duration"
+  # The same S3 GETs on a target's own S3 port (no proxy hop) vs nginx serving the files.
+  echo "s3get1m-target.r$r --mode s3 --endpoint $target_s3_url --bucket bench ${big[*]} --workers $big_workers --duration $duration"
+  echo "s3get16k-target.r$r --mode s3 --endpoint $target_s3_url --bucket bench ${small[*]} --workers $small_workers --duration $duration"
   # get-batch (32 x 16 KiB per request, one streamed archive) and archive-member reads (a
   # 16 KiB member of a tar shard), compared by bytes/s with plain 16 KiB GETs direct.
   echo "batch16k-grist.r$r --mode proxy --endpoint $endpoint --bucket bench ${small[*]} --batch-size 32 --workers 4 --duration $duration"
@@ -512,6 +519,8 @@ report() {
   row "GET 16 KiB, native direct (HRW)" "ops/s" ops_per_s GET 'get16k-direct.r*' 'get16k-nginx.r*' nginx 0.9
   row "GET 1 MiB, S3 API through the proxy" "MiB/s" mib_per_s GET 's3get1m-grist.r*' 's3get1m-nginxhop.r*' "nginx→nginx" 0.9
   row "GET 16 KiB, S3 API through the proxy" "ops/s" ops_per_s GET 's3get16k-grist.r*' 's3get16k-nginxhop.r*' "nginx→nginx" 1.0
+  row "GET 1 MiB, S3 API on a target's S3 port" "MiB/s" mib_per_s GET 's3get1m-target.r*' 'get1m-nginx.r*' nginx 0.9
+  row "GET 16 KiB, S3 API on a target's S3 port" "ops/s" ops_per_s GET 's3get16k-target.r*' 'get16k-nginx.r*' nginx 0.9
   # Server CPU per GET, nginx's over Gristmill's (≥ 1/1.2: Gristmill at most 1.2x nginx's).
   local gcpu ncpu _c _b
   read -r gcpu _c _b < <(cpu_per_op GET 'get16k-direct.r*')
@@ -577,7 +586,8 @@ report() {
   echo "|---|---|---|---|---|"
   local key srv cli busy
   for key in get1m-nginx get1m-proxy get1m-direct get16k-nginx get16k-proxy get16k-direct \
-    s3get1m-nginxhop s3get1m-grist s3get16k-nginxhop s3get16k-grist batch16k-grist arch16k-grist; do
+    s3get1m-nginxhop s3get1m-grist s3get16k-nginxhop s3get16k-grist s3get1m-target s3get16k-target \
+    batch16k-grist arch16k-grist; do
     read -r srv cli busy < <(cpu_per_op GET "$key.r*")
     case $key in *nginx*) sys=nginx ;; *) sys=Gristmill ;; esac
     echo "| $key | $sys | $srv | $cli | $busy% |"

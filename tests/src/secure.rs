@@ -113,6 +113,8 @@ pub struct SecureOptions {
     pub node_args: Vec<String>,
     /// Extra environment for every node.
     pub env: Vec<(String, String)>,
+    /// Extra arguments for target i (`target_args[i]`, when there is one).
+    pub target_args: Vec<Vec<String>>,
 }
 
 /// A running cluster with auth and/or TLS, and what its tests need to reach it.
@@ -230,6 +232,7 @@ impl SecureCluster {
                 mp.display().to_string(),
             ];
             args.extend(common.iter().cloned());
+            args.extend(opts.target_args.get(i).into_iter().flatten().cloned());
             targets.push(NodeProcess::spawn(
                 &format!("target-{i}"),
                 args,

@@ -387,3 +387,81 @@ async fn targets_answer_s3_reads_as_the_proxy_does() {
     // The object written through the target is there for the proxy too.
     assert!(get(&proxy, "tgt", "via/target", None, false).await.1 == content(7, 100));
 }
+
+/// With auth on, a target's S3 port checks cluster users' keys itself (secrets derived from
+/// the cluster secret, permissions from their roles, as the proxies do): a reader's GETs are
+/// served by the targets, a user without access to the bucket is refused, and a removed
+/// user's key stops working on every target at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn targets_judge_cluster_users_s3_keys_as_the_proxy_does() {
+    use gristmill_tests::secure::{SecureCluster, SecureOptions};
+    let ports: Vec<u16> = (0..2).map(|_| gristmill_tests::free_port()).collect();
+    let c = SecureCluster::start(SecureOptions {
+        targets: 2,
+        auth: true,
+        target_args: ports
+            .iter()
+            .map(|p| vec!["--s3-listen".into(), format!("127.0.0.1:{p}")])
+            .collect(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.create_bucket("data").await.unwrap();
+    let names: Vec<String> = (0..6).map(|i| format!("obj-{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        let r = c
+            .http
+            .put(c.url(&format!("/v1/objects/data/{name}")))
+            .body(content(i as u64, 2000))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+    }
+    let reader = c.add_user("reader", &["read:data"], true).await.unwrap();
+    let stranger = c.add_user("stranger", &["read:other"], true).await.unwrap();
+    let smap = c.smap().await.unwrap();
+    let mut target_urls = Vec::new();
+    for i in 0..2 {
+        let id = c.target_id(i).await.unwrap();
+        target_urls.push(smap.tmap[&id].url().to_owned());
+    }
+    for (i, port) in ports.iter().enumerate() {
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let s3 = client(&endpoint, &reader.s3_access_key, &reader.s3_secret_key);
+        let before = counted(&c, &target_urls[i], "served").await;
+        for (n, name) in names.iter().enumerate() {
+            let got = get(&s3, "data", name, None, false).await;
+            assert!(got.1 == content(n as u64, 2000), "target {i}: {name}");
+        }
+        assert_eq!(
+            counted(&c, &target_urls[i], "served").await - before,
+            names.len() as u64,
+            "target {i} served the reader's GETs"
+        );
+        let s3 = client(&endpoint, &stranger.s3_access_key, &stranger.s3_secret_key);
+        let denied = s3.get_object().bucket("data").key("obj-0").send().await;
+        assert_eq!(
+            code(&denied.unwrap_err().into_service_error()),
+            "AccessDenied"
+        );
+    }
+    let r = c
+        .http
+        .delete(c.url("/v1/auth/users/reader"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    for port in &ports {
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let s3 = client(&endpoint, &reader.s3_access_key, &reader.s3_secret_key);
+        let gone = s3.get_object().bucket("data").key("obj-0").send().await;
+        assert_eq!(
+            code(&gone.unwrap_err().into_service_error()),
+            "InvalidAccessKeyId",
+            "a removed user's key on {endpoint}"
+        );
+    }
+}
