@@ -25,7 +25,6 @@ use axum::body::Body;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use futures::TryStreamExt;
 use gristmill_core::Bck;
 use gristmill_core::api::header as h;
 use gristmill_core::users::{Need, S3User};
@@ -123,7 +122,7 @@ async fn handle(t: Arc<Target>, reads: Arc<S3Reads>, req: Request) -> Response {
             if let Some(l) = &label {
                 l.set("s3-relayed");
             }
-            return relay_to_proxy(&t, parts, body).await;
+            return relay_to_proxy(t, parts, body).await;
         }
     };
     if let Some(id) = gristmill_node::metrics::current_request_id()
@@ -262,6 +261,13 @@ async fn read_native(
         for v in parts.headers.get_all(name) {
             req.headers_mut().append(name.clone(), v.clone());
         }
+    }
+    // The connection's sendfile path, so a local read goes zero-copy as on the main port.
+    if let Some(zero_copy) = parts
+        .extensions
+        .get::<gristmill_node::zero_copy::ZeroCopy>()
+    {
+        req.extensions_mut().insert(zero_copy.clone());
     }
     let params = HashMap::from([("provider".to_owned(), "ais".to_owned())]);
     let here = crate::api::objects::object(
@@ -413,48 +419,18 @@ fn s3_answer(native: Response, checksums: bool) -> Option<Response> {
     let mut resp = Response::new(body);
     *resp.status_mut() = parts.status;
     *resp.headers_mut() = out;
+    *resp.extensions_mut() = parts.extensions;
     Some(resp)
 }
 
-/// Headers that describe one hop, not the request: never relayed.
-fn hop_by_hop(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "connection"
-            | "keep-alive"
-            | "te"
-            | "trailer"
-            | "transfer-encoding"
-            | "upgrade"
-            | "expect"
-            | "proxy-connection"
-            | "proxy-authorization"
-    )
-}
-
-/// Sends the request as it came (Host and signature included, body streamed) to a proxy's S3
-/// front, and its answer back as it came.
-async fn relay_to_proxy(t: &Target, parts: axum::http::request::Parts, body: Body) -> Response {
-    let smap = t.smap();
-    let url = format!(
-        "{}{}",
-        smap.proxy_si.url(),
-        parts.uri.path_and_query().map_or("/", |pq| pq.as_str())
-    );
-    let mut ask = t
-        .relay
-        .unsigned()
-        .request(parts.method.clone(), url)
-        .body(reqwest::Body::wrap_stream(body.into_data_stream()));
-    for (name, value) in &parts.headers {
-        if !hop_by_hop(name) {
-            ask = ask.header(name.clone(), value.clone());
-        }
-    }
-    let resp = match ask.send().await {
-        Ok(r) => r,
+/// Relays the request as it came (Host and signature kept, body streamed) to the primary
+/// proxy's S3 front, as the main port does with S3 requests; a failed relay is an S3 503.
+async fn relay_to_proxy(t: Arc<Target>, parts: axum::http::request::Parts, body: Body) -> Response {
+    let req = Request::from_parts(parts, body);
+    match crate::api::node::s3_relay(State(t), req).await {
+        Ok(resp) => resp,
         Err(e) => {
-            tracing::warn!(error = %e, "S3 port: relaying to the proxy failed");
+            tracing::warn!(error = %e.message, "S3 port: relaying to the proxy failed");
             let mut busy = (
                 StatusCode::SERVICE_UNAVAILABLE,
                 [(header::CONTENT_TYPE, "application/xml")],
@@ -463,19 +439,7 @@ async fn relay_to_proxy(t: &Target, parts: axum::http::request::Parts, body: Bod
                 .into_response();
             busy.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-            return busy;
-        }
-    };
-    let mut out = Response::builder().status(resp.status());
-    if let Some(headers) = out.headers_mut() {
-        for (name, value) in resp.headers() {
-            if !hop_by_hop(name) {
-                headers.append(name.clone(), value.clone());
-            }
+            busy
         }
     }
-    out.body(Body::from_stream(
-        resp.bytes_stream().map_err(std::io::Error::other),
-    ))
-    .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response())
 }

@@ -5,7 +5,7 @@
 mod buckets;
 mod internal;
 mod jobs;
-mod node;
+pub(crate) mod node;
 pub(crate) mod objects;
 pub(crate) mod route;
 #[cfg(test)]
