@@ -21,6 +21,8 @@ const MAX_CACHED_KEYS: usize = 4096;
 /// The parts of an `Authorization: AWS4-HMAC-SHA256 …` header.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Authorization<'a> {
+    /// The whole `Credential=` value (the signing key's cache key).
+    pub credential: &'a str,
     pub access_key: &'a str,
     /// `YYYYMMDD` of the credential scope.
     pub day: &'a str,
@@ -46,7 +48,8 @@ impl<'a> Authorization<'a> {
                 _ => return None,
             }
         }
-        let mut scope = credential?.splitn(5, '/');
+        let credential = credential?;
+        let mut scope = credential.splitn(5, '/');
         let access_key = scope.next()?;
         let day = scope.next()?;
         let region = scope.next()?;
@@ -55,6 +58,7 @@ impl<'a> Authorization<'a> {
             return None;
         }
         Some(Self {
+            credential,
             access_key,
             day,
             region,
@@ -81,18 +85,11 @@ pub enum Rejected {
     Mismatch,
 }
 
-/// Checks header-signed requests, keeping derived signing keys.
+/// Checks header-signed requests, keeping derived signing keys by credential
+/// (`key/day/region/service/aws4_request`, looked up without an allocation).
 #[derive(Default)]
 pub struct Verifier {
-    keys: Mutex<HashMap<Scope, (String, hmac::Key)>>,
-}
-
-#[derive(Hash, PartialEq, Eq)]
-struct Scope {
-    access_key: String,
-    day: String,
-    region: String,
-    service: String,
+    keys: Mutex<HashMap<String, (String, hmac::Key)>>,
 }
 
 impl Verifier {
@@ -133,14 +130,8 @@ impl Verifier {
 
     /// The signing key of `auth`'s scope, derived on first use (again if the secret changed).
     fn signing_key(&self, auth: &Authorization<'_>, secret: &str) -> hmac::Key {
-        let scope = Scope {
-            access_key: auth.access_key.to_owned(),
-            day: auth.day.to_owned(),
-            region: auth.region.to_owned(),
-            service: auth.service.to_owned(),
-        };
         let mut keys = self.keys.lock().expect("signing keys");
-        if let Some((s, key)) = keys.get(&scope)
+        if let Some((s, key)) = keys.get(auth.credential)
             && s == secret
         {
             return key.clone();
@@ -156,7 +147,10 @@ impl Verifier {
         if keys.len() >= MAX_CACHED_KEYS {
             keys.clear();
         }
-        keys.insert(scope, (secret.to_owned(), key.clone()));
+        keys.insert(
+            auth.credential.to_owned(),
+            (secret.to_owned(), key.clone()),
+        );
         key
     }
 }
