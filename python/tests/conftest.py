@@ -45,7 +45,8 @@ def _pick_base_port() -> int:
     for _ in range(200):
         # Below the kernel's ephemeral range (32768+), which outgoing connections draw from.
         base = random.randint(20000, 32000)
-        if all(_port_free(base + i) for i in range(TARGETS + 1)):
+        # Proxy and targets, then the targets' own S3 ports (`--target-s3-port`).
+        if all(_port_free(base + i) for i in range(2 * TARGETS + 1)):
             return base
     raise RuntimeError("no free port range found")
 
@@ -77,7 +78,8 @@ def _start(data_dir: str, env: dict | None = None):
     endpoint = f"http://127.0.0.1:{base}"
     with open(os.path.join(data_dir, "playground.out"), "wb") as log:
         proc = subprocess.Popen(
-            [str(GRISTD), "playground", "--data-dir", data_dir, "--port", str(base), "--targets", str(TARGETS)],
+            [str(GRISTD), "playground", "--data-dir", data_dir, "--port", str(base), "--targets", str(TARGETS),
+             "--target-s3-port", str(base + TARGETS + 1)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             env=env,
         )
@@ -199,6 +201,12 @@ def s3_endpoint(cluster) -> str:
 def auth_s3_endpoint(auth_cluster) -> str:
     """S3 endpoint of the auth-on cluster."""
     return auth_cluster
+
+
+def target_s3_endpoints(endpoint: str) -> list[str]:
+    """The targets' own S3 ports of the playground at `endpoint` (see `_start`)."""
+    base = int(endpoint.rsplit(":", 1)[1])
+    return [f"http://127.0.0.1:{base + TARGETS + 1 + i}" for i in range(TARGETS)]
 
 
 @pytest.fixture(scope="session")
