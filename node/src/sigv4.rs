@@ -147,10 +147,7 @@ impl Verifier {
         if keys.len() >= MAX_CACHED_KEYS {
             keys.clear();
         }
-        keys.insert(
-            auth.credential.to_owned(),
-            (secret.to_owned(), key.clone()),
-        );
+        keys.insert(auth.credential.to_owned(), (secret.to_owned(), key.clone()));
         key
     }
 }
