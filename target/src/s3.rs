@@ -154,6 +154,16 @@ async fn serve_read(
         .decode_utf8()
         .ok()?;
     let bck = Bck::new(&bucket, gristmill_core::Provider::Ais).ok()?;
+    // Credentials are judged on this target's bucket metadata: a target paused past its map
+    // lease hears from the primary first (the reply brings newer metadata, removed users
+    // included); one that cannot, or is coming back, leaves the request to a proxy.
+    let lease = t
+        .lease
+        .renew_if_expired(crate::cluster::membership::confirm_map(t))
+        .await;
+    if !lease || t.is_returning() {
+        return None;
+    }
     let bmd = t.bmd();
     if !bmd.contains(&bck) || !may_read(reads, parts, &bck, &bmd) {
         return None;

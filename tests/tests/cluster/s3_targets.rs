@@ -465,3 +465,84 @@ async fn targets_judge_cluster_users_s3_keys_as_the_proxy_does() {
         );
     }
 }
+
+/// A target paused past the keepalive window (SIGSTOP) while a user is removed: the removed
+/// user's S3 GET that waited in its socket is judged only after the target heard from the
+/// primary, never on the bucket metadata it held when it stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_target_never_serves_a_removed_users_key() {
+    use gristmill_tests::secure::{SecureCluster, SecureOptions};
+    let port = gristmill_tests::free_port();
+    let c = SecureCluster::start(SecureOptions {
+        targets: 2,
+        auth: true,
+        target_args: vec![vec!["--s3-listen".into(), format!("127.0.0.1:{port}")]],
+        env: vec![
+            ("GRISTD_KEEPALIVE_INTERVAL_MS".into(), "500".into()),
+            ("GRISTD_KEEPALIVE_RETRIES".into(), "4".into()),
+            ("GRISTD_SUSPECT_GRACE_MS".into(), "60000".into()),
+        ],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.create_bucket("paused").await.unwrap();
+    let r = c
+        .http
+        .put(c.url("/v1/objects/paused/obj"))
+        .body(content(1, 1000))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let reader = c.add_user("reader", &["read:paused"], true).await.unwrap();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let s3 = client(&endpoint, &reader.s3_access_key, &reader.s3_secret_key);
+    assert!(get(&s3, "paused", "obj", None, false).await.1 == content(1, 1000));
+    let id = c.target_id(0).await.unwrap();
+    let url = c.smap().await.unwrap().tmap[&id].url().to_owned();
+    assert_eq!(counted(&c, &url, "served").await, 1);
+
+    c.targets[0].signal("STOP");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let m = c.smap().await.unwrap();
+        if m.tmap[&id].flags & gristmill_core::smap::FLAG_SUSPECT != 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never taken for a suspect"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let r = c
+        .http
+        .delete(c.url("/v1/auth/users/reader"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    // Sent to the stopped target: it waits in its socket.
+    let waiting = tokio::spawn(async move {
+        s3.get_object()
+            .bucket("paused")
+            .key("obj")
+            .send()
+            .await
+            .map(|_| ())
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(!waiting.is_finished());
+    c.targets[0].signal("CONT");
+    let answer = waiting.await.unwrap();
+    let code = answer.map_err(|e| code(&e.into_service_error()));
+    assert!(
+        matches!(
+            code.as_ref().map_err(String::as_str),
+            Err("InvalidAccessKeyId") | Err("ServiceUnavailable")
+        ),
+        "the removed user's GET that waited: {code:?}"
+    );
+    assert_eq!(counted(&c, &url, "served").await, 1, "nothing more served");
+}
