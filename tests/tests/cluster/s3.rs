@@ -22,7 +22,7 @@ fn client(c: &Cluster, access: &str, secret: &str) -> Client {
 }
 
 /// A multipart upload of `data` in 5 MiB parts (the last one shorter), completed.
-async fn multipart_put(
+pub(super) async fn multipart_put(
     s3: &Client,
     bucket: &str,
     key: &str,
@@ -69,7 +69,7 @@ async fn multipart_put(
         .unwrap()
 }
 
-fn code<E: aws_sdk_s3::error::ProvideErrorMetadata>(e: &E) -> String {
+pub(super) fn code<E: aws_sdk_s3::error::ProvideErrorMetadata>(e: &E) -> String {
     e.code().unwrap_or("").to_owned()
 }
 

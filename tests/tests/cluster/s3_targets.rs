@@ -6,11 +6,12 @@ use aws_sdk_s3::Client;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
-    BucketVersioningStatus, ChecksumAlgorithm, ChecksumMode, CompletedMultipartUpload,
-    CompletedPart, VersioningConfiguration,
+    BucketVersioningStatus, ChecksumAlgorithm, ChecksumMode, VersioningConfiguration,
 };
 use base64::Engine as _;
 use gristmill_tests::{Cluster, content};
+
+use super::s3::code;
 
 const USERS: &str = r#"[{"access_key":"admin","secret_key":"admin-secret","read":["*"],"write":["*"]},{"access_key":"other","secret_key":"other-secret","read":["elsewhere"],"write":[]}]"#;
 
@@ -115,10 +116,6 @@ async fn counted(c: &Cluster, target_url: &str, answer: &str) -> u64 {
     .await
 }
 
-fn code<E: aws_sdk_s3::error::ProvideErrorMetadata>(e: &E) -> String {
-    e.code().unwrap_or("").to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn targets_answer_s3_reads_as_the_proxy_does() {
     let ports: Vec<u16> = (0..3).map(|_| gristmill_tests::free_port()).collect();
@@ -176,45 +173,7 @@ async fn targets_answer_s3_reads_as_the_proxy_does() {
         .await
         .unwrap();
     let big = content(3, (5 << 20) + 77);
-    let up = proxy
-        .create_multipart_upload()
-        .bucket("tgt")
-        .key("mp/c")
-        .send()
-        .await
-        .unwrap();
-    let mut parts = Vec::new();
-    for (n, chunk) in big.chunks(5 << 20).enumerate() {
-        let r = proxy
-            .upload_part()
-            .bucket("tgt")
-            .key("mp/c")
-            .upload_id(up.upload_id().unwrap())
-            .part_number(n as i32 + 1)
-            .body(ByteStream::from(chunk.to_vec()))
-            .send()
-            .await
-            .unwrap();
-        parts.push(
-            CompletedPart::builder()
-                .part_number(n as i32 + 1)
-                .e_tag(r.e_tag().unwrap())
-                .build(),
-        );
-    }
-    proxy
-        .complete_multipart_upload()
-        .bucket("tgt")
-        .key("mp/c")
-        .upload_id(up.upload_id().unwrap())
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .set_parts(Some(parts))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    super::s3::multipart_put(&proxy, "tgt", "mp/c", &big).await;
     proxy.create_bucket().bucket("tgtv").send().await.unwrap();
     proxy
         .put_bucket_versioning()
