@@ -10,8 +10,15 @@ With --before DIR the same data is listed by the binaries in DIR too, alternatin
 --bin-dir's (the playground is stopped and started again on the same data directory between
 them), --rounds times: an A/B of the listing code on one machine in one run.
 
+With --prefill the bucket is filled with empty objects written straight into each stopped
+target's mountpath by `build/release/examples/prefill_index` (the store's write path without
+fsyncs, only the names each target owns): millions of objects in minutes rather than hours of
+durable PUTs through the cluster. Build it first:
+`cargo build --release -p gristmill-target --example prefill_index`.
+
 Usage: benches/list_bench.py [--targets 30] [--objects 100000] [--pages 1000,10000]
                              [--bin-dir build/release] [--before DIR] [--rounds 2] [--out F]
+                             [--prefill [--parallel 2]]
 """
 
 from __future__ import annotations
@@ -112,7 +119,29 @@ def list_whole(pg: Playground, page: int, objects: int) -> dict:
         "proxy_cpu_ms_per_page": 1e3 * (p1 - p0) / TICK / pages,
         "targets_cpu_ms_per_page": 1e3 * (t1 - t0) / TICK / pages,
         "proxy_hwm_mib": max(hwm_mib(p) for p in pg.proxy),
+        "target_hwm_mib": max(hwm_mib(p) for p in pg.targets),
     }
+
+
+def prefill(tool: str, smap: str, data: str, a: argparse.Namespace) -> None:
+    """Each target's share of the bucket written into its mountpath, `a.parallel` at a time."""
+    ids = set(json.load(open(smap))["tmap"])
+    # The playground's layout: target-I/mp0, the node's id in target-I/node_id.
+    dirs = {}
+    for i in range(a.targets):
+        state = os.path.join(data, f"target-{i}")
+        ident = open(os.path.join(state, "node_id")).read().strip()
+        assert ident in ids, f"{ident} is not in the map"
+        dirs[ident] = os.path.join(state, "mp0")
+    running: list[subprocess.Popen] = []
+    for ident, mp in dirs.items():
+        while len(running) >= a.parallel:
+            running.pop(0).wait()
+        running.append(subprocess.Popen([tool, "--smap", smap, "--target", ident, "--mountpath", mp, "--bucket", "lst",
+                                         "--objects", str(a.objects), "--prefix", "o/"]))
+    for p in running:
+        if p.wait() != 0:
+            sys.exit("prefill failed")
 
 
 def main() -> None:
@@ -124,6 +153,9 @@ def main() -> None:
     ap.add_argument("--before", help="binaries to compare with (same data, alternating)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out")
+    ap.add_argument("--prefill", action="store_true",
+                    help="write empty objects into the stopped targets' mountpaths instead of PUTs")
+    ap.add_argument("--parallel", type=int, default=2, help="prefill processes at once")
     a = ap.parse_args()
     pages = [int(p) for p in a.pages.split(",")]
     systems = [("after", os.path.abspath(a.bin_dir))]
@@ -137,12 +169,19 @@ def main() -> None:
         pg = Playground(systems[-1][1], data, a.targets, port)
         request("POST", f"{pg.ep}/v1/buckets/lst", {"action": "create-bck"})
         t = time.monotonic()
-        subprocess.run([os.path.join(systems[-1][1], "grist-bench"), "--mode", "direct", "--endpoint", pg.ep,
-                        "--bucket", "lst", "--objects", str(a.objects), "--size", "16B", "--prefix", "o/",
-                        "--pct-put", "100", "--count", str(a.objects), "--workers", "32", "--interval", "0"],
-                       check=True, stdout=subprocess.DEVNULL)
+        if a.prefill:
+            smap = os.path.join(d, "smap.json")
+            with open(smap, "wb") as f:
+                f.write(request("GET", f"{pg.ep}/v1/daemon?what=smap"))
+            pg.stop()
+            prefill(os.path.join(systems[-1][1], "examples", "prefill_index"), smap, data, a)
+        else:
+            subprocess.run([os.path.join(systems[-1][1], "grist-bench"), "--mode", "direct", "--endpoint", pg.ep,
+                            "--bucket", "lst", "--objects", str(a.objects), "--size", "16B", "--prefix", "o/",
+                            "--pct-put", "100", "--count", str(a.objects), "--workers", "32", "--interval", "0"],
+                           check=True, stdout=subprocess.DEVNULL)
+            pg.stop()
         print(f"filled {a.objects} objects in {time.monotonic() - t:.0f} s", file=sys.stderr)
-        pg.stop()
         for r in range(a.rounds):
             order = systems if r % 2 == 0 else list(reversed(systems))
             for name, bins in order:
@@ -172,7 +211,8 @@ def main() -> None:
                                  ("fetched_per_name", "names sent by targets per name listed", ".2f"),
                                  ("proxy_cpu_ms_per_page", "proxy CPU per page, ms", ".1f"),
                                  ("targets_cpu_ms_per_page", "targets' CPU per page, ms", ".1f"),
-                                 ("proxy_hwm_mib", "proxy peak RSS, MiB", ".0f")]:
+                                 ("proxy_hwm_mib", "proxy peak RSS, MiB", ".0f"),
+                                 ("target_hwm_mib", "largest target peak RSS, MiB", ".0f")]:
             lines.append(f"| pages of {page:,}: {label} | " + " | ".join(fmt(med(n, page, key), spec) for n, _ in systems) + " |")
     table = "\n".join(lines)
     print(table)

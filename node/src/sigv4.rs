@@ -16,7 +16,11 @@ use aws_lc_rs::{constant_time, digest, hmac};
 pub const MAX_SKEW_SECS: i64 = 15 * 60;
 
 /// Signing keys kept; the cache starts over when it is full (a new day renews them anyway).
+/// Only keys that signed a request correctly are kept, so strangers cannot fill it.
 const MAX_CACHED_KEYS: usize = 4096;
+/// Longest region name and access key an `Authorization` header may carry here.
+const MAX_REGION_LEN: usize = 32;
+const MAX_ACCESS_KEY_LEN: usize = 128;
 
 /// The parts of an `Authorization: AWS4-HMAC-SHA256 …` header.
 #[derive(Debug, PartialEq, Eq)]
@@ -54,7 +58,20 @@ impl<'a> Authorization<'a> {
         let day = scope.next()?;
         let region = scope.next()?;
         let service = scope.next()?;
-        if scope.next()? != "aws4_request" || day.len() != 8 {
+        // Only S3's scope, with a region name of a sane size: anything else is the S3 front's
+        // to refuse (and a scope of the client's choosing never reaches the key cache).
+        let region_ok = (1..=MAX_REGION_LEN).contains(&region.len())
+            && region
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if scope.next()? != "aws4_request"
+            || day.len() != 8
+            || !day.bytes().all(|b| b.is_ascii_digit())
+            || service != "s3"
+            || !region_ok
+            || access_key.is_empty()
+            || access_key.len() > MAX_ACCESS_KEY_LEN
+        {
             return None;
         }
         Some(Self {
@@ -77,7 +94,7 @@ pub enum Rejected {
     Date,
     #[error("the request was signed more than 15 minutes from now")]
     Skewed,
-    #[error("x-amz-content-sha256 is missing")]
+    #[error("x-amz-content-sha256 is missing, or neither a SHA-256 nor UNSIGNED-PAYLOAD")]
     PayloadHash,
     #[error("a signed header is missing, or host is not signed")]
     Headers,
@@ -112,6 +129,12 @@ impl Verifier {
         }
         let payload =
             header(&parts.headers, "x-amz-content-sha256").ok_or(Rejected::PayloadHash)?;
+        // The forms of a request without a signed body (streaming and trailer forms are the
+        // S3 front's to judge).
+        let hash = payload.len() == 64 && payload.bytes().all(|b| b.is_ascii_hexdigit());
+        if !hash && payload != "UNSIGNED-PAYLOAD" {
+            return Err(Rejected::PayloadHash);
+        }
         let canonical = canonical_request(parts, auth.signed_headers, payload)?;
         let mut to_sign = String::with_capacity(160);
         let _ = write!(
@@ -122,34 +145,46 @@ impl Verifier {
             auth.service,
             hex::encode(digest::digest(&digest::SHA256, canonical.as_bytes()))
         );
-        let tag = hmac::sign(&self.signing_key(auth, secret), to_sign.as_bytes());
+        let cached = self.cached_key(auth, secret);
+        let key = cached.clone().unwrap_or_else(|| derive_key(auth, secret));
+        let tag = hmac::sign(&key, to_sign.as_bytes());
         let expected = hex::encode(tag.as_ref());
         constant_time::verify_slices_are_equal(expected.as_bytes(), auth.signature.as_bytes())
-            .map_err(|_| Rejected::Mismatch)
+            .map_err(|_| Rejected::Mismatch)?;
+        if cached.is_none() {
+            let mut keys = self.keys.lock().expect("signing keys");
+            if keys.len() >= MAX_CACHED_KEYS {
+                keys.clear();
+            }
+            keys.insert(auth.credential.to_owned(), (secret.to_owned(), key));
+        }
+        Ok(())
     }
 
-    /// The signing key of `auth`'s scope, derived on first use (again if the secret changed).
-    fn signing_key(&self, auth: &Authorization<'_>, secret: &str) -> hmac::Key {
-        let mut keys = self.keys.lock().expect("signing keys");
-        if let Some((s, key)) = keys.get(auth.credential)
-            && s == secret
-        {
-            return key.clone();
-        }
-        let mac = |key: &[u8], data: &str| {
-            hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), data.as_bytes())
-        };
-        let k = mac(format!("AWS4{secret}").as_bytes(), auth.day);
-        let k = mac(k.as_ref(), auth.region);
-        let k = mac(k.as_ref(), auth.service);
-        let k = mac(k.as_ref(), "aws4_request");
-        let key = hmac::Key::new(hmac::HMAC_SHA256, k.as_ref());
-        if keys.len() >= MAX_CACHED_KEYS {
-            keys.clear();
-        }
-        keys.insert(auth.credential.to_owned(), (secret.to_owned(), key.clone()));
-        key
+    /// The cached signing key of `auth`'s scope, unless the secret changed since.
+    fn cached_key(&self, auth: &Authorization<'_>, secret: &str) -> Option<hmac::Key> {
+        let keys = self.keys.lock().expect("signing keys");
+        keys.get(auth.credential)
+            .filter(|(s, _)| s == secret)
+            .map(|(_, key)| key.clone())
     }
+
+    /// Signing keys held (tests).
+    pub fn cached_keys(&self) -> usize {
+        self.keys.lock().expect("signing keys").len()
+    }
+}
+
+/// The signing key of `auth`'s scope: four HMACs, outside the cache's lock.
+fn derive_key(auth: &Authorization<'_>, secret: &str) -> hmac::Key {
+    let mac = |key: &[u8], data: &str| {
+        hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), data.as_bytes())
+    };
+    let k = mac(format!("AWS4{secret}").as_bytes(), auth.day);
+    let k = mac(k.as_ref(), auth.region);
+    let k = mac(k.as_ref(), auth.service);
+    let k = mac(k.as_ref(), "aws4_request");
+    hmac::Key::new(hmac::HMAC_SHA256, k.as_ref())
 }
 
 fn header<'h>(headers: &'h http::HeaderMap, name: &str) -> Option<&'h str> {
@@ -305,7 +340,7 @@ mod tests {
         let now = parse_amz_date("20130524T000500Z").unwrap();
         let v = Verifier::default();
         assert_eq!(v.verify(&parts, &auth, SECRET, now), Ok(()));
-        assert_eq!(v.keys.lock().unwrap().len(), 1);
+        assert_eq!(v.cached_keys(), 1);
         // Again from the cached key.
         assert_eq!(v.verify(&parts, &auth, SECRET, now), Ok(()));
         // Another secret for the same key is not answered from the cache.
@@ -353,13 +388,72 @@ mod tests {
 
     #[test]
     fn malformed_headers_do_not_parse() {
+        let long_region = format!(
+            "AWS4-HMAC-SHA256 Credential=AK/20130524/{}/s3/aws4_request,SignedHeaders=host,Signature=00",
+            "r".repeat(33)
+        );
         for bad in [
             "AWS AKIA:sig",
             "AWS4-HMAC-SHA256 Credential=AK/2013/us-east-1/s3/aws4_request,SignedHeaders=host,Signature=00",
             "AWS4-HMAC-SHA256 Credential=AK/20130524/us-east-1/s3/other,SignedHeaders=host,Signature=00",
             "AWS4-HMAC-SHA256 Credential=AK/20130524/us-east-1/s3/aws4_request,Signature=00",
+            // Another service, a region of the client's invention, a day not of digits.
+            "AWS4-HMAC-SHA256 Credential=AK/20130524/us-east-1/sts/aws4_request,SignedHeaders=host,Signature=00",
+            long_region.as_str(),
+            "AWS4-HMAC-SHA256 Credential=AK/20130524/us east/s3/aws4_request,SignedHeaders=host,Signature=00",
+            "AWS4-HMAC-SHA256 Credential=AK/2013052x/us-east-1/s3/aws4_request,SignedHeaders=host,Signature=00",
+            "AWS4-HMAC-SHA256 Credential=/20130524/us-east-1/s3/aws4_request,SignedHeaders=host,Signature=00",
         ] {
             assert_eq!(Authorization::parse(bad), None, "{bad}");
+        }
+    }
+
+    /// A signing key is kept only once it signed a request correctly: requests with made-up
+    /// signatures (and scopes) cannot fill the cache or push out the keys in use.
+    #[test]
+    fn only_keys_that_verified_are_cached() {
+        let (parts, header) = example();
+        let now = parse_amz_date("20130524T000000Z").unwrap();
+        let v = Verifier::default();
+        for region in ["eu-west-1", "eu-west-2", "ap-south-1"] {
+            let forged = header
+                .replace("us-east-1", region)
+                .replace("Signature=f0", "Signature=00");
+            let auth = Authorization::parse(&forged).unwrap();
+            assert_eq!(
+                v.verify(&parts, &auth, SECRET, now),
+                Err(Rejected::Mismatch)
+            );
+        }
+        let auth = Authorization::parse(&header).unwrap();
+        assert_eq!(
+            v.verify(&parts, &auth, "not the secret", now),
+            Err(Rejected::Mismatch)
+        );
+        assert_eq!(v.cached_keys(), 0, "nothing that failed is kept");
+        assert_eq!(v.verify(&parts, &auth, SECRET, now), Ok(()));
+        assert_eq!(v.cached_keys(), 1);
+    }
+
+    /// `x-amz-content-sha256` is a SHA-256 or `UNSIGNED-PAYLOAD`; other forms (streaming,
+    /// made-up values) are the S3 front's to judge.
+    #[test]
+    fn payload_hashes_of_other_forms_are_not_judged_here() {
+        let (parts, header) = example();
+        let auth = Authorization::parse(&header).unwrap();
+        let now = parse_amz_date("20130524T000000Z").unwrap();
+        let v = Verifier::default();
+        for other in ["foo", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD", ""] {
+            let mut p = parts.clone();
+            p.headers.insert(
+                "x-amz-content-sha256",
+                http::HeaderValue::from_static(other),
+            );
+            assert_eq!(
+                v.verify(&p, &auth, SECRET, now),
+                Err(Rejected::PayloadHash),
+                "{other}"
+            );
         }
     }
 

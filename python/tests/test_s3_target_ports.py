@@ -93,6 +93,51 @@ def test_the_rest_is_relayed_to_the_proxy(s3_endpoint, default_creds, objects):
     assert _counted(s3_endpoint, "relayed") - relayed >= 5
 
 
+def _with_headers(s3, headers: dict):
+    """`s3` sending `headers` (set before signing, so they are signed) on every request."""
+    def add(request, **_):
+        for k, v in headers.items():
+            request.headers[k] = v
+    s3.meta.events.register("before-sign.s3", add)
+    return s3
+
+
+def test_what_the_s3_front_refuses_targets_refuse_too(s3_endpoint, default_creds, objects):
+    """Signed reads the proxies' S3 front refuses (400: S3's bucket naming rules, several
+    ranges, other range units, dates not in RFC 1123; 412: a list of ETags none of which
+    matches) get the same answer on a target's port, never the object; none is served there."""
+    proxy, name, _ = objects
+    endpoint = target_s3_endpoints(s3_endpoint)[0]
+    # A native bucket S3's rules refuse (uppercase, `_`), with an object in it.
+    native = "Native_" + new_bucket_name("x")[-8:]
+    requests.post(f"{s3_endpoint}/v1/buckets/{native}", json={"action": "create-bck"}, timeout=10).raise_for_status()
+    requests.put(f"{s3_endpoint}/v1/objects/{native}/k", data=b"native", timeout=10).raise_for_status()
+    served = _counted(s3_endpoint, "served")
+    cases = [
+        (native, "k", {}, 400),
+        (name, "plain.bin", {"Range": "bytes=0-1,5-6"}, 400),
+        (name, "plain.bin", {"Range": "items=0-5"}, 400),
+        (name, "plain.bin", {"If-Match": '"a", "b"'}, 412),
+        (name, "plain.bin", {"If-Modified-Since": "Sunday, 06-Nov-94 08:49:37 GMT"}, 400),
+        (name, "plain.bin", {"If-Unmodified-Since": "not a date"}, 400),
+    ]
+    for bucket, key, headers, refused in cases:
+        answers = []
+        for ep in (s3_endpoint, endpoint):
+            s3 = _with_headers(make_s3(ep, default_creds), headers)
+            for call in (s3.get_object, s3.head_object):
+                try:
+                    resp = call(Bucket=bucket, Key=key)
+                    answers.append((call.__name__, resp["ResponseMetadata"]["HTTPStatusCode"]))
+                except ClientError as e:
+                    answers.append((call.__name__, e.response["ResponseMetadata"]["HTTPStatusCode"]))
+        proxy_answers, target_answers = answers[:2], answers[2:]
+        assert target_answers == proxy_answers, (bucket, headers)
+        assert all(status == refused for _, status in proxy_answers), (bucket, headers, proxy_answers)
+    assert _counted(s3_endpoint, "served") == served
+    requests.delete(f"{s3_endpoint}/v1/buckets/{native}", json={"action": "destroy-bck"}, timeout=10)
+
+
 def test_static_users_are_judged_on_the_targets(auth_s3_endpoint, admin_creds, reader_creds):
     admin = make_s3(auth_s3_endpoint, admin_creds)
     name = new_bucket_name("tportsauth")

@@ -139,7 +139,10 @@ async fn serve_read(
     reads: &S3Reads,
     parts: &axum::http::request::Parts,
 ) -> Option<Response> {
-    if !matches!(parts.method, Method::GET | Method::HEAD) || !plain_request(reads, parts) {
+    if !matches!(parts.method, Method::GET | Method::HEAD)
+        || !plain_request(reads, parts)
+        || !read_headers_well_formed(&parts.headers)
+    {
         return None;
     }
     let path = parts.uri.path().strip_prefix('/')?;
@@ -153,6 +156,11 @@ async fn serve_read(
     let name = percent_encoding::percent_decode_str(key)
         .decode_utf8()
         .ok()?;
+    // The S3 front's own checks (s3s's AWS naming rules, keys of at most 1,024 bytes): a
+    // native bucket name S3 refuses (`ML_Data`, `ab`) is refused there, not served here.
+    if !s3s::path::check_bucket_name(&bucket) || !s3s::path::check_key(&name) {
+        return None;
+    }
     let bck = Bck::new(&bucket, gristmill_core::Provider::Ais).ok()?;
     // Credentials are judged on this target's bucket metadata: a target paused past its map
     // lease hears from the primary first (the reply brings newer metadata, removed users
@@ -202,6 +210,44 @@ fn plain_request(reads: &S3Reads, parts: &axum::http::request::Parts) -> bool {
     });
     query_ok && headers_ok && !virtual_host
 }
+
+/// Whether the headers the read acts on are each sent at most once and parse as the S3
+/// front parses them (one `bytes=` range, ETag lists, RFC 1123 dates). The object API is
+/// laxer (it reads a first value, ignores a range on HEAD, answers several ranges whole),
+/// so anything the front would refuse goes there to be refused.
+fn read_headers_well_formed(headers: &HeaderMap) -> bool {
+    let once = READ_HEADERS.iter().chain(&SIGNED_ONCE).all(|name| {
+        let mut values = headers.get_all(name).iter();
+        match (values.next(), values.next()) {
+            (None, _) => true,
+            (Some(v), None) => !v.is_empty(),
+            (Some(_), Some(_)) => false,
+        }
+    });
+    once && READ_HEADERS.iter().all(|name| {
+        let Some(value) = headers.get(name) else {
+            return true;
+        };
+        let Ok(text) = value.to_str() else {
+            return false;
+        };
+        match *name {
+            header::RANGE => s3s::dto::Range::parse(text).is_ok(),
+            header::IF_MATCH | header::IF_NONE_MATCH => {
+                s3s::dto::ETagCondition::parse_http_header(value.as_bytes()).is_ok()
+            }
+            _ => s3s::dto::Timestamp::parse(s3s::dto::TimestampFormat::HttpDate, text).is_ok(),
+        }
+    })
+}
+
+/// Headers the signature check and the answer read one value of.
+const SIGNED_ONCE: [HeaderName; 4] = [
+    header::AUTHORIZATION,
+    HeaderName::from_static("x-amz-date"),
+    HeaderName::from_static("x-amz-content-sha256"),
+    HeaderName::from_static("x-amz-checksum-mode"),
+];
 
 /// Whether the request's credentials check out here and allow reading `bck`.
 fn may_read(
@@ -439,6 +485,14 @@ async fn relay_to_proxy(t: Arc<Target>, parts: axum::http::request::Parts, body:
     let req = Request::from_parts(parts, body);
     match crate::api::node::s3_relay(State(t), req).await {
         Ok(resp) => resp,
+        // `/v1/...`, which the relay never sends to a proxy's native API: to an S3 front that
+        // is bucket `v1`, a name S3's rules refuse (shorter than 3).
+        Err(e) if e.kind == gristmill_core::ErrorKind::NotFound => (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "application/xml")],
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>InvalidBucketName</Code><Message>The specified bucket is not valid.</Message></Error>",
+        )
+            .into_response(),
         Err(e) => {
             tracing::warn!(error = %e.message, "S3 port: relaying to the proxy failed");
             let mut busy = (
