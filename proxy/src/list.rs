@@ -200,15 +200,29 @@ async fn fill_round(
     Ok((pages, drops))
 }
 
-/// The `page_size`-th distinct name among the names held, if there are that many.
+/// The `page_size`-th distinct name among the names held, if there are that many: a merge of
+/// the targets' lists (each sorted) that stops there, instead of sorting everything held.
 fn page_end(held: &[Held], page_size: usize) -> Option<String> {
-    let mut names: Vec<&str> = held
+    use std::cmp::Reverse;
+    let mut heads: std::collections::BinaryHeap<Reverse<(&str, usize, usize)>> = held
         .iter()
-        .flat_map(|h| h.entries.iter().map(|e| e.name.as_str()))
+        .enumerate()
+        .filter_map(|(i, h)| Some(Reverse((h.entries.first()?.name.as_str(), i, 0))))
         .collect();
-    names.sort_unstable();
-    names.dedup();
-    names.get(page_size.checked_sub(1)?).map(|n| n.to_string())
+    let (mut distinct, mut last) = (0, None);
+    while let Some(Reverse((name, i, at))) = heads.pop() {
+        if last != Some(name) {
+            distinct += 1;
+            if distinct == page_size {
+                return Some(name.to_owned());
+            }
+            last = Some(name);
+        }
+        if let Some(next) = held[i].entries.get(at + 1) {
+            heads.push(Reverse((next.name.as_str(), i, at + 1)));
+        }
+    }
+    None
 }
 
 /// One target's next `limit` names after `after`, with its drop counter (when it sent one).
@@ -319,6 +333,35 @@ mod tests {
                 .collect(),
             ..Default::default()
         }
+    }
+
+    /// The merge that stops at the page's end finds the name a sort of everything held finds,
+    /// copies on two targets (a rebalance) counted once.
+    #[test]
+    fn page_end_is_the_nth_distinct_name_held() {
+        let lists: [&[&str]; 4] = [
+            &["a", "c", "e", "g"],
+            &["b", "c", "f"],
+            &[],
+            &["c", "d", "h", "i", "j"],
+        ];
+        let held: Vec<Held> = lists
+            .iter()
+            .map(|names| Held {
+                target: Node::new("t", "target", "http://t"),
+                entries: page(names, false).entries,
+                next_after: String::new(),
+                asked: 0,
+            })
+            .collect();
+        let mut all: Vec<&str> = lists.iter().flat_map(|l| l.iter().copied()).collect();
+        all.sort_unstable();
+        all.dedup();
+        for n in 1..=all.len() {
+            assert_eq!(page_end(&held, n).as_deref(), Some(all[n - 1]), "{n}");
+        }
+        assert_eq!(page_end(&held, all.len() + 1), None);
+        assert_eq!(page_end(&held, 0), None);
     }
 
     #[test]

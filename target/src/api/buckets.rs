@@ -8,7 +8,7 @@ use crate::read::local::entry;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use gristmill_core::ApiError;
 use gristmill_core::api::{ListObjectsMsg, ListObjectsPage, header as h};
 use gristmill_node::server::encode_page;
@@ -40,15 +40,21 @@ pub(crate) async fn list_objects(
         .store
         .list(&bck, &lso.prefix, lso.after(), limit, versions)
         .await?;
-    // Read after the scan: a copy dropped during or after it shows as a changed counter.
-    let drops = t.drops.load(std::sync::atomic::Ordering::SeqCst);
     let more = metas.len() >= limit;
     let entries = metas.iter().map(|m| entry(&t, m, &lso)).collect();
     let page = ListObjectsPage::answering(&lso, entries, more);
-    let mut resp = encode_page(&page, &headers);
+    Ok(answer_page(&t, &page, &headers))
+}
+
+/// A listing page as answered to the proxy, with this target's rebalance drop counter. Call
+/// it after the scan: a copy dropped during or after the scan shows as a changed counter,
+/// and the proxy takes the page again.
+pub(crate) fn answer_page(t: &Target, page: &ListObjectsPage, headers: &HeaderMap) -> Response {
+    let drops = t.drops.load(std::sync::atomic::Ordering::SeqCst);
+    let mut resp = encode_page(page, headers);
     resp.headers_mut()
         .insert(h::DROPS, HeaderValue::from(drops));
-    Ok(resp)
+    resp
 }
 
 /// `GET|POST /v1/remote/{bucket}?provider=` (POST body: the bucket properties to use): 200

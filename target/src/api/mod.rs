@@ -2,7 +2,7 @@
 //! node-to-node routes, node). Handlers parse requests and call the read and write paths,
 //! the jobs and the cluster code; nothing below `api` imports from it.
 
-mod buckets;
+pub(crate) mod buckets;
 mod internal;
 mod jobs;
 pub(crate) mod node;

@@ -18,7 +18,6 @@ use axum::response::Response;
 use gristmill_core::api::{ENTRY_IS_CACHED, ListEntry, ListObjectsMsg, ListObjectsPage};
 use gristmill_core::shards::{ARCH_KEY_SEP, ENTRY_IN_ARCH, ENTRY_IS_ARCHIVE};
 use gristmill_core::{ApiError, Bck};
-use gristmill_node::server::encode_page;
 use gristmill_shard::Format;
 
 use super::catalog::{self, Catalog};
@@ -98,17 +97,9 @@ pub(crate) async fn list_objects(
     }
     let more = out.len() >= limit && !(exhausted && out.len() == limit);
     out.truncate(limit);
-    // Read after the scan, as for plain listings: a copy dropped during or after it shows as
-    // a changed counter, and the proxy takes the page again (this path sent none, so its
-    // pages always counted as stable during a rebalance).
-    let drops = t.drops.load(std::sync::atomic::Ordering::SeqCst);
     let page = ListObjectsPage::answering(lso, out, more);
-    let mut resp = encode_page(&page, headers);
-    resp.headers_mut().insert(
-        gristmill_core::api::header::DROPS,
-        axum::http::HeaderValue::from(drops),
-    );
-    Ok(resp)
+    // With the drop counter, read after the scan as for plain listings.
+    Ok(crate::api::buckets::answer_page(t, &page, headers))
 }
 
 /// Appends the file members of `shard` whose keys sort after `after` and whose full names
