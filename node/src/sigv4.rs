@@ -169,8 +169,9 @@ impl Verifier {
             .map(|(_, key)| key.clone())
     }
 
-    /// Signing keys held (tests).
-    pub fn cached_keys(&self) -> usize {
+    /// Signing keys held.
+    #[cfg(test)]
+    fn cached_keys(&self) -> usize {
         self.keys.lock().expect("signing keys").len()
     }
 }
