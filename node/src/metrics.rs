@@ -132,7 +132,7 @@ const SERIES: &[(&str, Kind, Unit, &str)] = &[
         "grist_cold_chunks_total",
         Kind::Counter,
         Unit::Count,
-        "Chunks of huge remote objects that range GETs needed, by result: held (cached) or fetched.",
+        "Chunks of huge remote objects held in partial files, by result: held (a range GET found it cached), fetched, or evicted (the least recently read, to stay under the bound).",
     ),
     (
         "grist_transfers_received_total",

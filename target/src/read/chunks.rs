@@ -8,13 +8,15 @@
 //! 4 GiB object costs it 4 GiB from the backend.
 //!
 //! Partial files are a cache of a cache: tracked in memory only (the startup scan empties
-//! `partial/`), bounded per target ([`MAX_CHUNKS`], the least recently read objects go
-//! first), never listed, moved, replicated or counted as cached. Every chunk is fetched with
-//! the ETag of the HEAD that opened the partial; an object that changed drops its partial and
-//! the GET falls back to a whole download.
+//! `partial/`), bounded per target ([`MAX_CHUNKS`]), never listed, moved, replicated or
+//! counted as cached. The chunk is the unit of eviction: past the bound, the least recently
+//! read chunks of any object go first (a hole punched in the partial file) — never one a
+//! request is reading or fetching now — and a partial left holding nothing goes whole. Every
+//! chunk is fetched with the ETag of the HEAD that opened the partial; an object that changed
+//! drops its partial and the GET falls back to a whole download.
 
 use std::collections::{HashMap, VecDeque};
-use std::ops::RangeInclusive;
+use std::ops::{Range, RangeInclusive};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,14 +41,9 @@ static NEXT_FILE: AtomicU64 = AtomicU64::new(0);
 /// The partial objects of a target, by object uname.
 #[derive(Clone, Default)]
 pub(crate) struct Partials {
-    inner: Arc<Mutex<Inner>>,
-}
-
-#[derive(Default)]
-struct Inner {
-    objects: HashMap<String, Arc<Partial>>,
-    /// Bumped on every read: orders the objects by their last read.
-    clock: u64,
+    objects: Arc<Mutex<HashMap<String, Arc<Partial>>>>,
+    /// Bumped on every read: orders the chunks by their last read.
+    clock: Arc<AtomicU64>,
 }
 
 /// The chunks of one remote object held so far.
@@ -58,10 +55,35 @@ pub(crate) struct Partial {
     chunk: u64,
     path: PathBuf,
     file: Arc<std::fs::File>,
-    held: Mutex<Vec<bool>>,
+    /// One entry per chunk of the object. Eviction punches a chunk's hole while holding this
+    /// lock, and only a chunk without pins: a request pins its chunks before it looks at
+    /// what is held, so it never reads a hole, and a chunk it writes is never punched.
+    chunks: Mutex<Vec<ChunkState>>,
     /// One fetcher of this object's chunks at a time.
     fetching: tokio::sync::Mutex<()>,
-    last_read: AtomicU64,
+}
+
+#[derive(Clone, Copy, Default)]
+struct ChunkState {
+    /// The clock of its last read; 0 while not held.
+    read_at: u64,
+    /// Requests using it now (reading it, or fetching it).
+    pins: u32,
+}
+
+/// Chunks of a partial in use by one request: not evicted until this is dropped.
+struct Pin {
+    partial: Arc<Partial>,
+    chunks: Range<usize>,
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        let mut chunks = self.partial.chunks.lock().expect("partial lock");
+        for c in &mut chunks[self.chunks.clone()] {
+            c.pins -= 1;
+        }
+    }
 }
 
 impl Partial {
@@ -76,27 +98,65 @@ impl Partial {
     }
 
     fn holds(&self, i: u64) -> bool {
-        self.held.lock().expect("partial lock")[i as usize]
+        self.chunks.lock().expect("partial lock")[i as usize].read_at != 0
     }
 
-    fn held_count(&self) -> usize {
-        self.held
-            .lock()
-            .expect("partial lock")
-            .iter()
-            .filter(|h| **h)
-            .count()
+    /// Pins `chunks` for the caller and marks those held as read at `now`.
+    fn pin(self: &Arc<Self>, chunks: RangeInclusive<u64>, now: u64) -> Pin {
+        let chunks = *chunks.start() as usize..*chunks.end() as usize + 1;
+        let mut states = self.chunks.lock().expect("partial lock");
+        for c in &mut states[chunks.clone()] {
+            c.pins += 1;
+            if c.read_at != 0 {
+                c.read_at = now;
+            }
+        }
+        Pin {
+            partial: self.clone(),
+            chunks,
+        }
     }
 
-    /// The bytes `[start, start + len)`, read from the partial file (every chunk they touch
-    /// is held).
+    /// Marks chunk `i` held (just written), read at `now`.
+    fn hold(&self, i: u64, now: u64) {
+        self.chunks.lock().expect("partial lock")[i as usize].read_at = now;
+    }
+
+    /// Evicts chunk `i` if it is still held unpinned and unread since `read_at`: punches its
+    /// hole (the file keeps its size) and marks it missing.
+    fn evict(&self, i: usize, read_at: u64) -> bool {
+        let mut chunks = self.chunks.lock().expect("partial lock");
+        let c = &mut chunks[i];
+        if c.read_at != read_at || c.pins != 0 {
+            return false;
+        }
+        let (start, len) = self.span(i as u64);
+        let flags = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+        // A filesystem without holes keeps the bytes until the chunk is fetched again; it is
+        // forgotten all the same.
+        if let Err(e) = rustix::fs::fallocate(&*self.file, flags, start, len) {
+            tracing::debug!(path = %self.path.display(), error = %e, "punching an evicted chunk");
+        }
+        c.read_at = 0;
+        true
+    }
+
+    /// Holds no chunk and no request uses it.
+    fn idle_and_empty(&self) -> bool {
+        let chunks = self.chunks.lock().expect("partial lock");
+        chunks.iter().all(|c| c.read_at == 0 && c.pins == 0)
+    }
+
+    /// The bytes `[start, start + len)`, read from the partial file; `pin` covers every chunk
+    /// they touch (all held) and is kept until the stream ends.
     fn reader(
-        self: &Arc<Self>,
+        &self,
         start: u64,
         len: u64,
+        pin: Pin,
     ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
         let file = self.file.clone();
-        futures::stream::unfold((start, start + len), move |(pos, end)| {
+        futures::stream::unfold((start, start + len, pin), move |(pos, end, pin)| {
             let file = file.clone();
             async move {
                 if pos >= end {
@@ -105,8 +165,8 @@ impl Partial {
                 let want = (end - pos).min(READ_PIECE) as usize;
                 let read = tokio::task::spawn_blocking(move || read_at(&file, pos, want)).await;
                 match read.map_err(std::io::Error::other).and_then(|r| r) {
-                    Ok(b) => Some((Ok(b), (pos + want as u64, end))),
-                    Err(e) => Some((Err(e), (end, end))),
+                    Ok(b) => Some((Ok(b), (pos + want as u64, end, pin))),
+                    Err(e) => Some((Err(e), (end, end, pin))),
                 }
             }
         })
@@ -120,13 +180,16 @@ fn read_at(file: &std::fs::File, pos: u64, len: usize) -> std::io::Result<Bytes>
 }
 
 impl Partials {
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
     fn get(&self, key: &str) -> Option<Arc<Partial>> {
-        let mut inner = self.inner.lock().expect("partials lock");
-        inner.clock += 1;
-        let now = inner.clock;
-        let p = inner.objects.get(key)?.clone();
-        p.last_read.store(now, Ordering::Relaxed);
-        Some(p)
+        self.objects
+            .lock()
+            .expect("partials lock")
+            .get(key)
+            .cloned()
     }
 
     /// The partial of `key`, created (an empty sparse file in `dir`) if there is none.
@@ -169,20 +232,17 @@ impl Partials {
             chunk,
             path,
             file: Arc::new(file),
-            held: Mutex::new(vec![false; chunks]),
+            chunks: Mutex::new(vec![ChunkState::default(); chunks]),
             fetching: tokio::sync::Mutex::new(()),
-            last_read: AtomicU64::new(0),
         });
-        let mut inner = self.inner.lock().expect("partials lock");
-        inner.clock += 1;
-        p.last_read.store(inner.clock, Ordering::Relaxed);
         // Two GETs may open the same object at once: the first one registered wins.
-        let kept = inner
+        let kept = self
             .objects
+            .lock()
+            .expect("partials lock")
             .entry(key.to_owned())
             .or_insert(p.clone())
             .clone();
-        drop(inner);
         if !Arc::ptr_eq(&kept, &p) {
             remove_file(p.path.clone());
         }
@@ -191,12 +251,7 @@ impl Partials {
 
     /// Forgets `key`'s partial and removes its file (readers holding it keep reading).
     pub(crate) fn remove(&self, key: &str) {
-        let gone = self
-            .inner
-            .lock()
-            .expect("partials lock")
-            .objects
-            .remove(key);
+        let gone = self.objects.lock().expect("partials lock").remove(key);
         if let Some(p) = gone {
             remove_file(p.path.clone());
         }
@@ -206,8 +261,8 @@ impl Partials {
     pub(crate) fn remove_bucket(&self, bck: &Bck) {
         let bucket = bck.uname();
         let gone: Vec<String> = {
-            let inner = self.inner.lock().expect("partials lock");
-            let of_bucket = inner.objects.iter().filter(|(_, p)| p.bucket == bucket);
+            let objects = self.objects.lock().expect("partials lock");
+            let of_bucket = objects.iter().filter(|(_, p)| p.bucket == bucket);
             of_bucket.map(|(k, _)| k.clone()).collect()
         };
         for k in gone {
@@ -215,43 +270,68 @@ impl Partials {
         }
     }
 
-    /// Drops the least recently read partials (never `key`'s) until `adding` more chunks fit
-    /// under [`MAX_CHUNKS`].
-    fn make_room(&self, key: &str, adding: usize) {
-        let gone: Vec<String> = {
-            let inner = self.inner.lock().expect("partials lock");
-            let mut by_age: Vec<(u64, &String, usize)> = inner
-                .objects
+    /// Evicts the least recently read chunks that no request uses until `adding` more fit
+    /// under [`MAX_CHUNKS`], and drops the partials left holding nothing; the number of
+    /// chunks evicted. Blocking (punches holes).
+    fn make_room(&self, adding: usize) -> usize {
+        let objects: Vec<(String, Arc<Partial>)> = {
+            let objects = self.objects.lock().expect("partials lock");
+            objects
                 .iter()
-                .map(|(k, p)| (p.last_read.load(Ordering::Relaxed), k, p.held_count()))
-                .collect();
-            let mut total: usize = by_age.iter().map(|(_, _, n)| n).sum();
-            by_age.sort();
-            by_age
-                .into_iter()
-                .filter(|(_, k, _)| k.as_str() != key)
-                .take_while(|(_, _, n)| {
-                    let over = total + adding > MAX_CHUNKS;
-                    total -= n;
-                    over
-                })
-                .map(|(_, k, _)| k.clone())
+                .map(|(k, p)| (k.clone(), p.clone()))
                 .collect()
         };
-        for k in gone {
-            self.remove(&k);
+        let mut held = 0;
+        // (last read, partial, chunk) of every chunk held that no request uses.
+        let mut evictable = Vec::new();
+        for (at, (_, p)) in objects.iter().enumerate() {
+            let chunks = p.chunks.lock().expect("partial lock");
+            for (i, c) in chunks.iter().enumerate().filter(|(_, c)| c.read_at != 0) {
+                held += 1;
+                if c.pins == 0 {
+                    evictable.push((c.read_at, at, i));
+                }
+            }
         }
+        let mut over = (held + adding).saturating_sub(MAX_CHUNKS);
+        if over == 0 {
+            return 0;
+        }
+        evictable.sort_unstable();
+        let mut evicted = 0;
+        for (read_at, at, i) in evictable {
+            if over == 0 {
+                break;
+            }
+            // Read or pinned since it was looked at: the next one goes instead.
+            if objects[at].1.evict(i, read_at) {
+                evicted += 1;
+                over -= 1;
+            }
+        }
+        for (key, p) in objects {
+            let mut map = self.objects.lock().expect("partials lock");
+            let same = map.get(&key).is_some_and(|now| Arc::ptr_eq(now, &p));
+            if same && p.idle_and_empty() {
+                map.remove(&key);
+                drop(map);
+                remove_file_now(&p.path);
+            }
+        }
+        evicted
     }
 }
 
 fn remove_file(path: PathBuf) {
-    tokio::task::spawn_blocking(move || {
-        if let Err(e) = std::fs::remove_file(&path)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(path = %path.display(), error = %e, "removing a partial file");
-        }
-    });
+    tokio::task::spawn_blocking(move || remove_file_now(&path));
+}
+
+fn remove_file_now(path: &std::path::Path) {
+    if let Err(e) = std::fs::remove_file(path)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %path.display(), error = %e, "removing a partial file");
+    }
 }
 
 /// Whether `now` is another object than `was` (size, ETag, or without ETags the version and
@@ -318,6 +398,9 @@ pub(crate) async fn serve_range(
             t.partials.open(bck, &key, dir, attrs, chunk).await?
         }
     };
+    // Pinned before fetch looks at what is held: no eviction punches them until the answer
+    // has been read.
+    let pin = p.pin(chunks.clone(), t.partials.tick());
     match fetch(t, backend, bck, name, &key, &p, chunks).await {
         Ok(()) => {}
         Err(e) if e.message.contains(super::ranges::CHANGED) => {
@@ -327,7 +410,7 @@ pub(crate) async fn serve_range(
         }
         Err(e) => return Err(e),
     }
-    let body = axum::body::Body::from_stream(p.reader(start, len));
+    let body = axum::body::Body::from_stream(p.reader(start, len, pin));
     Ok(Some(super::remote::answer_remote(
         t,
         &p.attrs,
@@ -336,7 +419,8 @@ pub(crate) async fn serve_range(
     )))
 }
 
-/// Fetches the chunks of `wanted` that `p` does not hold, a few at a time, into its file.
+/// Fetches the chunks of `wanted` (pinned by the caller) that `p` does not hold, a few at a
+/// time, into its file, after evicting chunks of other reads to make room for them.
 async fn fetch(
     t: &Target,
     backend: &Arc<dyn Backend>,
@@ -355,7 +439,12 @@ async fn fetch(
     if missing.is_empty() {
         return Ok(());
     }
-    t.partials.make_room(key, missing.len());
+    let (partials, adding) = (t.partials.clone(), missing.len());
+    let evicted = tokio::task::spawn_blocking(move || partials.make_room(adding))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    metrics::counter!("grist_cold_chunks_total", "provider" => provider, "result" => "evicted")
+        .increment(evicted as u64);
     let bytes: u64 = missing.iter().map(|i| p.span(*i).1).sum();
     // Reserved while the chunks download (a partial is not counted in usage once written).
     let _room = t.space.admit_cached(&t.bmd(), bck, name, bytes).await?;
@@ -373,7 +462,7 @@ async fn fetch(
             .await
             .map_err(|e| ApiError::internal(e.to_string()))?
             .map_err(|e| ApiError::internal(format!("writing a chunk of {key}: {e}")))?;
-        p.held.lock().expect("partial lock")[i as usize] = true;
+        p.hold(i, t.partials.tick());
         metrics::counter!("grist_cold_chunks_total", "provider" => provider, "result" => "fetched")
             .increment(1);
     }
@@ -397,6 +486,8 @@ pub(crate) async fn whole_body(
         t.partials.remove(&key);
         return None;
     }
+    // The chunks held stay until the fill has read them.
+    let pin = p.pin(0..=p.chunks() - 1, t.partials.tick());
     let spans: VecDeque<(u64, u64, bool)> = (0..p.chunks())
         .map(|i| {
             let (start, len) = p.span(i);
@@ -434,5 +525,62 @@ pub(crate) async fn whole_body(
             }
         },
     );
+    let body = body.map(move |part| {
+        let _held_until_read = &pin;
+        part
+    });
     Some((now, Box::pin(body)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+    use gristmill_core::Provider;
+
+    #[tokio::test]
+    async fn eviction_takes_the_least_recently_read_unpinned_chunks_and_punches_them() {
+        const CHUNK: u64 = 64 * 1024;
+        let dir = tempfile::tempdir().unwrap();
+        let partials = Partials::default();
+        let bck = Bck::new("b", Provider::Aws).unwrap();
+        let attrs = RemoteAttrs {
+            size: 4 * CHUNK,
+            etag: "e".into(),
+            ..Default::default()
+        };
+        let p = partials
+            .open(&bck, "k", dir.path().to_owned(), attrs, CHUNK)
+            .await
+            .unwrap();
+        for i in 0..4 {
+            p.file
+                .write_all_at(&vec![i as u8 + 1; CHUNK as usize], i * CHUNK)
+                .unwrap();
+            p.hold(i, partials.tick());
+        }
+        let allocated = || p.file.metadata().unwrap().blocks() * 512;
+        assert!(allocated() >= 4 * CHUNK);
+        // Chunk 0 is the oldest but in use: 1 and 2 go instead.
+        let pin = p.pin(0..=0, 1);
+        assert_eq!(partials.make_room(MAX_CHUNKS - 2), 2);
+        let held: Vec<bool> = (0..4).map(|i| p.holds(i)).collect();
+        assert_eq!(held, [true, false, false, true]);
+        assert!(allocated() < 3 * CHUNK, "holes punched: {}", allocated());
+        assert_eq!(
+            read_at(&p.file, 0, 1).unwrap()[0],
+            1,
+            "the pinned chunk's bytes"
+        );
+        assert_eq!(read_at(&p.file, CHUNK, 1).unwrap()[0], 0, "a hole");
+        assert!(partials.get("k").is_some());
+        // Nothing over the bound: nothing goes.
+        assert_eq!(partials.make_room(MAX_CHUNKS - 2), 0);
+        // Unpinned, a partial left with nothing is dropped with its file.
+        drop(pin);
+        assert_eq!(partials.make_room(MAX_CHUNKS), 2);
+        assert!(partials.get("k").is_none());
+        assert!(!p.path.exists());
+    }
 }

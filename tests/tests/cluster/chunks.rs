@@ -163,6 +163,94 @@ async fn a_range_of_an_uncached_large_object_fetches_only_its_chunks() {
     assert_eq!(r.status(), 404, "a range of a deleted object");
 }
 
+/// Chunks are cached and evicted one by one: past the bound on chunks held (256 per target),
+/// the least recently read chunks go, of this object or another, their holes punched in the
+/// partial file; a chunk read again stays, an evicted one is fetched again, and a whole GET
+/// afterwards assembles the right bytes from what is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_are_evicted_one_by_one_least_recently_read_first() {
+    const CHUNK: usize = 64 * 1024;
+    const BOUND: usize = 256;
+    let weed = Weed::start().await;
+    let s3 = weed.client();
+    s3.create_bucket().bucket("gm-evict").send().await.unwrap();
+    let size = 260 * CHUNK + 100; // 261 chunks
+    let data = content(40, size);
+    put_direct(&s3, "gm-evict", "a.bin", data.clone()).await;
+    let other = content(41, 20 * CHUNK + 1);
+    put_direct(&s3, "gm-evict", "b.bin", other.clone()).await;
+    let relay = Relay::start(&weed.endpoint).await;
+    let c = remote_cluster_with(
+        &relay,
+        1,
+        &[
+            ("GRISTD_COLD_GET_PARALLEL_ABOVE", "1MiB"),
+            ("GRISTD_COLD_GET_CHUNK", &CHUNK.to_string()),
+        ],
+    )
+    .await;
+    let (a, b) = (
+        obj_url(&c, "gm-evict", "a.bin"),
+        obj_url(&c, "gm-evict", "b.bin"),
+    );
+    let gets = || relay.object_gets.load(SeqCst);
+    let read = async |url: &str, bytes: &[u8], first: usize, last: usize| {
+        let (from, to) = (first * CHUNK + 7, (last * CHUNK + 99).min(bytes.len() - 1));
+        let got = get_range(&c, url, &format!("bytes={from}-{to}")).await;
+        assert!(got == bytes[from..=to], "chunks {first}..={last}");
+    };
+
+    read(&a, &data, 0, 0).await;
+    read(&a, &data, 1, 255).await;
+    assert_eq!(gets(), 256, "the bound is reached");
+    read(&a, &data, 0, 0).await; // the oldest read becomes the newest
+    assert_eq!(gets(), 256);
+    read(&a, &data, 256, 257).await;
+    assert_eq!(gets(), 258);
+    // Chunks 1 and 2 (least recently read) made the room; 0 and 3 are still held.
+    read(&a, &data, 0, 0).await;
+    read(&a, &data, 3, 3).await;
+    assert_eq!(gets(), 258, "chunks read again or not yet evicted stay");
+    read(&a, &data, 1, 1).await;
+    assert_eq!(
+        gets(),
+        259,
+        "an evicted chunk is fetched again (evicting chunk 4)"
+    );
+
+    // Another object's chunks take room from this one's oldest (5 and 6).
+    read(&b, &other, 0, 1).await;
+    assert_eq!(gets(), 261);
+    read(&a, &data, 7, 7).await;
+    assert_eq!(gets(), 261);
+    read(&a, &data, 5, 5).await;
+    assert_eq!(
+        gets(),
+        262,
+        "chunk 5 went for the other object (and 8 goes now)"
+    );
+
+    // The evicted chunks take no space: holes in the partial files.
+    let dir = c.mountpaths[0][0].join("partial");
+    let allocated: u64 = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| std::os::unix::fs::MetadataExt::blocks(&e.unwrap().metadata().unwrap()) * 512)
+        .sum();
+    assert!(
+        allocated <= (BOUND * CHUNK + 64 * 1024) as u64,
+        "{allocated} bytes allocated in {} for at most {BOUND} chunks of {CHUNK}",
+        dir.display()
+    );
+
+    // A whole GET: the 254 chunks held, and only the 7 missing ones (2, 4, 6, 8, 258–260)
+    // from the backend; every byte right, none from a punched hole.
+    let whole = get_whole(&c, &a).await;
+    assert!(whole == data, "the whole object ({} bytes)", whole.len());
+    assert_eq!(gets(), 269, "only the chunks not held");
+    read(&b, &other, 0, 1).await;
+    assert_eq!(gets(), 269, "the other object's chunks are still held");
+}
+
 /// `lru.move_cached` off (job-scoped caches): a target joining moves none of the bucket's
 /// cached copies — the old owners drop their misplaced ones (the job's `dropped_not_moved`)
 /// and the new owner fetches each on its first GET — while a bucket with the default moves
