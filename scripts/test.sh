@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step with the time it started: where CI's minutes go.
+step() { printf '\n==> [%s] %s\n' "$(date +%T)" "$*"; }
 
 # Incremental compilation only pays off for repeated edits; here it would add ~20 GB of
 # build/debug/incremental to a disk the tests' clusters also write to.
@@ -145,10 +146,12 @@ scripts/fuzz.sh 10
 step "Python tests"
 df -h "$root" /tmp || true # (a disk past 90 % once showed as 507s here)
 export GRISTD_BIN="$root/build/debug/gristd"
-.venv/bin/python -m pytest -q python/tests
+.venv/bin/python -m pytest -q --durations=15 python/tests
 
 step "benchmark smoke (benches/compare.sh --smoke: Gristmill vs nginx pipeline, debug binaries)"
 benches/compare.sh --smoke
 
 step "benchmark smoke (benches/cold_get.sh --smoke: cold GET via Gristmill vs SeaweedFS directly)"
 benches/cold_get.sh --smoke
+
+step "all tests passed"
