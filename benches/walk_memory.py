@@ -8,8 +8,8 @@ then two phases, each with the target's peak RSS reset first (`echo 5 > /proc/PI
 - rebalance: a second target joins (a process of its own) and the first sends it its share,
   about half the objects (the sender's memory is reported).
 
-Each phase runs to its end or for --seconds at most (the job is then left running: a 10 M
-rebalance moves ~5 M objects, which at ~2,000 objects/s is 40 minutes). Reported per phase:
+Each phase runs to its end or for --seconds at most (the job is then aborted: a 10 M rebalance
+moves ~5 M objects, which at ~2,000 objects/s is 40 minutes). Reported per phase:
 objects done, seconds, rate, the target's VmRSS when it started, its VmHWM at 30 s, 60 s,
 120 s, 240 s ... and at the end; growth is the end's VmHWM minus the start's VmRSS.
 
@@ -18,7 +18,7 @@ loop-mounted ext4 image, and pass --keep: removing 10 M files takes longer than 
 system again.
 
 Usage: benches/walk_memory.py --objects 1000000 [--seconds 300] [--bin-dir build/release]
-                              [--dir DIR] [--keep] [--phases scrub,rebalance] [--out F]
+                              [--dir DIR] [--keep] [--reuse WORKDIR] [--phases scrub,rebalance] [--out F]
 Build first: cargo build --release -p gristmill-daemon -p gristmill-target --example prefill_index
 """
 
@@ -77,39 +77,62 @@ def main() -> None:
     ap.add_argument("--bin-dir", default="build/release")
     ap.add_argument("--dir", help="where the work directory goes (default: the temp dir)")
     ap.add_argument("--keep", action="store_true", help="leave the work directory (and its objects)")
+    ap.add_argument("--reuse", help="a work directory a --keep run left: its objects, no prefill")
     ap.add_argument("--phases", default="scrub,rebalance")
     ap.add_argument("--out")
     a = ap.parse_args()
     a.targets, a.parallel = 1, 1  # for list_bench.prefill
     bins = os.path.abspath(a.bin_dir)
     gristd = os.path.join(bins, "gristd")
-    d = tempfile.mkdtemp(prefix="grist-walk.", dir=a.dir)
+    d = os.path.abspath(a.reuse) if a.reuse else tempfile.mkdtemp(prefix="grist-walk.", dir=a.dir)
     data = os.path.join(d, "pg")
-    port = free_base(8)
+    smap = os.path.join(d, "smap.json")
+    if a.reuse:
+        a.keep = True
+        port = int(next(iter(json.load(open(smap))["pmap"].values()))["public_net"]["daemon_port"])
+    else:
+        port = free_base(8)
     rows = []
     procs: list[subprocess.Popen] = []
     pg = None
     try:
-        pg = Playground(bins, data, 1, port)
-        request("POST", f"{pg.ep}/v1/buckets/lst", {"action": "create-bck"})
-        smap = os.path.join(d, "smap.json")
-        with open(smap, "wb") as f:
-            f.write(request("GET", f"{pg.ep}/v1/daemon?what=smap"))
-        pg.stop()
-        t = time.monotonic()
-        prefill(os.path.join(bins, "examples", "prefill_index"), smap, data, a)
-        print(f"prefilled {a.objects} objects in {time.monotonic() - t:.0f} s", file=sys.stderr)
+        if not a.reuse:
+            pg = Playground(bins, data, 1, port)
+            request("POST", f"{pg.ep}/v1/buckets/lst", {"action": "create-bck"})
+            with open(smap, "wb") as f:
+                f.write(request("GET", f"{pg.ep}/v1/daemon?what=smap"))
+            pg.stop()
+            t = time.monotonic()
+            prefill(os.path.join(bins, "examples", "prefill_index"), smap, data, a)
+            print(f"prefilled {a.objects} objects in {time.monotonic() - t:.0f} s", file=sys.stderr)
         t = time.monotonic()
         pg = Playground(bins, data, 1, port)
         print(f"started on them in {time.monotonic() - t:.0f} s", file=sys.stderr)
         pid = pg.targets[0]
+        # The map the playground finds is the one it stopped with: the target serves (and
+        # registers) only once its startup scan has read every record.
+        list_one = {"action": "list", "value": {"pagesize": 1, "props": "name"}}
+        wait("the target serves", lambda: json.loads(request("GET", f"{pg.ep}/v1/buckets/lst", list_one)).get("entries"),
+             1800, 1)
+        print(f"serving after {time.monotonic() - t:.0f} s", file=sys.stderr)
         time.sleep(5)
 
         def phase(name: str, start_job) -> None:
             open(f"/proc/{pid}/clear_refs", "w").write("5")
             rss = status_kib(pid, "VmRSS") / 1024
-            job = start_job()
+            # A target refuses jobs (503) until its startup scan has read every record.
+            t = time.monotonic()
+            job = wait(f"{name} starts", start_job, 1800, 2)
+            if time.monotonic() - t > 5:
+                print(f"{name} started after {time.monotonic() - t:.0f} s", file=sys.stderr)
+                open(f"/proc/{pid}/clear_refs", "w").write("5")
+                rss = status_kib(pid, "VmRSS") / 1024
             r = watch(pg.ep, job, pid, a.seconds)
+            if r["state"] not in ("finished", "aborted", "failed"):
+                try:  # cut off: not running beside the next phase
+                    request("DELETE", f"{pg.ep}/v1/jobs/{job}")
+                except Exception as e:
+                    print(f"aborting {job}: {e}", file=sys.stderr)
             r.update(phase=name, rss_start=rss)
             print(json.dumps(r), file=sys.stderr)
             rows.append(r)
