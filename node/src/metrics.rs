@@ -642,9 +642,15 @@ tokio::task_local! {
     static CURRENT_REQUEST_ID: Arc<str>;
 }
 
-/// The id of the request this task serves, if any: requests it sends to other nodes carry it.
+/// The id of the request this task serves, if any: requests it sends to other nodes carry it,
+/// and every line it logs names it (`gristd`'s log format).
 pub fn current_request_id() -> Option<Arc<str>> {
     CURRENT_REQUEST_ID.try_with(Arc::clone).ok()
+}
+
+/// Runs `work` as the serving of request `id` ([`current_request_id`] inside it).
+pub async fn serving<F: std::future::Future>(id: Arc<str>, work: F) -> F::Output {
+    CURRENT_REQUEST_ID.scope(id, work).await
 }
 
 static ACCESS_LOG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -727,7 +733,6 @@ fn op_series(op: &'static str) -> Arc<OpSeries> {
 /// a JSON error body — and records requests, errors, body bytes as they move, and the time
 /// until the response body was sent, by operation.
 pub async fn track_requests(req: Request, next: Next) -> Response {
-    use tracing::Instrument;
     let started = Instant::now();
     let op = Op {
         label: OpLabel::default(),
@@ -740,7 +745,6 @@ pub async fn track_requests(req: Request, next: Next) -> Response {
     if let Some(v) = &id_header {
         parts.headers.insert(REQUEST_ID, v.clone());
     }
-    let span = tracing::info_span!("request", id = %id);
     // What the access log names, taken only when it is on.
     let logged = access_log().then(|| (parts.method.clone(), parts.uri.path().to_owned()));
     let body = axum::body::Body::new(Counted {
@@ -750,12 +754,7 @@ pub async fn track_requests(req: Request, next: Next) -> Response {
         response: false,
         started: None,
     });
-    let resp = CURRENT_REQUEST_ID
-        .scope(
-            id.clone(),
-            next.run(Request::from_parts(parts, body)).instrument(span),
-        )
-        .await;
+    let resp = serving(id.clone(), next.run(Request::from_parts(parts, body))).await;
     let resp = with_request_id(resp, &id, id_header).await;
     let status = resp.status();
     let name = op.get();

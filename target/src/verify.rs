@@ -159,7 +159,7 @@ pub(crate) struct Verifying {
     /// Bytes found past the recorded size (checked with the last read, in the same trip).
     extra: usize,
     done: bool,
-    meta: ObjectMeta,
+    meta: Arc<ObjectMeta>,
     /// Marked verified when the whole object checked out.
     record: Option<Arc<crate::store::hot::Cached>>,
     on_mismatch: Option<Box<dyn FnOnce(String) + Send>>,
@@ -170,19 +170,19 @@ pub(crate) struct Verifying {
 /// mismatch the stream ends with an error instead and `on_mismatch` runs (once). A match marks
 /// `record` verified.
 pub(crate) fn verified_stream(
-    file: std::fs::File,
-    meta: ObjectMeta,
+    file: impl Into<Arc<std::fs::File>>,
+    meta: impl Into<Arc<ObjectMeta>>,
     record: Option<Arc<crate::store::hot::Cached>>,
     on_mismatch: impl FnOnce(String) + Send + 'static,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
     let state = Verifying {
-        file: Arc::new(file),
+        file: file.into(),
         offset: 0,
         hasher: Some(Xxh64::new(0)),
         held: None,
         extra: 0,
         done: false,
-        meta,
+        meta: meta.into(),
         record,
         on_mismatch: Some(Box::new(on_mismatch)),
     };
@@ -440,7 +440,7 @@ pub(crate) fn verified_read(
 
 /// Starts the repair of a copy found corrupt while streaming it (the response is already
 /// broken; the next GET finds the repaired copy).
-pub(crate) fn repair_in_background(t: Arc<Target>, bck: &Bck, meta: ObjectMeta, why: String) {
+pub(crate) fn repair_in_background(t: Arc<Target>, bck: &Bck, meta: Arc<ObjectMeta>, why: String) {
     let bck = bck.clone();
     tokio::spawn(async move {
         let _ = quarantine_and_repair(&t, &bck, &meta, &why, "get").await;

@@ -79,6 +79,36 @@ pub(crate) fn object_headers(t: &Target, bck: &Bck, meta: &ObjectMeta, headers: 
     headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
 }
 
+/// The answer headers of a whole-object GET: [`object_headers`], the content type and length.
+/// Their values are slices of one buffer, so a warm GET's copy of a cached record's headers
+/// bumps one reference count, not one per header (on a line every worker thread shares).
+fn whole_get_headers(t: &Target, bck: &Bck, meta: &ObjectMeta) -> HeaderMap {
+    let mut rendered = HeaderMap::new();
+    object_headers(t, bck, meta, &mut rendered);
+    rendered.insert(header::CONTENT_LENGTH, HeaderValue::from(meta.size));
+    rendered.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    let mut buf = bytes::BytesMut::new();
+    for value in rendered.values() {
+        buf.extend_from_slice(value.as_bytes());
+    }
+    let buf = buf.freeze();
+    let mut shared = HeaderMap::with_capacity(rendered.len());
+    let mut at = 0;
+    for (name, value) in &rendered {
+        let end = at + value.len();
+        // The same bytes as a valid value: the fallback never runs.
+        match HeaderValue::from_maybe_shared(buf.slice(at..end)) {
+            Ok(v) => shared.append(name.clone(), v),
+            Err(_) => shared.append(name.clone(), value.clone()),
+        };
+        at = end;
+    }
+    shared
+}
+
 /// Why a conditional request is not served.
 pub(crate) enum Unmet {
     /// `If-None-Match` / `If-Modified-Since`: 304, with the object's ETag and modification
@@ -209,7 +239,11 @@ impl<'a> ReadRequest<'a> {
 
 /// The body for `len` bytes of `file` from `start`, read with positioned reads on the blocking
 /// pool, one chunk at a time.
-pub(crate) async fn file_body(file: std::fs::File, start: u64, len: u64) -> Result<Body, ApiError> {
+pub(crate) async fn file_body(
+    file: std::sync::Arc<std::fs::File>,
+    start: u64,
+    len: u64,
+) -> Result<Body, ApiError> {
     Ok(Body::from_stream(file_stream(file, start, len)))
 }
 
@@ -280,18 +314,12 @@ pub(crate) async fn serve_local(
         // The headers first: building the body may consume `open`. Rendered once per cached
         // record (a warm GET copies them: no formatting, no parsing).
         let mut resp = Response::new(Body::empty());
-        match &open.record {
-            Some(record) => {
-                *resp.headers_mut() = record
-                    .headers(|| {
-                        let mut rendered = HeaderMap::new();
-                        object_headers(t, bck, &record.meta, &mut rendered);
-                        rendered
-                    })
-                    .clone();
-            }
-            None => object_headers(t, bck, &open.meta, resp.headers_mut()),
-        }
+        *resp.headers_mut() = match &open.record {
+            Some(record) => record
+                .headers(|| whole_get_headers(t, bck, &record.meta))
+                .clone(),
+            None => whole_get_headers(t, bck, &open.meta),
+        };
         let body = match open.data.take() {
             Some(data) => Body::from(data.slice(start as usize..(start + len) as usize)),
             None if stream_verified => {
@@ -301,19 +329,15 @@ pub(crate) async fn serve_local(
                 Some(zc) if gristmill_node::zero_copy::resident(&open.file, start, len) => {
                     metrics::counter!("grist_get_zero_copy_total").increment(1);
                     metrics::counter!("grist_get_zero_copy_bytes_total").increment(len);
-                    zc.body(std::sync::Arc::new(open.file), start, len)
+                    zc.body(open.file, start, len)
                 }
                 _ => file_body(open.file, start, len).await?,
             },
         };
         *resp.body_mut() = body;
-        resp.headers_mut()
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/octet-stream"),
-        );
         if let Some(r) = range {
+            resp.headers_mut()
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
             *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
             if let Ok(v) = HeaderValue::from_str(&r.content_range(size)) {
                 resp.headers_mut().insert(header::CONTENT_RANGE, v);

@@ -113,7 +113,7 @@ async fn append_locked(
                 };
                 return Ok((format, Base::None));
             };
-            let file = Arc::new(open.file);
+            let file = open.file;
             let format = super::format_of(&name, archmime.as_deref(), &file)?;
             let cat = catalog::load(&store, &shards.catalogs, &bck, &open.meta, &file, format)?;
             let taken = match &*cat {

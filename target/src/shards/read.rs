@@ -6,7 +6,6 @@
 //! first.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -73,7 +72,7 @@ async fn member(
 ) -> ApiResult {
     let (store, shards) = (t.store.clone(), t.shards.clone());
     let meta = open.meta;
-    let file = Arc::new(open.file);
+    let file = open.file;
     let wants_range = headers.contains_key(header::RANGE);
     let located = {
         let (bck, meta, file, path) = (bck.clone(), meta.clone(), file.clone(), path.to_owned());
@@ -167,7 +166,7 @@ async fn matching(
 ) -> ApiResult {
     let selector = gristmill_shard::Selector::new(mode, expr)?;
     let (store, shards) = (t.store.clone(), t.shards.clone());
-    let (bck, meta, file) = (bck.clone(), open.meta, Arc::new(open.file));
+    let (bck, meta, file) = (bck.clone(), open.meta, open.file);
     let mtime = (meta.mtime_ns.max(0) / 1_000_000_000) as u64;
     let (rx, stream) = io::pipe(move |ready, out| {
         let none = || {

@@ -588,7 +588,7 @@ async fn records(
             shard.clone(),
         );
         let recs = tokio::task::spawn_blocking(move || -> Result<Vec<Record>, ApiError> {
-            let file = Arc::new(open.file);
+            let file = open.file;
             let format = super::format_of(&name, None, &file)?;
             let cat = catalog::load(
                 &store,

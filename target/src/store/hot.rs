@@ -8,9 +8,10 @@
 //! on disk only) still goes through the blocking pool.
 //!
 //! A cached entry also keeps its data file open (within a budget of file descriptors): a warm
-//! GET then `dup`s the descriptor instead of opening the path, whose lookup was the largest
-//! single cost left in a 16 KiB GET. The descriptor goes with the entry — every index change
-//! of the object drops both — so a GET never reads a file the index no longer names.
+//! GET then shares the open file (no `open`, no `dup`, no `close`) instead of opening the
+//! path, whose lookup was the largest single cost left in a 16 KiB GET. The descriptor goes
+//! with the entry — every index change of the object drops both — so a GET that starts after
+//! the change never reads a file the index no longer names.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -27,7 +28,9 @@ const SHARDS: usize = 16;
 #[derive(Debug)]
 pub(crate) struct Cached {
     pub root: std::path::PathBuf,
-    pub meta: ObjectMeta,
+    /// Shared with every [`crate::store::OpenObject`] opened from this record (a GET copies
+    /// no strings).
+    pub meta: Arc<ObjectMeta>,
     file: OnceLock<KeptFile>,
     /// A whole read of this object checked its bytes against its checksum since the record
     /// was cached (the first read after the node opened the file or after a write): later
@@ -39,10 +42,10 @@ pub(crate) struct Cached {
 }
 
 impl Cached {
-    pub(crate) fn new(root: std::path::PathBuf, meta: ObjectMeta) -> Self {
+    pub(crate) fn new(root: std::path::PathBuf, meta: impl Into<Arc<ObjectMeta>>) -> Self {
         Self {
             root,
-            meta,
+            meta: meta.into(),
             file: OnceLock::new(),
             verified: std::sync::atomic::AtomicBool::new(false),
             headers: OnceLock::new(),
@@ -69,7 +72,7 @@ impl Cached {
 /// A data file kept open by the cache; its descriptor returns to the budget when dropped.
 #[derive(Debug)]
 struct KeptFile {
-    file: File,
+    file: Arc<File>,
     budget: Arc<FdBudget>,
 }
 
@@ -167,24 +170,20 @@ impl MetaCache {
         }
     }
 
-    /// The data file of a cached entry: a duplicate of the descriptor the entry keeps, or —
-    /// the first time — the file opened by path (and kept, if the budget allows).
-    pub(crate) fn open_file(&self, hit: &Cached) -> std::io::Result<File> {
+    /// The data file of a cached entry: the descriptor the entry keeps, shared (no `dup`,
+    /// no `close` per GET), or — the first time — the file opened by path (and kept, if the
+    /// budget allows).
+    pub(crate) fn open_file(&self, hit: &Cached) -> std::io::Result<Arc<File>> {
         if let Some(kept) = hit.file.get() {
-            return kept.file.try_clone();
+            return Ok(kept.file.clone());
         }
-        let file = File::open(hit.root.join(&hit.meta.file))?;
+        let file = Arc::new(File::open(hit.root.join(&hit.meta.file))?);
         if self.fds.take() {
-            match file.try_clone() {
-                // Another GET may have kept one first: ours is dropped (and returned).
-                Ok(dup) => drop(hit.file.set(KeptFile {
-                    file: dup,
-                    budget: self.fds.clone(),
-                })),
-                Err(_) => {
-                    self.fds.open.fetch_sub(1, Ordering::Relaxed);
-                }
-            }
+            // Another GET may have kept one first: ours is dropped (and returned).
+            drop(hit.file.set(KeptFile {
+                file: file.clone(),
+                budget: self.fds.clone(),
+            }));
         }
         Ok(file)
     }
@@ -427,17 +426,17 @@ mod tests {
         let entry = |name: &str| {
             std::fs::write(dir.path().join(name), name).unwrap();
             let m = meta("b", name, name.len() as u64);
-            let mut meta = m.meta.clone();
+            let mut meta = (*m.meta).clone();
             meta.file = name.into();
             Arc::new(Cached::new(dir.path().into(), meta))
         };
         let c = MetaCache::new(64, 1);
         let (a, b) = (entry("a"), entry("b"));
-        // Positioned reads, as every user of an opened object does: duplicates share one
-        // file offset.
-        let read = |f: File| {
+        // Positioned reads, as every user of an opened object does: readers share one file
+        // offset.
+        let read = |f: Arc<File>| {
             let mut buf = [0u8; 8];
-            let n = std::os::unix::fs::FileExt::read_at(&f, &mut buf, 0).unwrap();
+            let n = std::os::unix::fs::FileExt::read_at(&*f, &mut buf, 0).unwrap();
             String::from_utf8(buf[..n].to_vec()).unwrap()
         };
         assert_eq!(read(c.open_file(&a).unwrap()), "a");

@@ -122,10 +122,10 @@ pub const MINT_VERSION_ID: &str = "mint";
 /// An open object ready to be streamed.
 #[derive(Debug)]
 pub struct OpenObject {
-    pub meta: ObjectMeta,
-    /// The data file. It may be a duplicate of a descriptor the metadata cache keeps open,
-    /// sharing one file offset with other readers: read it with positioned reads only.
-    pub file: std::fs::File,
+    pub meta: Arc<ObjectMeta>,
+    /// The data file. It may be the descriptor the metadata cache keeps open, shared with
+    /// other readers (one file offset): read it with positioned reads only.
+    pub file: Arc<std::fs::File>,
     /// The whole content, already read, for objects up to [`PREFETCH_MAX`] bytes.
     pub data: Option<Bytes>,
     /// The object's record in the metadata cache (it remembers whether a read verified it).
@@ -688,6 +688,7 @@ impl Store {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                     Err(e) => return Err(e.into()),
                 };
+                let meta = Arc::new(meta);
                 let record = Arc::new(crate::store::hot::Cached::new(
                     mp.path.clone(),
                     meta.clone(),
@@ -702,7 +703,7 @@ impl Store {
                 };
                 return Ok(OpenObject {
                     meta,
-                    file,
+                    file: Arc::new(file),
                     data,
                     record: Some(record),
                 });

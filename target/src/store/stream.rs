@@ -11,12 +11,12 @@ pub(crate) const FIRST_CHUNK: u64 = 256 * 1024;
 /// `len` bytes of `file` from `start` as a stream of chunks (positioned reads on the blocking
 /// pool; the first chunk is small so the first byte leaves sooner).
 pub(crate) fn file_stream(
-    file: std::fs::File,
+    file: impl Into<Arc<std::fs::File>>,
     start: u64,
     len: u64,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
     use std::os::unix::fs::FileExt;
-    let file = Arc::new(file);
+    let file = file.into();
     futures::stream::unfold((file, start, len), move |(file, offset, left)| async move {
         if left == 0 {
             return None;
