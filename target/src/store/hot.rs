@@ -39,6 +39,16 @@ pub(crate) struct Cached {
     /// The answer headers of a GET of this record, rendered by its first GET: they change
     /// only when the record does, and every change of the object drops the record.
     headers: OnceLock<axum::http::HeaderMap>,
+    /// When (milliseconds on [`coarse_ms`]'s clock, plus one; 0: never) a check found the
+    /// whole data file in the page cache.
+    resident_at: std::sync::atomic::AtomicU64,
+}
+
+/// Milliseconds since this process first asked.
+pub(crate) fn coarse_ms() -> u64 {
+    static START: std::sync::LazyLock<std::time::Instant> =
+        std::sync::LazyLock::new(std::time::Instant::now);
+    START.elapsed().as_millis() as u64
 }
 
 impl Cached {
@@ -49,7 +59,18 @@ impl Cached {
             file: OnceLock::new(),
             verified: std::sync::atomic::AtomicBool::new(false),
             headers: OnceLock::new(),
+            resident_at: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Whether a check found the whole data file in the page cache within `window_ms`.
+    pub(crate) fn resident_within(&self, now_ms: u64, window_ms: u64) -> bool {
+        let at = self.resident_at.load(Ordering::Relaxed);
+        at != 0 && now_ms + 1 - at < window_ms
+    }
+
+    pub(crate) fn note_resident(&self, now_ms: u64) {
+        self.resident_at.store(now_ms + 1, Ordering::Relaxed);
     }
 
     /// The record's answer headers, rendered by `render` the first time.
@@ -376,6 +397,15 @@ mod tests {
             let g = self.generation(&m.meta.bucket, &m.meta.name);
             self.insert_if(g, m);
         }
+    }
+
+    #[test]
+    fn a_residency_check_stands_for_its_window_only() {
+        let m = meta("b", "o", 16);
+        assert!(!m.resident_within(0, 1000), "never checked");
+        m.note_resident(5);
+        assert!(m.resident_within(5, 1000) && m.resident_within(1004, 1000));
+        assert!(!m.resident_within(1005, 1000), "the window is over");
     }
 
     #[test]
