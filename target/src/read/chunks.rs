@@ -192,6 +192,21 @@ impl Partials {
             .cloned()
     }
 
+    /// Pins `chunks` of `p` if it is still `key`'s partial; `None` if it was dropped. Under
+    /// the map's lock, which [`Partials::make_room`] holds when it drops an empty partial: a
+    /// partial pinned here is never dropped as empty.
+    fn pin_if_registered(
+        &self,
+        key: &str,
+        p: &Arc<Partial>,
+        chunks: RangeInclusive<u64>,
+        now: u64,
+    ) -> Option<Pin> {
+        let map = self.objects.lock().expect("partials lock");
+        map.get(key).filter(|kept| Arc::ptr_eq(kept, p))?;
+        Some(p.pin(chunks, now))
+    }
+
     /// The partial of `key`, created (an empty sparse file in `dir`) if there is none.
     async fn open(
         &self,
@@ -391,16 +406,34 @@ pub(crate) async fn serve_range(
     if chunks.clone().count() > MAX_CHUNKS {
         return Ok(None);
     }
-    let p = match partial {
-        Some(p) => p,
-        None => {
-            let dir = t.store.mountpath_for(bck, name).path.join("partial");
-            t.partials.open(bck, &key, dir, attrs, chunk).await?
+    // Pinned before fetch looks at what is held: no eviction punches them until the answer
+    // has been read. A partial that holds nothing yet may be dropped by another GET's
+    // eviction between its lookup and the pin: then it is opened anew (a chunk fetched into
+    // a dropped partial would be served right but not kept).
+    let mut found = partial;
+    let mut tries = 0;
+    let (p, pin) = loop {
+        tries += 1;
+        let p = match found.take() {
+            Some(p) => p,
+            None => {
+                let dir = t.store.mountpath_for(bck, name).path.join("partial");
+                t.partials
+                    .open(bck, &key, dir, attrs.clone(), chunk)
+                    .await?
+            }
+        };
+        let now = t.partials.tick();
+        match t.partials.pin_if_registered(&key, &p, chunks.clone(), now) {
+            Some(pin) => break (p, pin),
+            // Dropped again and again: serve through this one anyway (right bytes).
+            None if tries >= 3 => {
+                let pin = p.pin(chunks.clone(), now);
+                break (p, pin);
+            }
+            None => {}
         }
     };
-    // Pinned before fetch looks at what is held: no eviction punches them until the answer
-    // has been read.
-    let pin = p.pin(chunks.clone(), t.partials.tick());
     match fetch(t, backend, bck, name, &key, &p, chunks).await {
         Ok(()) => {}
         Err(e) if e.message.contains(super::ranges::CHANGED) => {
@@ -539,9 +572,10 @@ mod tests {
     use super::*;
     use gristmill_core::Provider;
 
+    const CHUNK: u64 = 64 * 1024;
+
     #[tokio::test]
     async fn eviction_takes_the_least_recently_read_unpinned_chunks_and_punches_them() {
-        const CHUNK: u64 = 64 * 1024;
         let dir = tempfile::tempdir().unwrap();
         let partials = Partials::default();
         let bck = Bck::new("b", Provider::Aws).unwrap();
@@ -582,5 +616,36 @@ mod tests {
         assert_eq!(partials.make_room(MAX_CHUNKS), 2);
         assert!(partials.get("k").is_none());
         assert!(!p.path.exists());
+    }
+
+    /// A GET that opened an empty partial pins it only if no eviction dropped it meanwhile
+    /// (it then opens another); once pinned, it is not dropped as empty.
+    #[tokio::test]
+    async fn an_empty_partial_is_pinned_only_while_registered() {
+        let dir = tempfile::tempdir().unwrap();
+        let partials = Partials::default();
+        let bck = Bck::new("b", Provider::Aws).unwrap();
+        let attrs = RemoteAttrs {
+            size: 2 * CHUNK,
+            etag: "e".into(),
+            ..Default::default()
+        };
+        let open = || partials.open(&bck, "k", dir.path().to_owned(), attrs.clone(), CHUNK);
+        let first = open().await.unwrap();
+        // Another GET's eviction runs between this one's lookup and its pin.
+        partials.make_room(MAX_CHUNKS + 1);
+        assert!(partials.get("k").is_none(), "dropped as empty");
+        assert!(
+            partials.pin_if_registered("k", &first, 0..=1, 1).is_none(),
+            "a dropped partial is not pinned"
+        );
+        let second = open().await.unwrap();
+        let pin = partials.pin_if_registered("k", &second, 0..=1, 2);
+        assert!(pin.is_some());
+        partials.make_room(MAX_CHUNKS + 1);
+        assert!(
+            partials.get("k").is_some_and(|p| Arc::ptr_eq(&p, &second)),
+            "pinned: kept"
+        );
     }
 }
