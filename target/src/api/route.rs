@@ -51,9 +51,14 @@ impl Target {
         self.await_first_map().await?;
         // Paused past its map lease, this target may have been taken for silent meanwhile:
         // it hears from the primary before it acts on its map (see `cluster::lease`).
-        self.lease
-            .renew_if_expired(crate::cluster::membership::confirm_map(self))
+        // (Boxed, and only when expired: every request would carry the large future.)
+        if self.lease.expired() {
+            Box::pin(
+                self.lease
+                    .renew_if_expired(crate::cluster::membership::confirm_map(self)),
+            )
             .await;
+        }
         self.require_bucket(&bck).await?;
         // Admitted before ownership is decided, so the decision's map is never older than the
         // one the admission counts under.
@@ -95,7 +100,7 @@ impl Target {
         // whoever owns the object under ours — that map may route this target's objects
         // elsewhere, or say it is back from being out (its copies are then checked).
         if let Some(v) = sent.filter(|v| *v > smap.version) {
-            self.catch_up_to(v).await;
+            Box::pin(self.catch_up_to(v)).await;
             smap = self.smap();
         }
         let Some(owner) = smap.owner(&uname) else {

@@ -11,6 +11,12 @@ impl Target {
         if self.bmd().contains(bck) {
             return Ok(());
         }
+        // Boxed: every request that finds its bucket would otherwise carry this future.
+        Box::pin(self.fetch_bucket(bck)).await
+    }
+
+    /// [`Target::require_bucket`] of a bucket this target's metadata does not name (yet).
+    async fn fetch_bucket(&self, bck: &Bck) -> Result<(), ApiError> {
         let primary = self.smap().proxy_si.url().to_owned();
         self.refresh_bmd(&primary).await;
         if self.bmd().contains(bck) {

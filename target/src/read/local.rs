@@ -328,7 +328,11 @@ pub(crate) async fn serve_local(
                     open.meta.name
                 )));
             }
-            crate::verify::quarantine_and_repair(t, bck, &open.meta, &why, "get").await?;
+            // Boxed: a rare path whose future is large (every GET would move it otherwise).
+            Box::pin(crate::verify::quarantine_and_repair(
+                t, bck, &open.meta, &why, "get",
+            ))
+            .await?;
             repaired = true;
             open = t.store.open_object(bck, &open.meta.name).await?;
             continue;

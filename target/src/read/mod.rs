@@ -25,11 +25,13 @@ pub(crate) async fn get_object(
     req: &ReadRequest<'_>,
 ) -> ApiResult {
     let (params, headers) = (req.params, req.headers);
+    // Archive and ETL reads are boxed: their futures are large, and every plain GET would
+    // move them otherwise.
     if crate::shards::is_archive_read(params) {
-        return crate::shards::get(t, bck, name, params, headers).await;
+        return Box::pin(crate::shards::get(t, bck, name, params, headers)).await;
     }
     if let Some(etls) = etl_names(params) {
-        return get_transformed(t, bck, name, &etls, params).await;
+        return Box::pin(get_transformed(t, bck, name, &etls, params)).await;
     }
     if bck.is_remote() {
         return remote::get_object(t, bck, name, req).await;

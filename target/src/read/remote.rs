@@ -111,12 +111,15 @@ pub(crate) async fn get_object(
         && headers.contains_key(header::RANGE)
         && backend.supports_ranges()
         && !t.fills.running(&bck.object_uname(name))
-        && let Some(answer) =
-            crate::read::chunks::serve_range(t, &backend, bck, name, headers, latest).await?
+        && let Some(answer) = Box::pin(crate::read::chunks::serve_range(
+            t, &backend, bck, name, headers, latest,
+        ))
+        .await?
     {
         return Ok(answer);
     }
-    match t.fills.join(t, backend, bck, name, refetch).await {
+    // The cold paths are boxed: a warm GET would otherwise carry their large futures.
+    match Box::pin(t.fills.join(t, backend, bck, name, refetch)).await {
         Ok(fill) => serve_fill(t, fill, headers),
         Err(Start::Cached) => {
             let open = t.store.open_object(bck, name).await?;

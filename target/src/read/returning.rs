@@ -25,6 +25,12 @@ pub(crate) async fn verify_before_serving(
     if !t.is_returning() {
         return Ok(());
     }
+    // Boxed: every GET would otherwise carry this rare path's large future.
+    Box::pin(verify_while_returning(t, bck, name)).await
+}
+
+/// [`verify_before_serving`] on a target that is coming back.
+async fn verify_while_returning(t: &Target, bck: &Bck, name: &str) -> Result<(), ApiError> {
     let Ok(local) = t.store.head(bck, name) else {
         return Ok(());
     };
