@@ -147,6 +147,12 @@ const SERIES: &[(&str, Kind, Unit, &str)] = &[
         "Entries of the index's access order that eviction passes read.",
     ),
     (
+        "grist_lru_swept_total",
+        Kind::Counter,
+        Unit::Count,
+        "Records of evicted objects removed from the index after their pass (a pass frees the space and hides the records; a background sweep removes them).",
+    ),
+    (
         "grist_lru_nothing_evictable",
         Kind::Gauge,
         Unit::Count,

@@ -376,19 +376,7 @@ mod tests {
     fn meta(bucket: &str, name: &str, size: u64) -> Arc<Cached> {
         Arc::new(Cached::new(
             "/mp".into(),
-            ObjectMeta {
-                bucket: bucket.into(),
-                name: name.into(),
-                size,
-                cksum_type: String::new(),
-                cksum_value: String::new(),
-                version: String::new(),
-                atime_ns: 0,
-                mtime_ns: 0,
-                file: String::new(),
-                custom: Default::default(),
-                generation: 0,
-            },
+            ObjectMeta::bare(bucket, name, size, String::new()),
         ))
     }
 

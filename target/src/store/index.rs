@@ -20,11 +20,13 @@ use gristmill_core::name::{split_version_slot, version_slot};
 
 mod by_atime;
 mod condition;
+mod evicted;
 mod scan;
 pub use condition::{WriteCondition, unmet_error};
 mod versions;
 pub use by_atime::AtimeEntry;
 use by_atime::Records;
+use evicted::{EVICTED, Hidden, Sweeping};
 use versions::{delete_version, put_versioned, versions_of};
 pub use versions::{is_delete_marker, version_id, versions_gen};
 
@@ -133,11 +135,15 @@ pub enum IndexOp {
     },
     /// Eviction: remove each named record of `bucket` whose access time is still the one
     /// given (not read or rewritten since an eviction pass picked it); answers with the
-    /// removed records in `freed`.
+    /// removed records in `freed` (as the access order describes them: bucket, name, size
+    /// and data file). The records are hidden at once and removed by the sweep
+    /// ([`evicted`]).
     Evict {
         bucket: String,
         picked: Vec<(String, i64)>,
     },
+    /// Removes up to `max` records that evictions hid; answers with how many in `dropped`.
+    SweepEvicted { max: usize },
 }
 
 /// What a change touches, for the hot-record cache.
@@ -162,7 +168,7 @@ impl Changes {
             | IndexOp::Bury { bucket, name, .. } => Changes::Object(bucket.clone(), name.clone()),
             IndexOp::PurgeTombstones { .. } => Changes::AccessTimes,
             IndexOp::DropBucket { bucket } => Changes::Bucket(bucket.clone()),
-            IndexOp::Touch(_) => Changes::AccessTimes,
+            IndexOp::Touch(_) | IndexOp::SweepEvicted { .. } => Changes::AccessTimes,
             IndexOp::Evict { bucket, .. } => Changes::Touched(bucket.clone()),
         }
     }
@@ -218,6 +224,7 @@ pub struct ObjectIndex {
     commits: mpsc::Sender<Pending>,
     /// The store's cache of hot object records: every committed change drops its key.
     hot: Arc<MetaCache>,
+    sweeping: Sweeping,
 }
 
 impl std::fmt::Debug for ObjectIndex {
@@ -241,17 +248,24 @@ impl ObjectIndex {
             tx.open_table(OBJECTS)?;
             tx.open_table(TOMBSTONES)?;
             tx.open_table(by_atime::BY_ATIME)?;
+            tx.open_table(EVICTED)?;
             tx.commit()?;
         }
         by_atime::build_if_missing(&db)?;
         let db = Arc::new(db);
         let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
         tokio::spawn(run_committer(db.clone(), rx));
-        Ok(Self {
+        let index = Self {
             db,
             commits: tx,
             hot,
-        })
+            sweeping: Sweeping::default(),
+        };
+        // What a pass evicted before a restart, left to sweep.
+        if index.evicted_pending()? > 0 {
+            index.start_sweep();
+        }
+        Ok(index)
     }
 
     /// Applies one change durably; returns after the batch holding it is on disk.
@@ -311,8 +325,12 @@ impl ObjectIndex {
     /// Point lookup.
     pub fn get(&self, bucket: &str, name: &str) -> Result<Option<ObjectMeta>, StoreError> {
         let tx = self.db.begin_read()?;
+        let key = object_key(bucket, name);
+        if Hidden::of(&tx)?.hides(&key)? {
+            return Ok(None);
+        }
         let table = tx.open_table(OBJECTS)?;
-        match table.get(object_key(bucket, name).as_slice())? {
+        match table.get(key.as_slice())? {
             Some(v) => Ok(Some(ObjectMeta::decode(v.value())?)),
             None => Ok(None),
         }
@@ -348,6 +366,7 @@ impl ObjectIndex {
             object_key(bucket, prefix)
         };
         let want_prefix = object_key(bucket, prefix);
+        let hidden = Hidden::of(&tx)?;
         let mut out = Vec::new();
         let mut from = start;
         'seek: loop {
@@ -364,6 +383,9 @@ impl ObjectIndex {
                     from = key[..bucket.len() + 1 + nul].to_vec();
                     from.push(1);
                     continue 'seek;
+                }
+                if hidden.hides(key)? {
+                    continue;
                 }
                 out.push(ObjectMeta::decode(v.value())?);
             }
@@ -393,7 +415,16 @@ impl ObjectIndex {
     pub fn is_empty(&self) -> Result<bool, StoreError> {
         let tx = self.db.begin_read()?;
         let table = tx.open_table(OBJECTS)?;
-        Ok(table.is_empty()?)
+        let hidden = Hidden::of(&tx)?;
+        if table.len()? > hidden.len()? {
+            return Ok(false);
+        }
+        for item in table.iter()? {
+            if !hidden.hides(item?.0.value())? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// Every tombstone, in key order: bucket uname, object name, generation. Blocking.
@@ -429,9 +460,12 @@ impl ObjectIndex {
     pub fn for_each(&self, mut f: impl FnMut(ObjectMeta)) -> Result<(), StoreError> {
         let tx = self.db.begin_read()?;
         let table = tx.open_table(OBJECTS)?;
+        let hidden = Hidden::of(&tx)?;
         for item in table.iter()? {
-            let (_, v) = item?;
-            f(ObjectMeta::decode(v.value())?);
+            let (k, v) = item?;
+            if !hidden.hides(k.value())? {
+                f(ObjectMeta::decode(v.value())?);
+            }
         }
         Ok(())
     }
@@ -542,10 +576,7 @@ fn apply_one(
             condition,
         } => {
             let key = object_key(&meta.bucket, &meta.name);
-            let replaced = match table.get(key.as_slice())? {
-                Some(v) => Some(ObjectMeta::decode(v.value())?),
-                None => None,
-            };
+            let replaced = table.get(&key)?;
             if let Some(unmet) = condition.as_ref().and_then(|c| c.unmet(replaced.as_ref())) {
                 return Ok(Applied {
                     unmet: Some(unmet),
@@ -561,7 +592,7 @@ fn apply_one(
                 let record = replaced.as_ref().map_or(0, ObjectMeta::effective_gen);
                 let tomb = read_tombstone(tombs, &key)?.map_or(0, |(g, _)| g);
                 let slots = if versioned {
-                    versions_gen(&**table, &meta.bucket, &meta.name)?
+                    versions_gen(table.slots(), &meta.bucket, &meta.name)?
                 } else {
                     0
                 };
@@ -606,10 +637,7 @@ fn apply_one(
             generation,
         } => {
             let key = object_key(bucket, name);
-            let current = match table.get(key.as_slice())? {
-                Some(v) => Some(ObjectMeta::decode(v.value())?),
-                None => None,
-            };
+            let current = table.get(&key)?;
             let record = current.as_ref().map_or(0, ObjectMeta::effective_gen);
             let tomb = read_tombstone(tombs, &key)?.map_or(0, |(g, _)| g);
             let generation = match *generation {
@@ -664,10 +692,7 @@ fn apply_one(
         } => delete_version(table, tombs, bucket, name, version_id, *lock),
         IndexOp::PutIf { meta, expect } => {
             let key = object_key(&meta.bucket, &meta.name);
-            let current = match table.get(key.as_slice())? {
-                Some(v) => Some(ObjectMeta::decode(v.value())?),
-                None => None,
-            };
+            let current = table.get(&key)?;
             if current.as_ref().map(|m| &m.file) != expect.as_ref() {
                 return Ok(Applied {
                     replaced: current,
@@ -683,9 +708,8 @@ fn apply_one(
         }
         IndexOp::DeleteIf { bucket, name, file } => {
             let key = object_key(bucket, name);
-            let current = match table.get(key.as_slice())? {
-                Some(v) => ObjectMeta::decode(v.value())?,
-                None => return Ok(Applied::default()),
+            let Some(current) = table.get(&key)? else {
+                return Ok(Applied::default());
             };
             if current.file != *file {
                 return Ok(Applied::default());
@@ -699,6 +723,15 @@ fn apply_one(
         IndexOp::Evict { bucket, picked } => {
             let mut applied = Applied::default();
             for (name, atime) in picked {
+                if !split_version_slot(name).1 {
+                    if let Some((size, file)) = table.evict_later(bucket, *atime, name)? {
+                        applied.touched.push(name.clone());
+                        applied
+                            .freed
+                            .push(ObjectMeta::bare(bucket, name, size, file));
+                    }
+                    continue;
+                }
                 let key = object_key(bucket, name);
                 // Removed first (one descent of the tree), put back in the rare case that it
                 // was read or rewritten since the pick.
@@ -721,9 +754,8 @@ fn apply_one(
         IndexOp::Touch(entries) => {
             for (bucket, name, atime) in entries {
                 let key = object_key(bucket, name);
-                let current = match table.get(key.as_slice())? {
-                    Some(v) => ObjectMeta::decode(v.value())?,
-                    None => continue,
+                let Some(current) = table.get(&key)? else {
+                    continue;
                 };
                 if current.atime_ns < *atime {
                     let mut updated = current;
@@ -733,6 +765,10 @@ fn apply_one(
             }
             Ok(Applied::default())
         }
+        IndexOp::SweepEvicted { max } => Ok(Applied {
+            dropped: table.sweep(*max)?,
+            ..Default::default()
+        }),
         IndexOp::DropBucket { bucket } => {
             let dropped = table.drop_bucket(bucket)?;
             Ok(Applied {

@@ -47,6 +47,24 @@ pub struct ObjectMeta {
 }
 
 impl ObjectMeta {
+    /// A record that names only its object, size and data file, everything else empty: what
+    /// an eviction knows of a record it freed (from the access order), and a test's stand-in.
+    pub fn bare(bucket: &str, name: &str, size: u64, file: String) -> Self {
+        Self {
+            bucket: bucket.to_owned(),
+            name: name.to_owned(),
+            size,
+            cksum_type: String::new(),
+            cksum_value: String::new(),
+            version: String::new(),
+            atime_ns: 0,
+            mtime_ns: 0,
+            file,
+            custom: Default::default(),
+            generation: 0,
+        }
+    }
+
     /// The generation to compare copies by. Records from before generations existed count
     /// native objects' version (it counted writes the same way); cached copies of remote
     /// objects count as 0.

@@ -215,8 +215,9 @@ impl Store {
     }
 
     /// Evicts records an eviction pass picked on `mountpath` (name, access time when picked):
-    /// one index transaction removes those not read or rewritten since and returns them. Their
-    /// data files stay until [`Unlinked::remove_files`].
+    /// one index transaction evicts those not read or rewritten since (hidden from every read
+    /// at once, removed by the index's sweep later) and returns them. Their data files stay
+    /// until [`Unlinked::remove_files`].
     pub(crate) async fn evict_picked(
         &self,
         mountpath: &Arc<Mountpath>,
@@ -244,6 +245,13 @@ impl Store {
             self.usage.account(&old.bucket, None, Some(old));
         }
         Ok(freed)
+    }
+
+    /// Records evicted on every mountpath and not yet removed by the index's sweep. Blocking.
+    pub fn evicted_pending(&self) -> Result<u64, StoreError> {
+        self.mountpaths()
+            .iter()
+            .try_fold(0, |n, mp| Ok(n + mp.index.evicted_pending()?))
     }
 
     /// Removes every object of a bucket: one index transaction, then the bucket's directories
@@ -358,9 +366,10 @@ impl Store {
     }
 }
 
-/// The data files of evicted records, per mountpath, waiting for the index's removal of those
-/// records (relaxed, [`Store::evict_picked`]) to be durable: they go after it, never before, so
-/// a crash may bring records back but never a record whose file is gone. One durable commit per
+/// The data files of evicted records, per mountpath, waiting for the index's eviction of those
+/// records (relaxed, [`Store::evict_picked`]: hidden at once, removed by a later sweep) to be
+/// durable: they go after it, never before, so a crash may bring records back but never a
+/// record whose file is gone. One durable commit per
 /// mountpath for any number of evicted batches.
 #[derive(Default)]
 pub(crate) struct Unlinked {
@@ -425,9 +434,13 @@ impl Drop for Unlinked {
         let files = std::mem::take(&mut self.files);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
+                let indexes: Vec<_> = files.values().map(|(m, _)| m.index.clone()).collect();
                 let len = files.values().map(|(_, f)| f.len()).sum();
                 let mut rest = Unlinked { files, len };
                 rest.remove_files().await;
+                for index in indexes {
+                    index.start_sweep();
+                }
                 rest.forget(); // one try: what failed stays for the startup scan
             });
         }

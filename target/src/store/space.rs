@@ -709,6 +709,12 @@ impl Space {
             }
         }
         failed |= !unlinked.remove_files().await;
+        if done.objects > 0 {
+            // The evicted records, hidden since their batch, leave the index in the background.
+            for mp in self.store.mountpaths() {
+                mp.index.start_sweep();
+            }
+        }
         metrics::counter!("grist_lru_examined_total").increment(done.examined);
         // Not known to be futile after a failed read: the next pass looks again. Candidates
         // that failed to go: look again after a check interval rather than at their

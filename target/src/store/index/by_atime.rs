@@ -4,26 +4,47 @@
 //! evicts, not the object count (a walk of every record took minutes at 10 M objects).
 //!
 //! Key: `bucket-uname \0 atime (8 bytes, big-endian, sign bit flipped) object-name`, so one
-//! bucket's entries are one contiguous range in access order; value: the object's size.
-//! Native buckets (`ais/@#…`) are never evicted and have no entries.
-
-use std::ops::Deref;
+//! bucket's entries are one contiguous range in access order; value: the object's size (8 bytes,
+//! little-endian) and its data file's name, so that an eviction can free the space without
+//! reading the record (see [`super::evicted`]). Native buckets (`ais/@#…`) are never evicted and
+//! have no entries.
 
 use redb::{ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction};
 
+use super::evicted::EVICTED;
 use super::{OBJECTS, ObjectIndex, Table};
 use crate::store::error::StoreError;
 use crate::store::meta::ObjectMeta;
 
-pub(super) const BY_ATIME: TableDefinition<&[u8], u64> = TableDefinition::new("by_atime");
-/// Facts about the index file itself: `by_atime` is set once [`BY_ATIME`] covers every record
-/// (indexes written before it existed are filled when opened), and `objects_len` is the records
-/// table's length after the last transaction that kept the order in step. A binary without the
-/// order (after a downgrade) changes records without it, and almost always their number; the
-/// next open then finds the length differs and rebuilds the order.
+pub(super) const BY_ATIME: TableDefinition<&[u8], &[u8]> = TableDefinition::new("by_atime_v2");
+/// The order as binaries before the data file's name was in it kept it (value: the size only).
+/// Dropped, with its fact, when this order is built: a binary that knows only that one then
+/// rebuilds it (after a downgrade).
+const BY_ATIME_V1: TableDefinition<&[u8], u64> = TableDefinition::new("by_atime");
+const V1_BUILT: &str = "by_atime";
+/// Facts about the index file itself: `by_atime_v2` is set once [`BY_ATIME`] covers every record
+/// (indexes written before it existed are filled when opened), and `objects_len_v2` is the
+/// records table's length after the last transaction that kept the order in step. A binary
+/// without this order (after a downgrade) changes records without it, and almost always their
+/// number; the next open then finds the length differs and rebuilds the order.
 const INDEX_META: TableDefinition<&str, u64> = TableDefinition::new("index_meta");
-const BY_ATIME_BUILT: &str = "by_atime";
-const OBJECTS_LEN: &str = "objects_len";
+const BY_ATIME_BUILT: &str = "by_atime_v2";
+const OBJECTS_LEN: &str = "objects_len_v2";
+
+/// An order entry's value: the object's size and its data file.
+fn order_value(meta: &ObjectMeta) -> Vec<u8> {
+    let mut v = Vec::with_capacity(8 + meta.file.len());
+    v.extend_from_slice(&meta.size.to_le_bytes());
+    v.extend_from_slice(meta.file.as_bytes());
+    v
+}
+
+/// The size and data file an order entry's value holds.
+pub(super) fn parse_order_value(v: &[u8]) -> Option<(u64, String)> {
+    let size = u64::from_le_bytes(v.get(..8)?.try_into().ok()?);
+    let file = std::str::from_utf8(&v[8..]).ok()?.to_owned();
+    Some((size, file))
+}
 
 /// Whether a bucket's records are cached copies that eviction may order (every bucket but a
 /// native one of this cluster).
@@ -31,7 +52,7 @@ pub fn is_cached_bucket(uname: &str) -> bool {
     !uname.starts_with("ais/@#")
 }
 
-fn atime_key(bucket: &str, atime_ns: i64, name: &str) -> Vec<u8> {
+pub(super) fn atime_key(bucket: &str, atime_ns: i64, name: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(bucket.len() + 9 + name.len());
     k.extend_from_slice(bucket.as_bytes());
     k.push(0);
@@ -62,28 +83,51 @@ fn parse_entry(bucket_len: usize, key: &[u8], size: u64) -> Option<AtimeEntry> {
     })
 }
 
-/// The object records of one write transaction, with their access order kept in step: every
-/// change to a record goes through here (reads go to the table through `Deref`).
+/// The object records of one write transaction, with their access order kept in step and the
+/// records an eviction has taken but not yet removed ([`super::evicted`]) hidden: every read
+/// and change of a record in a write transaction goes through here.
 pub(super) struct Records<'t> {
-    objects: Table<'t>,
-    by_atime: redb::Table<'t, &'static [u8], u64>,
+    pub(super) objects: Table<'t>,
+    pub(super) by_atime: redb::Table<'t, &'static [u8], &'static [u8]>,
+    pub(super) evicted: redb::Table<'t, &'static [u8], ()>,
+    /// Whether `evicted` may hold keys (checked once per transaction): when it is empty, as
+    /// it is between eviction passes, reads and writes pay nothing for it.
+    pub(super) any_evicted: bool,
     facts: redb::Table<'t, &'static str, u64>,
-}
-
-impl<'t> Deref for Records<'t> {
-    type Target = Table<'t>;
-    fn deref(&self) -> &Table<'t> {
-        &self.objects
-    }
 }
 
 impl<'t> Records<'t> {
     pub fn open(tx: &'t WriteTransaction) -> Result<Self, StoreError> {
+        let evicted = tx.open_table(EVICTED)?;
         Ok(Self {
             objects: tx.open_table(OBJECTS)?,
             by_atime: tx.open_table(BY_ATIME)?,
+            any_evicted: !evicted.is_empty()?,
+            evicted,
             facts: tx.open_table(INDEX_META)?,
         })
+    }
+
+    /// Whether the record under `key` was evicted (and is only waiting to be removed).
+    pub fn is_evicted(&self, key: &[u8]) -> Result<bool, StoreError> {
+        Ok(self.any_evicted && self.evicted.get(key)?.is_some())
+    }
+
+    /// The record under `key`, if there is one that was not evicted.
+    pub fn get(&self, key: &[u8]) -> Result<Option<ObjectMeta>, StoreError> {
+        if self.is_evicted(key)? {
+            return Ok(None);
+        }
+        self.objects
+            .get(key)?
+            .map(|v| ObjectMeta::decode(v.value()))
+            .transpose()
+    }
+
+    /// The table itself, for ranges of version slots: eviction never defers a slot's removal
+    /// ([`Records::evict_later`]), so no slot is hidden.
+    pub fn slots(&self) -> &Table<'t> {
+        &self.objects
     }
 
     /// Before the transaction commits: notes the records' count the order is in step with.
@@ -96,26 +140,34 @@ impl<'t> Records<'t> {
     /// Stores a record under `key` (its bucket and name), replacing any.
     pub fn insert(&mut self, key: &[u8], meta: &ObjectMeta) -> Result<(), StoreError> {
         let old = self.objects.insert(key, meta.encode().as_slice())?;
+        // An evicted record's order entry went with the eviction.
+        let old_evicted = self.any_evicted && self.evicted.remove(key)?.is_some();
         if !is_cached_bucket(&meta.bucket) {
             return Ok(());
         }
         let old = old.map(|v| ObjectMeta::decode(v.value())).transpose()?;
-        if let Some(old) = old {
+        if let Some(old) = old
+            && !old_evicted
+        {
             self.by_atime
                 .remove(atime_key(&old.bucket, old.atime_ns, &old.name).as_slice())?;
         }
         self.by_atime.insert(
             atime_key(&meta.bucket, meta.atime_ns, &meta.name).as_slice(),
-            meta.size,
+            order_value(meta).as_slice(),
         )?;
         Ok(())
     }
 
-    /// Removes the record under `key`; returns it.
+    /// Removes the record under `key`; returns it (none if it was evicted).
     pub fn remove(&mut self, key: &[u8]) -> Result<Option<ObjectMeta>, StoreError> {
+        let old_evicted = self.any_evicted && self.evicted.remove(key)?.is_some();
         let Some(old) = self.objects.remove(key)? else {
             return Ok(None);
         };
+        if old_evicted {
+            return Ok(None);
+        }
         let old = ObjectMeta::decode(old.value())?;
         if is_cached_bucket(&old.bucket) {
             self.by_atime
@@ -142,7 +194,7 @@ impl<'t> Records<'t> {
         let lo = super::object_key(bucket, "");
         let mut hi = bucket.as_bytes().to_vec();
         hi.push(1); // every key of this bucket sorts below `bucket \x01`
-        let mut dropped = 0;
+        let mut dropped = 0u64;
         for item in self
             .objects
             .extract_from_if(lo.as_slice()..hi.as_slice(), |_, _| true)?
@@ -156,6 +208,16 @@ impl<'t> Records<'t> {
         {
             item?;
         }
+        if self.any_evicted {
+            // Already gone as far as readers knew: not counted as dropped now.
+            for item in self
+                .evicted
+                .extract_from_if(lo.as_slice()..hi.as_slice(), |_, _| true)?
+            {
+                item?;
+                dropped = dropped.saturating_sub(1);
+            }
+        }
         Ok(dropped)
     }
 }
@@ -166,7 +228,7 @@ pub(super) fn build_if_missing(db: &redb::Database) -> Result<(), StoreError> {
     let tx = db.begin_write()?;
     {
         let mut facts = tx.open_table(INDEX_META)?;
-        let objects = tx.open_table(OBJECTS)?;
+        let mut objects = tx.open_table(OBJECTS)?;
         let in_step = facts.get(OBJECTS_LEN)?.map(|v| v.value()) == Some(objects.len()?);
         if facts.get(BY_ATIME_BUILT)?.is_some() {
             if in_step {
@@ -177,6 +239,16 @@ pub(super) fn build_if_missing(db: &redb::Database) -> Result<(), StoreError> {
             );
             tx.delete_table(BY_ATIME)?;
         }
+        tx.delete_table(BY_ATIME_V1)?;
+        facts.remove(V1_BUILT)?;
+        // Evicted records a binary without this order may have seen (and refilled): their
+        // records go now, with what was refilled under their names (a cache: it is fetched
+        // again; the startup scan removes its data file).
+        let mut evicted = tx.open_table(EVICTED)?;
+        for item in evicted.extract_if(|_, _| true)? {
+            let (k, _) = item?;
+            objects.remove(k.value())?;
+        }
         let mut by_atime = tx.open_table(BY_ATIME)?;
         let mut n = 0u64;
         for item in objects.iter()? {
@@ -185,7 +257,7 @@ pub(super) fn build_if_missing(db: &redb::Database) -> Result<(), StoreError> {
             if is_cached_bucket(&meta.bucket) {
                 by_atime.insert(
                     atime_key(&meta.bucket, meta.atime_ns, &meta.name).as_slice(),
-                    meta.size,
+                    order_value(&meta).as_slice(),
                 )?;
                 n += 1;
             }
@@ -224,7 +296,8 @@ impl ObjectIndex {
             .take(max)
         {
             let (k, v) = item?;
-            if let Some(e) = parse_entry(bucket.len(), k.value(), v.value()) {
+            let size = parse_order_value(v.value()).map_or(0, |(size, _)| size);
+            if let Some(e) = parse_entry(bucket.len(), k.value(), size) {
                 out.push(e);
             }
         }
@@ -242,7 +315,8 @@ impl ObjectIndex {
             let key = k.value();
             let nul = key.iter().position(|b| *b == 0).unwrap_or(key.len());
             let bucket = String::from_utf8_lossy(&key[..nul]).into_owned();
-            if let Some(e) = parse_entry(nul, key, v.value()) {
+            let size = parse_order_value(v.value()).map_or(0, |(size, _)| size);
+            if let Some(e) = parse_entry(nul, key, size) {
                 out.push((bucket, e.name, e.atime_ns, e.size));
             }
         }

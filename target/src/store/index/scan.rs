@@ -1,7 +1,7 @@
 //! Enumeration in key order with a cursor: a walk that reads a bounded page at a time, so
 //! what walks the whole index (rebalance) holds one page in memory, not the index.
 
-use super::{OBJECTS, ObjectIndex};
+use super::{Hidden, OBJECTS, ObjectIndex};
 use crate::store::error::StoreError;
 use crate::store::meta::ObjectMeta;
 
@@ -16,15 +16,21 @@ impl ObjectIndex {
     ) -> Result<Vec<(Vec<u8>, ObjectMeta)>, StoreError> {
         let tx = self.db.begin_read()?;
         let table = tx.open_table(OBJECTS)?;
+        let hidden = Hidden::of(&tx)?;
         let range = match after {
             Some(key) => table
                 .range::<&[u8]>((std::ops::Bound::Excluded(key), std::ops::Bound::Unbounded))?,
             None => table.range::<&[u8]>(..)?,
         };
         let mut out = Vec::new();
-        for item in range.take(max) {
+        for item in range {
+            if out.len() == max {
+                break;
+            }
             let (k, v) = item?;
-            out.push((k.value().to_vec(), ObjectMeta::decode(v.value())?));
+            if !hidden.hides(k.value())? {
+                out.push((k.value().to_vec(), ObjectMeta::decode(v.value())?));
+            }
         }
         Ok(out)
     }

@@ -90,7 +90,7 @@ pub(super) fn put_versioned(
     let new_id = version_id(&stored).to_owned();
     let mut applied = Applied::default();
     if new_id == NULL_VERSION_ID {
-        for (k, m) in versions_of(&**table, &stored.bucket, &stored.name)? {
+        for (k, m) in versions_of(table.slots(), &stored.bucket, &stored.name)? {
             if version_id(&m) == NULL_VERSION_ID {
                 table.remove(k.as_slice())?;
                 // A copy of it still on its way (rebalance, replica) stays out.
@@ -132,10 +132,7 @@ pub(super) fn delete_version(
     lock: Option<super::LockCheck>,
 ) -> Result<Applied, StoreError> {
     let key = object_key(bucket, name);
-    let current = match table.get(key.as_slice())? {
-        Some(v) => Some(ObjectMeta::decode(v.value())?),
-        None => None,
-    };
+    let current = table.get(&key)?;
     let mut applied = Applied::default();
     let refused = |m: &ObjectMeta| {
         lock.and_then(|l| {
@@ -152,7 +149,7 @@ pub(super) fn delete_version(
             m
         }
         _ => {
-            let Some((k, m)) = versions_of(&**table, bucket, name)?
+            let Some((k, m)) = versions_of(table.slots(), bucket, name)?
                 .into_iter()
                 .find(|(_, m)| version_id(m) == id)
             else {
@@ -171,11 +168,11 @@ pub(super) fn delete_version(
         }
     };
     let tomb = read_tombstone(tombs, &key)?.map_or(0, |(g, _)| g);
-    let mut known = tomb
-        .max(removed.effective_gen())
-        .max(versions_gen(&**table, bucket, name)?);
-    if table.get(key.as_slice())?.is_none() {
-        let newest = versions_of(&**table, bucket, name)?.into_iter().next();
+    let mut known =
+        tomb.max(removed.effective_gen())
+            .max(versions_gen(table.slots(), bucket, name)?);
+    if table.get(&key)?.is_none() {
+        let newest = versions_of(table.slots(), bucket, name)?.into_iter().next();
         if let Some((_, m)) = &newest {
             known = known.max(m.effective_gen());
         }

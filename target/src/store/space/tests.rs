@@ -173,17 +173,55 @@ async fn the_access_order_follows_every_change_of_a_record() {
     // An index from before the order: drop the order's table and its mark, then reopen.
     drop(index);
     drop(store);
+    let v1 = redb::TableDefinition::<&[u8], u64>::new("by_atime");
+    let facts = redb::TableDefinition::<&str, u64>::new("index_meta");
     {
         let db = open_released(&path.join("index.redb")).await;
         let tx = db.begin_write().unwrap();
-        tx.delete_table(redb::TableDefinition::<&[u8], u64>::new("by_atime"))
+        tx.delete_table(redb::TableDefinition::<&[u8], &[u8]>::new("by_atime_v2"))
             .unwrap();
-        tx.delete_table(redb::TableDefinition::<&str, u64>::new("index_meta"))
-            .unwrap();
+        tx.delete_table(facts).unwrap();
         tx.commit().unwrap();
     }
     let store = Store::open(std::slice::from_ref(&path)).await.unwrap();
     assert_eq!(expect(&store.mountpaths()[0].index), 19);
+
+    // An index of a binary whose order held sizes only (`by_atime`): the new order is built,
+    // and the old one goes with its mark, so that binary would rebuild its own after a
+    // downgrade.
+    drop(store);
+    {
+        let db = open_released(&path.join("index.redb")).await;
+        let tx = db.begin_write().unwrap();
+        tx.delete_table(redb::TableDefinition::<&[u8], &[u8]>::new("by_atime_v2"))
+            .unwrap();
+        tx.open_table(v1)
+            .unwrap()
+            .insert(b"x".as_slice(), 1)
+            .unwrap();
+        tx.delete_table(facts).unwrap();
+        let mut marks = tx.open_table(facts).unwrap();
+        marks.insert("by_atime", 1).unwrap();
+        marks.insert("objects_len", 40).unwrap();
+        drop(marks);
+        tx.commit().unwrap();
+    }
+    let store = Store::open(std::slice::from_ref(&path)).await.unwrap();
+    assert_eq!(expect(&store.mountpaths()[0].index), 19);
+    drop(store);
+    {
+        let db = open_released(&path.join("index.redb")).await;
+        let tx = db.begin_read().unwrap();
+        assert!(tx.open_table(v1).is_err(), "the old order is gone");
+        assert!(
+            tx.open_table(facts)
+                .unwrap()
+                .get("by_atime")
+                .unwrap()
+                .is_none()
+        );
+    }
+    let store = Store::open(std::slice::from_ref(&path)).await.unwrap();
 
     // A downgrade: a binary without the order deletes one record and stores two new ones
     // behind its back; the next open finds the records out of step and rebuilds the order.
@@ -207,7 +245,8 @@ async fn the_access_order_follows_every_change_of_a_record() {
     assert_eq!(expect(&store.mountpaths()[0].index), 20);
 
     // One removed behind the order's back and none added: the count is the same, so the
-    // next open keeps the order with a stale entry; an eviction that picks it drops it.
+    // next open keeps the order with a stale entry; an eviction that picks it drops it (and
+    // the data file it names, an orphan now), hiding nothing that exists.
     let x7 = store.mountpaths()[0]
         .index
         .get(&a.uname(), "x7")
@@ -231,8 +270,10 @@ async fn the_access_order_follows_every_change_of_a_record() {
         .evict_picked(&mp, &a.uname(), vec![("x7".into(), x7.atime_ns)])
         .await
         .unwrap();
-    assert!(freed.is_empty());
+    assert_eq!(freed.len(), 1);
+    assert_eq!(freed[0].file, x7.file);
     assert!(!stale(&mp), "the stale entry went");
+    assert!(mp.index.get(&a.uname(), "new3").unwrap().is_some());
 }
 
 /// Changes records of a dropped store's index the way a binary without the access order
@@ -436,4 +477,112 @@ async fn evicted_files_of_a_dropped_pass_still_go() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(!file.exists(), "the dropped pass's file went");
+}
+
+/// An evicted record is hidden from every read of the index the moment its eviction commits —
+/// lookups, listings, the key-order scan, the walk of every record — while its removal waits
+/// for the sweep; a write under its name replaces it, an access time flushed for it does not
+/// bring it back, and a restart sweeps what a pass left.
+#[tokio::test]
+async fn an_evicted_record_is_hidden_until_the_sweep_removes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mp0");
+    let store = Store::open(std::slice::from_ref(&path)).await.unwrap();
+    let bck = Bck::new("remote", Provider::Aws).unwrap();
+    let uname = bck.uname();
+    for name in ["a", "b", "c", "d"] {
+        store
+            .put(&bck, name, body(10), Default::default())
+            .await
+            .unwrap();
+    }
+    let mp = store.mountpaths()[0].clone();
+    let atime = |name: &str| mp.index.get(&uname, name).unwrap().unwrap().atime_ns;
+    let picked = vec![("a".to_owned(), atime("a")), ("b".to_owned(), atime("b"))];
+    let freed = store.evict_picked(&mp, &uname, picked).await.unwrap();
+    assert_eq!(freed.len(), 2);
+    assert_eq!(mp.index.evicted_pending().unwrap(), 2);
+    let visible = |mp: &Arc<crate::store::Mountpath>| {
+        let listed: Vec<String> = mp
+            .index
+            .list(&uname, "", "", 100, false)
+            .unwrap()
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
+        let scanned: Vec<String> = mp
+            .index
+            .scan_after(None, 1)
+            .unwrap()
+            .into_iter()
+            .chain(mp.index.scan_after(None, 100).unwrap())
+            .map(|(_, m)| m.name)
+            .collect();
+        let mut walked = Vec::new();
+        mp.index.for_each(|m| walked.push(m.name)).unwrap();
+        assert_eq!(scanned[1..], listed[..], "scan");
+        assert_eq!(walked, listed, "walk");
+        listed
+    };
+    assert_eq!(visible(&mp), ["c", "d"]);
+    assert!(mp.index.get(&uname, "a").unwrap().is_none());
+    assert!(store.open_object(&bck, "a").await.is_err());
+    assert_eq!(store.bucket_usage(&uname), 20);
+
+    // A refill of `b` replaces its hidden record; an access time flushed for `a` finds none.
+    store
+        .put(&bck, "b", body(30), Default::default())
+        .await
+        .unwrap();
+    store.touch(&uname, "a");
+    mp.index
+        .apply(IndexOp::Touch(vec![(uname.clone(), "a".into(), i64::MAX)]))
+        .await
+        .unwrap();
+    assert_eq!(visible(&mp), ["b", "c", "d"]);
+    assert_eq!(mp.index.evicted_pending().unwrap(), 1);
+    assert_eq!(mp.index.get(&uname, "b").unwrap().unwrap().size, 30);
+    // The order holds the live records only, the refill's included.
+    let mut ordered: Vec<String> = mp
+        .index
+        .by_atime_entries()
+        .unwrap()
+        .into_iter()
+        .map(|e| e.1)
+        .collect();
+    ordered.sort();
+    assert_eq!(ordered, ["b", "c", "d"]);
+
+    mp.index.start_sweep();
+    for _ in 0..500 {
+        if mp.index.evicted_pending().unwrap() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(mp.index.evicted_pending().unwrap(), 0);
+    assert_eq!(visible(&mp), ["b", "c", "d"]);
+    assert_eq!(mp.index.get(&uname, "b").unwrap().unwrap().size, 30);
+
+    // Evicted, then the process stops before a sweep: the next open sweeps it.
+    let freed = store
+        .evict_picked(&mp, &uname, vec![("c".to_owned(), atime("c"))])
+        .await
+        .unwrap();
+    assert_eq!(freed.len(), 1);
+    mp.index.sync().await.unwrap();
+    drop(mp);
+    drop(store);
+    open_released(&path.join("index.redb")).await;
+    let store = Store::open(std::slice::from_ref(&path)).await.unwrap();
+    let mp = store.mountpaths()[0].clone();
+    assert_eq!(visible(&mp), ["b", "d"]);
+    for _ in 0..500 {
+        if mp.index.evicted_pending().unwrap() == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(mp.index.evicted_pending().unwrap(), 0);
+    assert_eq!(visible(&mp), ["b", "d"]);
 }
