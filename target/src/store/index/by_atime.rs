@@ -130,10 +130,14 @@ impl<'t> Records<'t> {
         &self.objects
     }
 
-    /// Before the transaction commits: notes the records' count the order is in step with.
+    /// Before the transaction commits: notes the records' count the order is in step with,
+    /// if it changed (most transactions — overwrites, access times, evictions — leave it as
+    /// it was, and a write would copy a page of the facts table and the tables' root).
     pub fn seal(mut self) -> Result<(), StoreError> {
         let len = self.objects.len()?;
-        self.facts.insert(OBJECTS_LEN, len)?;
+        if self.facts.get(OBJECTS_LEN)?.map(|v| v.value()) != Some(len) {
+            self.facts.insert(OBJECTS_LEN, len)?;
+        }
         Ok(())
     }
 
