@@ -52,14 +52,14 @@ pub fn init(default: &str, format: &str) -> LogLevel {
             .json()
             .with_current_span(false)
             .with_span_list(true)
-            .map_event_format(|inner| WithRequestId { inner, json: true })
+            .map_event_format(|inner| WithRequestId { inner })
     });
     let text_lines = (!json).then(|| {
         tracing_subscriber::fmt::layer()
             .with_ansi(false)
             .with_writer(writer)
             .with_target(false)
-            .map_event_format(|inner| WithRequestId { inner, json: false })
+            .map_event_format(|inner| WithRequestId { inner })
     });
     let _ = tracing_subscriber::registry()
         .with(filter)
@@ -77,7 +77,6 @@ pub fn init(default: &str, format: &str) -> LogLevel {
 /// nothing.
 struct WithRequestId<F> {
     inner: F,
-    json: bool,
 }
 
 impl<S, N, F> FormatEvent<S, N> for WithRequestId<F>
@@ -102,9 +101,10 @@ where
         if newline {
             line.pop();
         }
+        // A JSON line is an object; a text line starts with its time or level, never `{`.
         // Ids are visible ASCII (checked where they are taken); JSON still needs quotes and
         // backslashes escaped.
-        if self.json && line.starts_with('{') {
+        if line.starts_with('{') {
             let quoted = serde_json::to_string(&*id).map_err(|_| std::fmt::Error)?;
             let member = format!("\"request_id\":{quoted}");
             let sep = if line.len() > 2 { "," } else { "" };
@@ -151,13 +151,13 @@ mod tests {
                 tracing_subscriber::registry().with(
                     layer
                         .json()
-                        .map_event_format(|inner| WithRequestId { inner, json: true }),
+                        .map_event_format(|inner| WithRequestId { inner }),
                 ),
             )
         } else {
             Box::new(
                 tracing_subscriber::registry()
-                    .with(layer.map_event_format(|inner| WithRequestId { inner, json: false })),
+                    .with(layer.map_event_format(|inner| WithRequestId { inner })),
             )
         };
         let rt = tokio::runtime::Builder::new_current_thread()

@@ -165,11 +165,9 @@ async fn serve_read(
     // Credentials are judged on this target's bucket metadata: a target paused past its map
     // lease hears from the primary first (the reply brings newer metadata, removed users
     // included); one that cannot, or is coming back, leaves the request to a proxy.
-    let lease = !t.lease.expired()
-        || Box::pin(
-            t.lease
-                .renew_if_expired(crate::cluster::membership::confirm_map(t)),
-        )
+    let lease = t
+        .lease
+        .renew_if_expired(|| crate::cluster::membership::confirm_map(t))
         .await;
     if !lease || t.is_returning() {
         return None;

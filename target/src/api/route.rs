@@ -51,14 +51,9 @@ impl Target {
         self.await_first_map().await?;
         // Paused past its map lease, this target may have been taken for silent meanwhile:
         // it hears from the primary before it acts on its map (see `cluster::lease`).
-        // (Boxed, and only when expired: every request would carry the large future.)
-        if self.lease.expired() {
-            Box::pin(
-                self.lease
-                    .renew_if_expired(crate::cluster::membership::confirm_map(self)),
-            )
+        self.lease
+            .renew_if_expired(|| crate::cluster::membership::confirm_map(self))
             .await;
-        }
         self.require_bucket(&bck).await?;
         // Admitted before ownership is decided, so the decision's map is never older than the
         // one the admission counts under.

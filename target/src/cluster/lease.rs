@@ -71,16 +71,28 @@ impl MapLease {
         confirmed > 0 && self.stamp().saturating_sub(confirmed) > self.term.as_millis() as u64
     }
 
-    /// Runs `catch_up` (which answers whether the primary gave its map) if the lease has run
-    /// out and nobody tried within the last term; waiters behind a running catch-up wait for
-    /// it. Answers whether the lease holds afterwards.
-    pub(crate) async fn renew_if_expired<F>(&self, catch_up: F) -> bool
+    /// Runs the future `catch_up` makes (which answers whether the primary gave its map) if
+    /// the lease has run out and nobody tried within the last term; waiters behind a running
+    /// catch-up wait for it. Answers whether the lease holds afterwards.
+    ///
+    /// The catch-up's future is made, and boxed, only when the lease has run out: a request
+    /// that awaits this while it holds (every request) carries a pointer, not that future.
+    pub(crate) async fn renew_if_expired<F, Fut>(&self, catch_up: F) -> bool
     where
-        F: std::future::Future<Output = bool>,
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = bool>,
     {
         if !self.expired() {
             return true;
         }
+        Box::pin(self.renew(catch_up)).await
+    }
+
+    async fn renew<F, Fut>(&self, catch_up: F) -> bool
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
         let _one = self.catching_up.lock().await;
         if !self.expired() {
             return true;
@@ -91,7 +103,7 @@ impl MapLease {
             return false; // tried a moment ago and failed: go on
         }
         self.tried_ms.store(now, Ordering::SeqCst);
-        if tokio::time::timeout(CATCH_UP_WAIT, catch_up)
+        if tokio::time::timeout(CATCH_UP_WAIT, catch_up())
             .await
             .unwrap_or(false)
         {
@@ -123,8 +135,8 @@ mod tests {
             true
         };
         let (a, b) = tokio::join!(
-            lease.renew_if_expired(catch_up()),
-            lease.renew_if_expired(catch_up())
+            lease.renew_if_expired(catch_up),
+            lease.renew_if_expired(catch_up)
         );
         assert!(a && b);
         assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
@@ -136,11 +148,11 @@ mod tests {
         let lease = MapLease::new(Duration::from_millis(20));
         lease.confirmed(lease.stamp());
         tokio::time::sleep(Duration::from_millis(60)).await;
-        assert!(!lease.renew_if_expired(async { false }).await);
+        assert!(!lease.renew_if_expired(|| async { false }).await);
         let mut asked = false;
         assert!(
             !lease
-                .renew_if_expired(async {
+                .renew_if_expired(|| async {
                     asked = true;
                     true
                 })
@@ -149,12 +161,12 @@ mod tests {
         assert!(!asked, "retried at once");
         // Five terms (5 x 40 ms) after the failure: tried again.
         tokio::time::sleep(Duration::from_millis(250)).await;
-        assert!(lease.renew_if_expired(async { true }).await);
+        assert!(lease.renew_if_expired(|| async { true }).await);
 
         // A primary that never answers holds requests for CATCH_UP_WAIT at most.
         tokio::time::sleep(Duration::from_millis(60)).await;
         let started = std::time::Instant::now();
-        assert!(!lease.renew_if_expired(std::future::pending()).await);
+        assert!(!lease.renew_if_expired(std::future::pending).await);
         assert!(started.elapsed() < super::CATCH_UP_WAIT * 3);
     }
 }

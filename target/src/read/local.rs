@@ -80,8 +80,6 @@ pub(crate) fn object_headers(t: &Target, bck: &Bck, meta: &ObjectMeta, headers: 
 }
 
 /// The answer headers of a whole-object GET: [`object_headers`], the content type and length.
-/// Their values are slices of one buffer, so a warm GET's copy of a cached record's headers
-/// bumps one reference count, not one per header (on a line every worker thread shares).
 fn whole_get_headers(t: &Target, bck: &Bck, meta: &ObjectMeta) -> HeaderMap {
     let mut rendered = HeaderMap::new();
     object_headers(t, bck, meta, &mut rendered);
@@ -90,6 +88,14 @@ fn whole_get_headers(t: &Target, bck: &Bck, meta: &ObjectMeta) -> HeaderMap {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
     );
+    rendered
+}
+
+/// [`whole_get_headers`] rendered once for a cached record: the values are slices of one
+/// buffer, so a warm GET's copy of them bumps one reference count, not one per header (on a
+/// line every worker thread shares).
+fn shared_whole_get_headers(t: &Target, bck: &Bck, meta: &ObjectMeta) -> HeaderMap {
+    let rendered = whole_get_headers(t, bck, meta);
     let mut buf = bytes::BytesMut::new();
     for value in rendered.values() {
         buf.extend_from_slice(value.as_bytes());
@@ -349,7 +355,7 @@ pub(crate) async fn serve_local(
         let mut resp = Response::new(Body::empty());
         *resp.headers_mut() = match &open.record {
             Some(record) => record
-                .headers(|| whole_get_headers(t, bck, &record.meta))
+                .headers(|| shared_whole_get_headers(t, bck, &record.meta))
                 .clone(),
             None => whole_get_headers(t, bck, &open.meta),
         };
