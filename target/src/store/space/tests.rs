@@ -175,14 +175,7 @@ async fn the_access_order_follows_every_change_of_a_record() {
     drop(store);
     let v1 = redb::TableDefinition::<&[u8], u64>::new("by_atime");
     let facts = redb::TableDefinition::<&str, u64>::new("index_meta");
-    {
-        let db = open_released(&path.join("index.redb")).await;
-        let tx = db.begin_write().unwrap();
-        tx.delete_table(redb::TableDefinition::<&[u8], &[u8]>::new("by_atime_v2"))
-            .unwrap();
-        tx.delete_table(facts).unwrap();
-        tx.commit().unwrap();
-    }
+    without_the_order(&path, |_| {}).await;
     let store = Store::open(std::slice::from_ref(&path)).await.unwrap();
     assert_eq!(expect(&store.mountpaths()[0].index), 19);
 
@@ -190,22 +183,16 @@ async fn the_access_order_follows_every_change_of_a_record() {
     // and the old one goes with its mark, so that binary would rebuild its own after a
     // downgrade.
     drop(store);
-    {
-        let db = open_released(&path.join("index.redb")).await;
-        let tx = db.begin_write().unwrap();
-        tx.delete_table(redb::TableDefinition::<&[u8], &[u8]>::new("by_atime_v2"))
-            .unwrap();
+    without_the_order(&path, |tx| {
         tx.open_table(v1)
             .unwrap()
             .insert(b"x".as_slice(), 1)
             .unwrap();
-        tx.delete_table(facts).unwrap();
         let mut marks = tx.open_table(facts).unwrap();
         marks.insert("by_atime", 1).unwrap();
         marks.insert("objects_len", 40).unwrap();
-        drop(marks);
-        tx.commit().unwrap();
-    }
+    })
+    .await;
     let store = Store::open(std::slice::from_ref(&path)).await.unwrap();
     assert_eq!(expect(&store.mountpaths()[0].index), 19);
     drop(store);
@@ -274,6 +261,22 @@ async fn the_access_order_follows_every_change_of_a_record() {
     assert_eq!(freed[0].file, x7.file);
     assert!(!stale(&mp), "the stale entry went");
     assert!(mp.index.get(&a.uname(), "new3").unwrap().is_some());
+}
+
+/// Removes the access order and the index's facts from a dropped store's index (as written
+/// before the order existed), then lets `then` add what an older binary would have left.
+async fn without_the_order(
+    mountpath: &std::path::Path,
+    then: impl FnOnce(&redb::WriteTransaction),
+) {
+    let db = open_released(&mountpath.join("index.redb")).await;
+    let tx = db.begin_write().unwrap();
+    tx.delete_table(redb::TableDefinition::<&[u8], &[u8]>::new("by_atime_v2"))
+        .unwrap();
+    tx.delete_table(redb::TableDefinition::<&str, u64>::new("index_meta"))
+        .unwrap();
+    then(&tx);
+    tx.commit().unwrap();
 }
 
 /// Changes records of a dropped store's index the way a binary without the access order
